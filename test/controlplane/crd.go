@@ -1,0 +1,72 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/yaml"
+)
+
+// MirrorCRDPath returns the path of the mirror CRD: the chart's copy, the only one.
+func MirrorCRDPath() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "charts", "trustsync", "crds", "clustertrustbundles.trustsync.io.yaml"), nil
+}
+
+// InstallMirrorCRD installs the mirror CRD and waits until it is established and its
+// resource is discoverable.
+func (cp *ControlPlane) InstallMirrorCRD(ctx context.Context) error {
+	path, err := MirrorCRDPath()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		return fmt.Errorf("failed to parse %s: %w", path, err)
+	}
+	client, err := apiextensionsclient.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create CRD %s: %w", crd.Name, err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	gv := crd.Spec.Group + "/" + crd.Spec.Versions[0].Name
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		established := false
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				established = true
+			}
+		}
+		if !established {
+			return false, nil
+		}
+		_, err = dc.ServerResourcesForGroupVersion(gv)
+		return err == nil, nil
+	})
+}
