@@ -1,0 +1,78 @@
+package bundle
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// fakeLister serves the group versions it holds; anything else is NotFound, as the
+// API server answers for a group version it does not serve.
+type fakeLister map[string][]string
+
+func (f fakeLister) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	resources, ok := f[gv]
+	if !ok {
+		return nil, apierrors.NewNotFound(schema.GroupResource{}, gv)
+	}
+	list := &metav1.APIResourceList{GroupVersion: gv}
+	for _, r := range resources {
+		list.APIResources = append(list.APIResources, metav1.APIResource{Name: r})
+	}
+	return list, nil
+}
+
+func TestDiscover(t *testing.T) {
+	tests := []struct {
+		name       string
+		lister     fakeLister
+		wantNative *API
+		wantMirror bool
+		wantWriter API
+		wantOK     bool
+	}{
+		{name: "v1 wins over older versions", lister: fakeLister{"certificates.k8s.io/v1": {Resource}, "certificates.k8s.io/v1beta1": {Resource}}, wantNative: &NativeV1, wantWriter: NativeV1, wantOK: true},
+		{name: "v1beta1 when v1 is not served", lister: fakeLister{"certificates.k8s.io/v1beta1": {Resource}, "certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1beta1, wantWriter: NativeV1beta1, wantOK: true},
+		{name: "v1alpha1 as the last resort", lister: fakeLister{"certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1alpha1, wantWriter: NativeV1alpha1, wantOK: true},
+		{
+			name:   "a served group version without the resource does not count",
+			lister: fakeLister{"certificates.k8s.io/v1": {"certificatesigningrequests"}, "trustsync.io/v1alpha1": {Resource}},
+			wantMirror: true, wantWriter: Mirror, wantOK: true,
+		},
+		{name: "both served: writers use the native API", lister: fakeLister{"certificates.k8s.io/v1": {Resource}, "trustsync.io/v1alpha1": {Resource}}, wantNative: &NativeV1, wantMirror: true, wantWriter: NativeV1, wantOK: true},
+		{name: "neither served: no writer", lister: fakeLister{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			served, err := Discover(tc.lister)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (served.Native == nil) != (tc.wantNative == nil) || (served.Native != nil && *served.Native != *tc.wantNative) || served.Mirror != tc.wantMirror {
+				t.Fatalf("Discover() = %+v, want native %v mirror %v", served, tc.wantNative, tc.wantMirror)
+			}
+			writer, ok := served.Writer()
+			if ok != tc.wantOK || writer != tc.wantWriter {
+				t.Errorf("Writer() = %v, %v; want %v, %v", writer, ok, tc.wantWriter, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestDiscover_ErrorsOtherThanNotFoundAreReported(t *testing.T) {
+	broken := errLister{}
+	_, err := Discover(broken)
+	if err == nil || !strings.Contains(err.Error(), "clustertrustbundles.v1.certificates.k8s.io") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err = %v, want it to name the API and the cause", err)
+	}
+}
+
+type errLister struct{}
+
+func (errLister) ServerResourcesForGroupVersion(string) (*metav1.APIResourceList, error) {
+	return nil, errors.New("connection refused")
+}
