@@ -1,0 +1,262 @@
+// Package policy reads trustsync's policy file, the one source of truth for signers
+// (names, durations, approval rules, trust domain) and for bundle admission, shared by
+// the webhook and the signer.
+package policy
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trustsync/trustsync/bundle"
+)
+
+const (
+	// APIVersion and Kind identify a policy file.
+	APIVersion = "trustsync.io/v1alpha1"
+	Kind       = "Policy"
+
+	// DefaultSignerName is the signer trustsync runs when nothing else is said.
+	DefaultSignerName = "trustsync.io/workload"
+	// DefaultTrustDomain is the SPIFFE trust domain of workload identities.
+	DefaultTrustDomain = "cluster.local"
+
+	// MinimumExpirationSeconds is upstream's floor for a certificate's requested
+	// duration (KEP-2784); no policy may go below it.
+	MinimumExpirationSeconds = 600
+
+	defaultMaxExpirationSeconds     = 7 * 24 * 3600
+	defaultDefaultExpirationSeconds = 24 * 3600
+	defaultExpiryWarningDays        = 30
+)
+
+// OverMaximum says what happens to a request for more than a signer's maximum.
+type OverMaximum string
+
+const (
+	// Clamp shortens the request to the maximum (the mutating webhook rewrites it, with
+	// a warning). It is the default, as upstream signers clamp.
+	Clamp OverMaximum = "Clamp"
+	// Reject refuses the request.
+	Reject OverMaximum = "Reject"
+)
+
+// Policy is the parsed policy file.
+type Policy struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Signers    []Signer `json:"signers,omitempty"`
+	Bundles    Bundles  `json:"bundles"`
+}
+
+// Signer holds one signer's rules.
+type Signer struct {
+	SignerName               string      `json:"signerName"`
+	MinExpirationSeconds     int64       `json:"minExpirationSeconds,omitempty"`
+	MaxExpirationSeconds     int64       `json:"maxExpirationSeconds,omitempty"`
+	DefaultExpirationSeconds int64       `json:"defaultExpirationSeconds,omitempty"`
+	OverMaximum              OverMaximum `json:"overMaximum,omitempty"`
+	// Approval configures the signer's approver; nil leaves its CSRs to others.
+	Approval *Approval `json:"approval,omitempty"`
+}
+
+// Approval holds what the signer's approver allows a ServiceAccount to ask for.
+type Approval struct {
+	TrustDomain string `json:"trustDomain,omitempty"`
+	// DNSNames are patterns a requested DNS name must match; "{namespace}" stands for
+	// the requester's namespace and a leading "*." for one label.
+	DNSNames    []string `json:"dnsNames,omitempty"`
+	IPAddresses bool     `json:"ipAddresses,omitempty"`
+	Usages      []string `json:"usages,omitempty"`
+}
+
+// Bundles holds the rules for admitting trust bundles.
+type Bundles struct {
+	// ExpiryWarningDays: an admission warning for each anchor expiring this soon.
+	ExpiryWarningDays int `json:"expiryWarningDays,omitempty"`
+	// DenyExpired refuses bundles holding an already expired anchor.
+	DenyExpired bool `json:"denyExpired,omitempty"`
+}
+
+// DefaultApproval returns the approval rules a signer gets when its entry has none
+// written out but asks for approval, and the one-signer shorthand's.
+func DefaultApproval(trustDomain string) *Approval {
+	return &Approval{
+		TrustDomain: trustDomain,
+		DNSNames:    []string{"*.{namespace}.svc", "*.{namespace}.svc.cluster.local"},
+		Usages:      []string{"digital signature", "key encipherment", "server auth", "client auth"},
+	}
+}
+
+// Load reads and checks the policy file at path. An empty path means no file: no
+// signer rules, default bundle rules (what the webhook enforces without a policy).
+func Load(path string) (*Policy, error) {
+	if path == "" {
+		return Parse(nil)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read policy file: %w", err)
+	}
+	p, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("policy file %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// Parse parses a policy document strictly (an unknown field is an error, so a typo
+// never silently loosens a rule), fills in defaults and validates the result.
+func Parse(data []byte) (*Policy, error) {
+	p := &Policy{APIVersion: APIVersion, Kind: Kind}
+	if len(strings.TrimSpace(string(data))) > 0 {
+		if err := yaml.UnmarshalStrict(data, p); err != nil {
+			return nil, fmt.Errorf("invalid YAML: %w", err)
+		}
+	}
+	p.setDefaults()
+	if errs := p.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return p, nil
+}
+
+// ForSigners returns the policy the signer's --signer-name and --trust-domain flags
+// stand for: each signer with default durations and default approval rules.
+func ForSigners(signerNames []string, trustDomain string) (*Policy, error) {
+	p := &Policy{APIVersion: APIVersion, Kind: Kind}
+	for _, name := range signerNames {
+		p.Signers = append(p.Signers, Signer{SignerName: name, Approval: DefaultApproval(trustDomain)})
+	}
+	p.setDefaults()
+	if errs := p.validate(); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return p, nil
+}
+
+func (p *Policy) setDefaults() {
+	for i := range p.Signers {
+		s := &p.Signers[i]
+		if s.MinExpirationSeconds == 0 {
+			s.MinExpirationSeconds = MinimumExpirationSeconds
+		}
+		if s.MaxExpirationSeconds == 0 {
+			s.MaxExpirationSeconds = defaultMaxExpirationSeconds
+		}
+		if s.DefaultExpirationSeconds == 0 {
+			s.DefaultExpirationSeconds = min(defaultDefaultExpirationSeconds, s.MaxExpirationSeconds)
+		}
+		if s.OverMaximum == "" {
+			s.OverMaximum = Clamp
+		}
+		if a := s.Approval; a != nil {
+			defaults := DefaultApproval(DefaultTrustDomain)
+			if a.TrustDomain == "" {
+				a.TrustDomain = defaults.TrustDomain
+			}
+			if a.DNSNames == nil {
+				a.DNSNames = defaults.DNSNames
+			}
+			if a.Usages == nil {
+				a.Usages = defaults.Usages
+			}
+		}
+	}
+	if p.Bundles.ExpiryWarningDays == 0 {
+		p.Bundles.ExpiryWarningDays = defaultExpiryWarningDays
+	}
+}
+
+func (p *Policy) validate() field.ErrorList {
+	var errs field.ErrorList
+	if p.APIVersion != APIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), p.APIVersion, []string{APIVersion}))
+	}
+	if p.Kind != Kind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), p.Kind, []string{Kind}))
+	}
+	seen := sets.New[string]()
+	for i, s := range p.Signers {
+		path := field.NewPath("signers").Index(i)
+		if seen.Has(s.SignerName) {
+			errs = append(errs, field.Duplicate(path.Child("signerName"), s.SignerName))
+		}
+		seen.Insert(s.SignerName)
+		errs = append(errs, s.validate(path)...)
+	}
+	if p.Bundles.ExpiryWarningDays < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("bundles", "expiryWarningDays"), p.Bundles.ExpiryWarningDays, "must not be negative"))
+	}
+	return errs
+}
+
+func (s Signer) validate(path *field.Path) field.ErrorList {
+	errs := bundle.ValidateSignerName(path.Child("signerName"), s.SignerName)
+	if s.MinExpirationSeconds < MinimumExpirationSeconds {
+		errs = append(errs, field.Invalid(path.Child("minExpirationSeconds"), s.MinExpirationSeconds, fmt.Sprintf("must be at least %d (10 minutes), the Kubernetes minimum", MinimumExpirationSeconds)))
+	}
+	if s.MaxExpirationSeconds < s.MinExpirationSeconds {
+		errs = append(errs, field.Invalid(path.Child("maxExpirationSeconds"), s.MaxExpirationSeconds, fmt.Sprintf("must not be less than minExpirationSeconds (%d)", s.MinExpirationSeconds)))
+	}
+	if s.DefaultExpirationSeconds < s.MinExpirationSeconds || s.DefaultExpirationSeconds > s.MaxExpirationSeconds {
+		errs = append(errs, field.Invalid(path.Child("defaultExpirationSeconds"), s.DefaultExpirationSeconds, fmt.Sprintf("must be between minExpirationSeconds (%d) and maxExpirationSeconds (%d)", s.MinExpirationSeconds, s.MaxExpirationSeconds)))
+	}
+	if s.OverMaximum != Clamp && s.OverMaximum != Reject {
+		errs = append(errs, field.NotSupported(path.Child("overMaximum"), s.OverMaximum, []OverMaximum{Clamp, Reject}))
+	}
+	if a := s.Approval; a != nil {
+		errs = append(errs, a.validate(path.Child("approval"))...)
+	}
+	return errs
+}
+
+// knownUsages are the key usages a CSR may carry (certificates/v1 KeyUsage values).
+var knownUsages = sets.New(
+	"signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+	"data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+	"server auth", "client auth", "code signing", "email protection", "s/mime",
+	"ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+	"microsoft sgc", "netscape sgc",
+)
+
+func (a *Approval) validate(path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if a.TrustDomain == "" || strings.ContainsAny(a.TrustDomain, "/:") {
+		errs = append(errs, field.Invalid(path.Child("trustDomain"), a.TrustDomain, "must be a SPIFFE trust domain such as cluster.local (no scheme, port or path)"))
+	}
+	for i, pattern := range a.DNSNames {
+		if pattern == "" {
+			errs = append(errs, field.Invalid(path.Child("dnsNames").Index(i), pattern, "must not be empty"))
+		}
+	}
+	for i, u := range a.Usages {
+		if !knownUsages.Has(u) {
+			errs = append(errs, field.NotSupported(path.Child("usages").Index(i), u, sets.List(knownUsages)))
+		}
+	}
+	return errs
+}
+
+// Signer returns the rules for signerName, if the policy has any.
+func (p *Policy) Signer(signerName string) (*Signer, bool) {
+	for i := range p.Signers {
+		if p.Signers[i].SignerName == signerName {
+			return &p.Signers[i], true
+		}
+	}
+	return nil, false
+}
+
+// SignerNames lists the signers the policy has rules for, in file order.
+func (p *Policy) SignerNames() []string {
+	names := make([]string, 0, len(p.Signers))
+	for _, s := range p.Signers {
+		names = append(names, s.SignerName)
+	}
+	return names
+}
