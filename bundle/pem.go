@@ -119,20 +119,38 @@ func IsInvalidPEM(err error) bool {
 // error; whether that is acceptable is the caller's call.
 func DecodeCertificates(data []byte) ([][]byte, error) {
 	var ders [][]byte
+	err := eachCertificate(data, func(cert *x509.Certificate) { ders = append(ders, cert.Raw) })
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clip(ders), nil
+}
+
+// ParseCertificates is DecodeCertificates for callers that need the parsed
+// certificates (their subjects and expiry dates), with the same rules.
+func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	if err := eachCertificate(data, func(cert *x509.Certificate) { certs = append(certs, cert) }); err != nil {
+		return nil, err
+	}
+	return certs, nil
+}
+
+func eachCertificate(data []byte, visit func(*x509.Certificate)) error {
 	rest := data
 	for i := 0; ; i++ {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
-			break
+			return nil
 		}
 		if block.Type != certificateBlockType {
-			return nil, &InvalidPEMError{Index: i, Reason: fmt.Sprintf("has type %q; only CERTIFICATE blocks are allowed in trust sources, so the whole source was refused", block.Type)}
+			return &InvalidPEMError{Index: i, Reason: fmt.Sprintf("has type %q; only CERTIFICATE blocks are allowed in trust sources, so the whole source was refused", block.Type)}
 		}
-		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-			return nil, &InvalidPEMError{Index: i, Reason: fmt.Sprintf("does not parse as X.509: %v", err)}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return &InvalidPEMError{Index: i, Reason: fmt.Sprintf("does not parse as X.509: %v", err)}
 		}
-		ders = append(ders, block.Bytes)
+		visit(cert)
 	}
-	return slices.Clip(ders), nil
 }

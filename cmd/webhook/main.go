@@ -1,24 +1,28 @@
-// Command trustsync-webhook is trustsync's admission webhook: validates trust bundles and certificate signing requests and injects the trust-sync sidecar.
+// Command trustsync-webhook is trustsync's admission webhook.
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/webhook"
 )
 
+const about = `trustsync-webhook: trustsync's admission webhook.
+
+It validates trust bundles (ClusterTrustBundles of the native certificates.k8s.io kind and
+of trustsync's mirror CRD: upstream's rules, the attest permission, expiry warnings) and
+certificate signing requests (per-signer duration rules from the policy file), over HTTPS.
+
+Routes: /validate/clustertrustbundles, /validate/certificatesigningrequests,
+/mutate/certificatesigningrequests, /healthz, /readyz, /metrics.`
+
 func main() {
+	opts := webhook.NewOptions()
 	fs := pflag.NewFlagSet("trustsync-webhook", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "trustsync-webhook: the %s.\n\nThis release builds the binary but does not implement it yet.\n\nUsage:\n  trustsync-webhook [flags]\n\nFlags:\n%s", "admission webhook: validates trust bundles and certificate signing requests and injects the trust-sync sidecar", fs.FlagUsages())
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	fmt.Fprintln(os.Stderr, "trustsync-webhook is not implemented yet; see --help")
-	os.Exit(1)
+	opts.AddFlags(fs)
+	cli.Parse(fs, about, os.Args[1:])
+	cli.Exit(webhook.Run(cli.SignalContext(), opts))
 }

@@ -1,0 +1,59 @@
+package webhook
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configure the webhook server. cmd/webhook fills them from flags.
+type Options struct {
+	BindAddress       string
+	SecurePort        int
+	TLSCertFile       string
+	TLSPrivateKeyFile string
+	Kubeconfig        string
+	KubeAPIQPS        float32
+	KubeAPIBurst      int
+	PolicyFile        string
+	// ShutdownGracePeriod is how long in-flight reviews may take to finish after
+	// SIGTERM before the server closes their connections.
+	ShutdownGracePeriod time.Duration
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		BindAddress:         "0.0.0.0",
+		SecurePort:          8443,
+		KubeAPIQPS:          20,
+		KubeAPIBurst:        30,
+		ShutdownGracePeriod: 15 * time.Second,
+	}
+}
+
+// AddFlags registers the options' flags, named as Kubernetes components name them.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The IP address on which to serve HTTPS.")
+	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS: admission reviews, /healthz, /readyz and /metrics.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "File containing the serving certificate (PEM, leaf first, then intermediates). Reloaded when it changes, without a restart.")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "File containing the serving certificate's private key (PEM). Reloaded together with --tls-cert-file.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file for reaching the API server (SubjectAccessReviews for the attest check). Empty means in-cluster configuration.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file (signers' duration rules, bundle expiry warnings). Empty means: only the 600-second minimum, and warnings for anchors expiring within 30 days.")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish after SIGTERM.")
+}
+
+// Validate reports flag combinations that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.TLSCertFile == "" || o.TLSPrivateKeyFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: the API server only calls webhooks over HTTPS"))
+	}
+	if o.SecurePort <= 0 || o.SecurePort > 65535 {
+		errs = append(errs, errors.New("--secure-port must be between 1 and 65535"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,206 @@
+// Package webhook is trustsync's admission webhook: HTTPS routes that validate trust
+// bundles and certificate signing requests and (with the injector) mutate pods. The
+// domain rules live in bundle/, policy/ and injector/; this package decodes reviews,
+// calls them, and turns their answers into admission responses.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	kwhhttp "github.com/slok/kubewebhook/v2/pkg/http"
+	kwhprometheus "github.com/slok/kubewebhook/v2/pkg/metrics/prometheus"
+	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
+	kwhmutating "github.com/slok/kubewebhook/v2/pkg/webhook/mutating"
+	kwhvalidating "github.com/slok/kubewebhook/v2/pkg/webhook/validating"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+// Config holds what the admission routes need.
+type Config struct {
+	Policy     *policy.Policy
+	Authorizer Authorizer
+	Clock      clock.PassiveClock
+	// Registry receives the webhook's metrics and is served at /metrics.
+	Registry *prometheus.Registry
+	// Ready reports readiness at /readyz; nil means always ready.
+	Ready func() bool
+}
+
+// NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
+func NewHandler(cfg Config) (http.Handler, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	metrics := NewMetrics(cfg.Registry)
+	recorder, err := kwhprometheus.NewRecorder(kwhprometheus.RecorderConfig{Registry: cfg.Registry})
+	if err != nil {
+		return nil, err
+	}
+	logger := kwhLogger{}
+	router := mux.NewRouter()
+	bundles := &bundleAdmission{bundles: cfg.Policy.Bundles, authz: cfg.Authorizer, clock: cfg.Clock, metrics: metrics}
+	csrs := &csrAdmission{policy: cfg.Policy, metrics: metrics}
+	// Every route decodes into unstructured objects: the mutating ones must not drop
+	// fields the compiled types do not know, and the bundle route takes two kinds.
+	routes := []struct {
+		path      string
+		validator kwhvalidating.Validator
+		mutator   kwhmutating.Mutator
+	}{
+		{path: routeBundles, validator: bundles},
+		{path: routeValidateCSR, validator: csrs},
+		{path: routeMutateCSR, mutator: csrs},
+	}
+	for _, r := range routes {
+		var wh kwhwebhook.Webhook
+		if r.validator != nil {
+			wh, err = kwhvalidating.NewWebhook(kwhvalidating.WebhookConfig{ID: r.path, Obj: &unstructured.Unstructured{}, Validator: r.validator, Logger: logger})
+		} else {
+			wh, err = kwhmutating.NewWebhook(kwhmutating.WebhookConfig{ID: r.path, Obj: &unstructured.Unstructured{}, Mutator: r.mutator, Logger: logger})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to build webhook %s: %w", r.path, err)
+		}
+		h, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: kwhwebhook.NewMeasuredWebhook(recorder, wh), Logger: logger})
+		if err != nil {
+			return nil, err
+		}
+		router.Handle(r.path, timed(metrics, r.path, guarded(h))).Methods(http.MethodPost)
+	}
+
+	router.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	router.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if cfg.Ready != nil && !cfg.Ready() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	router.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	return router, nil
+}
+
+// guarded answers 400 where the admission library panics on a malformed review:
+// kubewebhook v2.7.0 dereferences a missing "request". The API server never sends
+// one, but anything that can reach the port can.
+func guarded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				klog.V(2).InfoS("Refused a malformed admission review", "path", r.URL.Path, "panic", p)
+				http.Error(w, fmt.Sprintf("malformed AdmissionReview (is \"request\" missing?): %v", p), http.StatusBadRequest)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// timed records a route's latency, and errors (HTTP 5xx) as the error outcome.
+func timed(m *Metrics, route string, next http.Handler) http.Handler {
+	latency := m.latency.WithLabelValues(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		latency.Observe(time.Since(start).Seconds())
+		if sw.status >= 400 {
+			m.outcome(route, "error")
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Run serves until ctx is done, then shuts down gracefully: /readyz fails at once so
+// the Service stops sending reviews, and in-flight reviews get the grace period.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	pol, err := policy.Load(o.PolicyFile)
+	if err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("failed to build API server client configuration: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	restCfg.UserAgent = "trustsync-webhook"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	reloader, err := newCertReloader(o.TLSCertFile, o.TLSPrivateKeyFile, time.Second, clock.RealClock{})
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var shuttingDown atomic.Bool
+	handler, err := NewHandler(Config{
+		Policy:     pol,
+		Authorizer: SubjectAccessReviewer{Client: client.AuthorizationV1().SubjectAccessReviews()},
+		Registry:   registry,
+		Ready:      func() bool { return !shuttingDown.Load() },
+	})
+	if err != nil {
+		return err
+	}
+
+	addr := net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort))
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: reloader.GetCertificate},
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          nil,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeTLS(listener, "", "") }()
+	klog.InfoS("Serving admission reviews", "address", listener.Addr().String(), "policySigners", pol.SignerNames())
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("HTTPS server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	klog.InfoS("Shutting down", "gracePeriod", o.ShutdownGracePeriod)
+	shuttingDown.Store(true)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.ShutdownGracePeriod)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("graceful shutdown did not finish: %w", err)
+	}
+	return nil
+}
