@@ -39,8 +39,8 @@ func TestDiscover(t *testing.T) {
 		{name: "v1beta1 when v1 is not served", lister: fakeLister{"certificates.k8s.io/v1beta1": {Resource}, "certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1beta1, wantWriter: NativeV1beta1, wantOK: true},
 		{name: "v1alpha1 as the last resort", lister: fakeLister{"certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1alpha1, wantWriter: NativeV1alpha1, wantOK: true},
 		{
-			name:   "a served group version without the resource does not count",
-			lister: fakeLister{"certificates.k8s.io/v1": {"certificatesigningrequests"}, "trustsync.io/v1alpha1": {Resource}},
+			name:       "a served group version without the resource does not count",
+			lister:     fakeLister{"certificates.k8s.io/v1": {"certificatesigningrequests"}, "trustsync.io/v1alpha1": {Resource}},
 			wantMirror: true, wantWriter: Mirror, wantOK: true,
 		},
 		{name: "both served: writers use the native API", lister: fakeLister{"certificates.k8s.io/v1": {Resource}, "trustsync.io/v1alpha1": {Resource}}, wantNative: &NativeV1, wantMirror: true, wantWriter: NativeV1, wantOK: true},

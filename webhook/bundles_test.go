@@ -214,7 +214,9 @@ func TestOnlyGCFieldsChanged(t *testing.T) {
 		}), base(), true},
 		{"finalizers", changed(func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"f"}) }), base(), true},
 		{"labels", changed(func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "b"}) }), base(), false},
-		{"anchors", changed(func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "y", "spec", "trustBundle") }), base(), false},
+		{"anchors", changed(func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "y", "spec", "trustBundle")
+		}), base(), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
