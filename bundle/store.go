@@ -82,12 +82,12 @@ func (s *Store) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Inter
 }
 
 // Create creates b, named in upstream form, and returns what the server stored.
-func (s *Store) Create(ctx context.Context, b *certificatesv1.ClusterTrustBundle) (*certificatesv1.ClusterTrustBundle, error) {
+func (s *Store) Create(ctx context.Context, b *certificatesv1.ClusterTrustBundle, opts metav1.CreateOptions) (*certificatesv1.ClusterTrustBundle, error) {
 	u, err := s.toUnstructured(b)
 	if err != nil {
 		return nil, err
 	}
-	u, err = s.client.Create(ctx, u, metav1.CreateOptions{})
+	u, err = s.client.Create(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -95,12 +95,12 @@ func (s *Store) Create(ctx context.Context, b *certificatesv1.ClusterTrustBundle
 }
 
 // Update replaces b (its resourceVersion guards against lost updates).
-func (s *Store) Update(ctx context.Context, b *certificatesv1.ClusterTrustBundle) (*certificatesv1.ClusterTrustBundle, error) {
+func (s *Store) Update(ctx context.Context, b *certificatesv1.ClusterTrustBundle, opts metav1.UpdateOptions) (*certificatesv1.ClusterTrustBundle, error) {
 	u, err := s.toUnstructured(b)
 	if err != nil {
 		return nil, err
 	}
-	u, err = s.client.Update(ctx, u, metav1.UpdateOptions{})
+	u, err = s.client.Update(ctx, u, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -50,8 +50,8 @@ type ControlPlane struct {
 	opts       Options
 	servingCA  *fixtures.Cert
 	clientCA   *fixtures.Cert
-	etcd       *process
-	apiserver  *process
+	etcd       *Process
+	apiserver  *Process
 	apiArgs    []string
 	bin        string
 	adminOnce  sync.Once
@@ -195,7 +195,7 @@ func (cp *ControlPlane) startEtcd() (string, error) {
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	logPath := cp.path("etcd.log")
-	cp.etcd, err = startProcess("etcd", filepath.Join(cp.bin, "etcd"), []string{
+	cp.etcd, err = StartProcess("etcd", filepath.Join(cp.bin, "etcd"), []string{
 		"--name=e2e", "--data-dir=" + cp.path("etcd"),
 		"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
 		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
@@ -245,11 +245,11 @@ func (cp *ControlPlane) apiServerArgs(etcdURL string, port int) []string {
 
 // StartAPIServer starts kube-apiserver (again) on its address and waits until ready.
 func (cp *ControlPlane) StartAPIServer() error {
-	if cp.apiserver != nil && !cp.apiserver.exited() {
+	if cp.apiserver != nil && !cp.apiserver.Exited() {
 		return errors.New("kube-apiserver is already running")
 	}
 	var err error
-	cp.apiserver, err = startProcess("kube-apiserver", filepath.Join(cp.bin, "kube-apiserver"), cp.apiArgs, cp.apiLogPath)
+	cp.apiserver, err = StartProcess("kube-apiserver", filepath.Join(cp.bin, "kube-apiserver"), cp.apiArgs, cp.apiLogPath)
 	if err != nil {
 		return err
 	}
@@ -267,13 +267,13 @@ func (cp *ControlPlane) StartAPIServer() error {
 
 // StopAPIServer stops kube-apiserver, leaving etcd (and so every object) in place.
 func (cp *ControlPlane) StopAPIServer() {
-	cp.apiserver.stop(15 * time.Second)
+	cp.apiserver.Stop(15 * time.Second)
 }
 
 // waitFor polls ready until it holds, the process exits, or two minutes pass.
-func (cp *ControlPlane) waitFor(name string, p *process, logPath string, ready func() bool) error {
+func (cp *ControlPlane) waitFor(name string, p *Process, logPath string, ready func() bool) error {
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		if p.exited() {
+		if p.Exited() {
 			return false, errExited
 		}
 		return ready(), nil
@@ -288,8 +288,8 @@ func (cp *ControlPlane) waitFor(name string, p *process, logPath string, ready f
 // call more than once.
 func (cp *ControlPlane) Stop() {
 	cp.stopOnce.Do(func() {
-		cp.apiserver.stop(15 * time.Second)
-		cp.etcd.stop(10 * time.Second)
+		cp.apiserver.Stop(15 * time.Second)
+		cp.etcd.Stop(10 * time.Second)
 		if os.Getenv("TRUSTSYNC_KEEP_CONTROLPLANE") == "" {
 			_ = os.RemoveAll(cp.Dir)
 		}

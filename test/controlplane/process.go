@@ -11,18 +11,21 @@ import (
 	"time"
 )
 
-// process is one child binary with its log file.
-type process struct {
+// Process is one child binary with its log file.
+type Process struct {
+	// LogPath is where the process's stdout and stderr go.
+	LogPath string
+
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
 }
 
-// startProcess starts binary with args, logging to logPath. The child gets SIGKILL if
+// StartProcess starts binary with args, logging to logPath. The child gets SIGKILL if
 // the test binary dies (a `go test -timeout` panic, say), so no server outlives its
 // test on a 2-core machine.
-func startProcess(name, binary string, args []string, logPath string) (*process, error) {
+func StartProcess(name, binary string, args []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -41,7 +44,7 @@ func startProcess(name, binary string, args []string, logPath string) (*process,
 		logFile.Close()
 		return nil, fmt.Errorf("failed to start %s (%s): %w", name, binary, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Process{LogPath: logPath, name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -50,8 +53,8 @@ func startProcess(name, binary string, args []string, logPath string) (*process,
 	return p, nil
 }
 
-// exited reports whether the process has ended.
-func (p *process) exited() bool {
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -60,9 +63,9 @@ func (p *process) exited() bool {
 	}
 }
 
-// stop sends SIGTERM and, after grace, SIGKILL, then waits for the process to end.
-func (p *process) stop(grace time.Duration) {
-	if p == nil || p.exited() {
+// Stop sends SIGTERM and, after grace, SIGKILL, then waits for the process to end.
+func (p *Process) Stop(grace time.Duration) {
+	if p == nil || p.Exited() {
 		return
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -75,6 +78,24 @@ func (p *process) stop(grace time.Duration) {
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 }
+
+// Kill ends the process at once, as a crash or an OOM kill would.
+func (p *Process) Kill() {
+	if p == nil || p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
+// Wait waits for the process to end and returns its exit error.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Tail returns the end of the process's log, for error messages.
+func (p *Process) Tail() string { return tail(p.LogPath, 4000) }
 
 // tail returns the last n bytes of a log file, for error messages.
 func tail(path string, n int64) string {

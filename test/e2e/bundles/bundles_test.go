@@ -110,7 +110,7 @@ func TestStore_CreateAndListBySignerFieldSelector(t *testing.T) {
 				newBundle("example.org:other:live", "example.org/other", live, fixtures.CA("other")),
 				newBundle("corp-root", "", nil, fixtures.CA("corp")),
 			} {
-				if _, err := s.Create(ctx, b); err != nil {
+				if _, err := s.Create(ctx, b, metav1.CreateOptions{}); err != nil {
 					t.Fatalf("Create %q: %v", b.Name, err)
 				}
 			}
@@ -150,7 +150,7 @@ func TestStore_MirrorObjectsAreNamedWithDashes(t *testing.T) {
 	cp := cluster(t, false)
 	ctx := ctxFor(t)
 	s := storeFor(t, cp, false)
-	if _, err := s.Create(ctx, newBundle("xn--bcher-kva.example:s:v1", "xn--bcher-kva.example/s", nil, fixtures.CA("idn"))); err != nil {
+	if _, err := s.Create(ctx, newBundle("xn--bcher-kva.example:s:v1", "xn--bcher-kva.example/s", nil, fixtures.CA("idn")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := dynamicClient(t, cp).Resource(bundle.Mirror.GroupVersionResource()).Get(ctx, "xn--bcher-kva.example--s--v1", metav1.GetOptions{})
@@ -172,11 +172,11 @@ func TestMirrorCRD_SignerNameIsImmutable(t *testing.T) {
 	cp := cluster(t, false)
 	ctx := ctxFor(t)
 	s := storeFor(t, cp, false)
-	signed, err := s.Create(ctx, newBundle("example.com:immutable:live", "example.com/immutable", nil, fixtures.CA("a")))
+	signed, err := s.Create(ctx, newBundle("example.com:immutable:live", "example.com/immutable", nil, fixtures.CA("a")), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	unsigned, err := s.Create(ctx, newBundle("immutable-unsigned", "", nil, fixtures.CA("b")))
+	unsigned, err := s.Create(ctx, newBundle("immutable-unsigned", "", nil, fixtures.CA("b")), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestMirrorCRD_SignerNameIsImmutable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := tc.from.DeepCopy()
 			b.Spec.SignerName = tc.signer
-			_, err := s.Update(ctx, b)
+			_, err := s.Update(ctx, b, metav1.UpdateOptions{})
 			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.signerName: Invalid value") || !strings.Contains(err.Error(), "field is immutable") {
 				t.Fatalf("Update with signerName %q: err = %v, want spec.signerName invalid: field is immutable", tc.signer, err)
 			}
@@ -208,7 +208,7 @@ func TestRBAC_UnprivilegedUserIsForbidden(t *testing.T) {
 			ctx := ctxFor(t)
 			api := storeFor(t, cp, native).API()
 			s := store(t, cp.UserConfig("mallory", "e2e-unprivileged"), api)
-			if _, err := s.Create(ctx, newBundle("mallory-root", "", nil, fixtures.CA("mallory"))); !apierrors.IsForbidden(err) {
+			if _, err := s.Create(ctx, newBundle("mallory-root", "", nil, fixtures.CA("mallory")), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 				t.Fatalf("Create as mallory: err = %v, want Forbidden", err)
 			}
 			if _, err := s.List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
@@ -231,7 +231,7 @@ func TestStore_WatchDeliversConvertedBundles(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Stop()
-			if _, err := s.Create(ctx, newBundle("example.com:watched:live", "example.com/watched", nil, fixtures.CA("w"))); err != nil {
+			if _, err := s.Create(ctx, newBundle("example.com:watched:live", "example.com/watched", nil, fixtures.CA("w")), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -253,7 +253,7 @@ func TestHarness_APIServerRestartKeepsObjects(t *testing.T) {
 	cp := cluster(t, true)
 	ctx := ctxFor(t)
 	s := storeFor(t, cp, true)
-	if _, err := s.Create(ctx, newBundle("restart-survivor", "", nil, fixtures.CA("r"))); err != nil {
+	if _, err := s.Create(ctx, newBundle("restart-survivor", "", nil, fixtures.CA("r")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cp.StopAPIServer()

@@ -60,7 +60,7 @@ func TestValidate_AgreesWithTheAPIServer(t *testing.T) {
 				Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: tc.signer, TrustBundle: tc.trustBundle},
 			}
 			ours := causesOf(bundle.Validate(b, bundle.NativeForm))
-			_, err := s.Create(ctx, b)
+			_, err := s.Create(ctx, b, metav1.CreateOptions{})
 			theirs, ok := apiCauses(err)
 			if !ok {
 				t.Fatalf("API server: %v", err)
