@@ -1,0 +1,175 @@
+package bundle
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// MaxSources bounds one pod's source list: each source is a watch, and a pod asking
+// for more than this is almost certainly a mistake.
+const MaxSources = 32
+
+// ReservedPaths are the files the sidecar writes for a workload certificate; no
+// source may use them.
+var ReservedPaths = sets.New("tls.crt", "tls.key", "credential.pem")
+
+// Source is one item of the sources list, the JSON shape the trustsync.io/bundles
+// annotation and the sidecar's --projections flag share. It names exactly one source
+// of anchors and the file (Path) they go to; items sharing a path are merged.
+type Source struct {
+	// Name selects one bundle by name, in upstream form.
+	Name string `json:"name,omitempty"`
+	// SignerName with LabelSelector selects a signer's bundles (nil selector: none;
+	// empty selector: all).
+	SignerName    string         `json:"signerName,omitempty"`
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
+	// ConfigMap and Secret take CA data from a key of an object in the pod's namespace.
+	ConfigMap *KeyRef `json:"configMap,omitempty"`
+	Secret    *KeyRef `json:"secret,omitempty"`
+	// DefaultCAs adds the public web roots.
+	DefaultCAs bool `json:"defaultCAs,omitempty"`
+	// Path is the file, relative to the volume.
+	Path string `json:"path"`
+	// Optional: a source that matches nothing is not an error. A path is optional
+	// only when every source writing it is.
+	Optional bool `json:"optional,omitempty"`
+}
+
+// KeyRef names one key of a ConfigMap or Secret in the pod's namespace.
+type KeyRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// Selector returns the bundle selector of a name or signerName source.
+func (s Source) Selector() (Selector, bool) {
+	if s.Name == "" && s.SignerName == "" {
+		return Selector{}, false
+	}
+	return Selector{Name: s.Name, SignerName: s.SignerName, LabelSelector: s.LabelSelector}, true
+}
+
+// kinds names the kinds of source an item sets, for the exactly-one rule.
+func (s Source) kinds() []string {
+	var k []string
+	if s.Name != "" {
+		k = append(k, "name")
+	}
+	if s.SignerName != "" {
+		k = append(k, "signerName")
+	}
+	if s.ConfigMap != nil {
+		k = append(k, "configMap")
+	}
+	if s.Secret != nil {
+		k = append(k, "secret")
+	}
+	if s.DefaultCAs {
+		k = append(k, "defaultCAs")
+	}
+	return k
+}
+
+// ParseSources decodes a sources list strictly (an unknown field is an error, so a
+// typo such as "signer" never silently selects nothing) and validates it.
+func ParseSources(data []byte) ([]Source, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var sources []Source
+	if err := dec.Decode(&sources); err != nil {
+		return nil, fmt.Errorf("not a JSON list of sources: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("not a JSON list of sources: unexpected data after the list")
+	}
+	if errs := ValidateSources(sources, field.NewPath("sources")); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return sources, nil
+}
+
+// ValidateSources checks a sources list: at least one item, each with exactly one
+// kind of source and a valid path.
+func ValidateSources(sources []Source, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(sources) == 0 {
+		errs = append(errs, field.Required(fldPath, "at least one source is required"))
+	}
+	if len(sources) > MaxSources {
+		errs = append(errs, field.TooMany(fldPath, len(sources), MaxSources))
+	}
+	for i, s := range sources {
+		errs = append(errs, s.Validate(fldPath.Index(i))...)
+	}
+	return errs
+}
+
+// Validate checks one source.
+func (s Source) Validate(fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch kinds := s.kinds(); {
+	case len(kinds) == 0:
+		errs = append(errs, field.Required(fldPath, "exactly one of name, signerName, configMap, secret or defaultCAs must be set"))
+	case len(kinds) > 1:
+		errs = append(errs, field.Invalid(fldPath, strings.Join(kinds, ", "), "exactly one of name, signerName, configMap, secret or defaultCAs must be set"))
+	case s.Name != "" || s.SignerName != "":
+		sel, _ := s.Selector()
+		errs = append(errs, sel.Validate(fldPath)...)
+	case s.ConfigMap != nil:
+		errs = append(errs, s.ConfigMap.validate(fldPath.Child("configMap"))...)
+	case s.Secret != nil:
+		errs = append(errs, s.Secret.validate(fldPath.Child("secret"))...)
+	}
+	if s.LabelSelector != nil && s.SignerName == "" && s.Name == "" {
+		errs = append(errs, field.Invalid(fldPath.Child("labelSelector"), "", "labelSelector goes with signerName only"))
+	}
+	return append(errs, ValidatePath(fldPath.Child("path"), s.Path)...)
+}
+
+func (r *KeyRef) validate(fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(r.Name, false) {
+		errs = append(errs, field.Invalid(fldPath.Child("name"), r.Name, msg))
+	}
+	for _, msg := range validation.IsConfigMapKey(r.Key) {
+		errs = append(errs, field.Invalid(fldPath.Child("key"), r.Key, msg))
+	}
+	return errs
+}
+
+// ValidatePath checks a file path inside the volume: relative, no ".." element, no
+// element starting with ".." (the atomic writer keeps its own "..data" entries
+// there), and not one of the certificate files.
+func ValidatePath(fldPath *field.Path, p string) field.ErrorList {
+	switch {
+	case p == "":
+		return field.ErrorList{field.Required(fldPath, "the file to write, relative to the volume, such as ca_certificates.pem")}
+	case path.IsAbs(p):
+		return field.ErrorList{field.Invalid(fldPath, p, "must be a relative path")}
+	case len(p) > 4096:
+		return field.ErrorList{field.TooLong(fldPath, "", 4096)}
+	case ReservedPaths.Has(path.Clean(p)):
+		return field.ErrorList{field.Invalid(fldPath, p, fmt.Sprintf("is reserved for the workload certificate (%s)", strings.Join(sets.List(ReservedPaths), ", ")))}
+	}
+	for _, elem := range strings.Split(p, "/") {
+		if elem == ".." {
+			return field.ErrorList{field.Invalid(fldPath, p, "must not contain '..'")}
+		}
+		if strings.HasPrefix(elem, "..") {
+			return field.ErrorList{field.Invalid(fldPath, p, "must not have an element starting with '..'")}
+		}
+		if elem == "" || elem == "." {
+			return field.ErrorList{field.Invalid(fldPath, p, "must not have empty or '.' elements")}
+		}
+	}
+	return nil
+}

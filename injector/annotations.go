@@ -1,0 +1,342 @@
+package injector
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/bundle"
+)
+
+// The annotations a pod (or, as defaults, its namespace) asks for trust with.
+const (
+	Prefix = "trustsync.io/"
+
+	AnnotationInject        = Prefix + "inject"
+	AnnotationStatus        = Prefix + "status"
+	AnnotationSignerName    = Prefix + "signer-name"
+	AnnotationLabelSelector = Prefix + "label-selector"
+	AnnotationBundleName    = Prefix + "bundle-name"
+	AnnotationPath          = Prefix + "path"
+	AnnotationOptional      = Prefix + "optional"
+	AnnotationBundles       = Prefix + "bundles"
+	AnnotationMountPath     = Prefix + "mount-path"
+	AnnotationContainers    = Prefix + "containers"
+	AnnotationSSLCertFile   = Prefix + "ssl-cert-file"
+	AnnotationSidecarMode   = Prefix + "sidecar-mode"
+	AnnotationCPURequest    = Prefix + "sidecar-cpu-request"
+	AnnotationMemoryRequest = Prefix + "sidecar-memory-request"
+	AnnotationMemoryLimit   = Prefix + "sidecar-memory-limit"
+	AnnotationVolumeSize    = Prefix + "volume-size-limit"
+
+	AnnotationCertificate                 = Prefix + "certificate"
+	AnnotationCertificateSigner           = Prefix + "certificate-signer"
+	AnnotationCertificateExpiration       = Prefix + "certificate-expiration-seconds"
+	AnnotationCertificateDNSNames         = Prefix + "certificate-dns-names"
+	AnnotationCertificateKeyType          = Prefix + "certificate-key-type"
+	AnnotationCertificateCredentialBundle = Prefix + "certificate-credential-bundle"
+)
+
+const (
+	DefaultMountPath = "/var/run/trust-anchors"
+	DefaultPath      = "ca_certificates.pem"
+	DefaultSigner    = "trustsync.io/workload"
+	DefaultKeyType   = "ECDSAP256"
+)
+
+// KeyTypes are the workload certificate key types the sidecar can generate.
+var KeyTypes = []string{"ECDSAP256", "ECDSAP384", "RSA2048", "RSA3072", "ED25519"}
+
+// sourceAnnotations pick the sources; a pod that sets any of them takes none of its
+// namespace's, so a namespace default never mixes into a pod's own choice.
+var sourceAnnotations = []string{AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationBundles}
+
+// effectiveAnnotations merges a namespace's default annotations under the pod's own:
+// the pod wins key by key, except that source annotations come as a group from
+// whichever of the two sets any. inject and status are never taken from a namespace.
+func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
+	out := map[string]string{}
+	podSetsSource := slices.ContainsFunc(sourceAnnotations, func(k string) bool { _, ok := pod[k]; return ok })
+	for k, v := range namespace {
+		if !strings.HasPrefix(k, Prefix) || k == AnnotationInject || k == AnnotationStatus {
+			continue
+		}
+		if podSetsSource && slices.Contains(sourceAnnotations, k) {
+			continue
+		}
+		out[k] = v
+	}
+	for k, v := range pod {
+		if strings.HasPrefix(k, Prefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// request is what the annotations ask for, parsed and checked.
+type request struct {
+	sources         []bundle.Source
+	mountPath       string
+	containers      []string // nil: every app container
+	sslCertFile     string   // relative to the volume; "" for none
+	sslCertFileRaw  string   // the annotation as written, for messages
+	mode            Mode
+	resources       resources
+	volumeSizeLimit resource.Quantity
+	certificate     *certificateRequest
+}
+
+type resources struct {
+	cpuRequest, memoryRequest, memoryLimit resource.Quantity
+}
+
+type certificateRequest struct {
+	signer            string
+	expirationSeconds int32 // 0: the signer's default
+	dnsNames          []string
+	keyType           string
+	credentialBundle  bool
+}
+
+// annotationParser reads annotations, collecting an error per bad one.
+type annotationParser struct {
+	a    map[string]string
+	errs field.ErrorList
+}
+
+func annotationPath(key string) *field.Path {
+	return field.NewPath("metadata", "annotations").Key(key)
+}
+
+func (p *annotationParser) invalid(key, msg string) {
+	p.errs = append(p.errs, field.Invalid(annotationPath(key), p.a[key], msg))
+}
+
+func (p *annotationParser) bool(key string, def bool) bool {
+	v, ok := p.a[key]
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		p.invalid(key, `must be "true" or "false"`)
+	}
+	return b
+}
+
+func (p *annotationParser) quantity(key string, def string) resource.Quantity {
+	v, ok := p.a[key]
+	if !ok {
+		return resource.MustParse(def)
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Sign() <= 0 {
+		p.invalid(key, "must be a positive quantity such as 16Mi or 50m")
+	}
+	return q
+}
+
+func (p *annotationParser) choice(key, def string, allowed []string) string {
+	v, ok := p.a[key]
+	if !ok {
+		return def
+	}
+	if !slices.Contains(allowed, v) {
+		p.errs = append(p.errs, field.NotSupported(annotationPath(key), v, allowed))
+	}
+	return v
+}
+
+// parseRequest reads every annotation the injector knows from the effective set.
+func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
+	p := &annotationParser{a: a}
+	r := &request{
+		mountPath: DefaultMountPath,
+		mode:      Mode(p.choice(AnnotationSidecarMode, string(cfg.defaultMode()), []string{string(Native), string(Legacy)})),
+		resources: resources{
+			cpuRequest:    p.quantity(AnnotationCPURequest, "10m"),
+			memoryRequest: p.quantity(AnnotationMemoryRequest, "24Mi"),
+			memoryLimit:   p.quantity(AnnotationMemoryLimit, "64Mi"),
+		},
+		volumeSizeLimit: p.quantity(AnnotationVolumeSize, "16Mi"),
+	}
+	if r.resources.memoryRequest.Cmp(r.resources.memoryLimit) > 0 {
+		p.invalid(AnnotationMemoryRequest, fmt.Sprintf("must not exceed the memory limit %s", r.resources.memoryLimit.String()))
+	}
+	if v, ok := a[AnnotationMountPath]; ok {
+		if !path.IsAbs(v) || path.Clean(v) != v || strings.Contains(v, ":") || v == "/" {
+			p.invalid(AnnotationMountPath, "must be a clean absolute path other than / without ':', such as /var/run/trust-anchors")
+		}
+		r.mountPath = v
+	}
+	if v, ok := a[AnnotationContainers]; ok {
+		r.containers = splitList(v)
+		if len(r.containers) == 0 {
+			p.invalid(AnnotationContainers, "must list at least one container name, separated by commas")
+		}
+	}
+	r.certificate = p.certificate()
+	r.sources = p.sources(r.certificate != nil)
+	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
+	return r, p.errs
+}
+
+// sources reads either the JSON list or the one-item shorthand.
+func (p *annotationParser) sources(certificateRequested bool) []bundle.Source {
+	_, hasList := p.a[AnnotationBundles]
+	_, hasSigner := p.a[AnnotationSignerName]
+	_, hasName := p.a[AnnotationBundleName]
+	switch {
+	case hasList && (hasSigner || hasName):
+		p.invalid(AnnotationBundles, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", AnnotationBundles, AnnotationSignerName, AnnotationBundleName))
+		return nil
+	case hasList:
+		sources, err := bundle.ParseSources([]byte(p.a[AnnotationBundles]))
+		if err != nil {
+			p.invalid(AnnotationBundles, err.Error())
+		}
+		return sources
+	case hasSigner || hasName:
+		return p.shorthand()
+	case certificateRequested:
+		return nil
+	default:
+		p.errs = append(p.errs, field.Required(annotationPath(AnnotationInject),
+			fmt.Sprintf("trust was asked for but no source is named: set %s, %s or %s (or %s: \"true\")", AnnotationSignerName, AnnotationBundleName, AnnotationBundles, AnnotationCertificate)))
+		return nil
+	}
+}
+
+// shorthand builds the one item the single-source annotations describe. Unlike the
+// JSON form, a signer without a label selector means all of that signer's bundles.
+func (p *annotationParser) shorthand() []bundle.Source {
+	if _, both := p.a[AnnotationBundleName]; both && p.a[AnnotationSignerName] != "" {
+		p.invalid(AnnotationBundleName, fmt.Sprintf("set either %s or %s, not both", AnnotationSignerName, AnnotationBundleName))
+		return nil
+	}
+	s := bundle.Source{
+		Name:       p.a[AnnotationBundleName],
+		SignerName: p.a[AnnotationSignerName],
+		Path:       DefaultPath,
+		Optional:   p.bool(AnnotationOptional, false),
+	}
+	if v, ok := p.a[AnnotationPath]; ok {
+		s.Path = v
+	}
+	if s.SignerName != "" {
+		s.LabelSelector = &metav1.LabelSelector{}
+		if v, ok := p.a[AnnotationLabelSelector]; ok {
+			sel, err := metav1.ParseToLabelSelector(v)
+			if err != nil {
+				p.invalid(AnnotationLabelSelector, fmt.Sprintf("must be a label selector in kubectl syntax, such as kubernetes.io/cluster-trust-bundle-version=live: %v", err))
+				return nil
+			}
+			s.LabelSelector = sel
+		}
+	} else if _, ok := p.a[AnnotationLabelSelector]; ok {
+		p.invalid(AnnotationLabelSelector, fmt.Sprintf("goes with %s only", AnnotationSignerName))
+	}
+	// Report each error on the annotation that holds the offending value.
+	for _, e := range s.Validate(field.NewPath("source")) {
+		key := AnnotationSignerName
+		switch f := strings.TrimPrefix(e.Field, "source."); {
+		case strings.HasPrefix(f, "name"):
+			key = AnnotationBundleName
+		case strings.HasPrefix(f, "path"):
+			key = AnnotationPath
+		case strings.HasPrefix(f, "labelSelector"):
+			key = AnnotationLabelSelector
+		}
+		p.errs = append(p.errs, &field.Error{Type: e.Type, Field: annotationPath(key).String(), BadValue: p.a[key], Detail: e.Detail})
+	}
+	return []bundle.Source{s}
+}
+
+// sslCertFile resolves trustsync.io/ssl-cert-file to a file in the volume.
+func (p *annotationParser) sslCertFile(sources []bundle.Source) string {
+	v, ok := p.a[AnnotationSSLCertFile]
+	if !ok || v == "false" {
+		return ""
+	}
+	var paths []string
+	for _, s := range sources {
+		if !slices.Contains(paths, s.Path) {
+			paths = append(paths, s.Path)
+		}
+	}
+	if v == "true" {
+		if len(paths) == 0 {
+			p.invalid(AnnotationSSLCertFile, "there is no trust file to point at: name a source")
+			return ""
+		}
+		return paths[0]
+	}
+	if !slices.Contains(paths, v) {
+		p.invalid(AnnotationSSLCertFile, fmt.Sprintf(`must be "true", "false" or one of the files the sources write: %s`, strings.Join(paths, ", ")))
+	}
+	return v
+}
+
+func (p *annotationParser) certificate() *certificateRequest {
+	if !p.bool(AnnotationCertificate, false) {
+		return nil
+	}
+	c := &certificateRequest{
+		signer:           DefaultSigner,
+		keyType:          p.choice(AnnotationCertificateKeyType, DefaultKeyType, KeyTypes),
+		credentialBundle: p.bool(AnnotationCertificateCredentialBundle, false),
+	}
+	if v, ok := p.a[AnnotationCertificateSigner]; ok {
+		for _, e := range bundle.ValidateSignerName(annotationPath(AnnotationCertificateSigner), v) {
+			p.errs = append(p.errs, e)
+		}
+		c.signer = v
+	}
+	if v, ok := p.a[AnnotationCertificateExpiration]; ok {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 600 {
+			p.invalid(AnnotationCertificateExpiration, "must be a whole number of seconds, at least 600 (10 minutes)")
+		}
+		c.expirationSeconds = int32(n)
+	}
+	if v, ok := p.a[AnnotationCertificateDNSNames]; ok {
+		c.dnsNames = splitList(v)
+		for _, name := range c.dnsNames {
+			if msgs := validation.IsDNS1123Subdomain(strings.TrimPrefix(name, "*.")); len(msgs) > 0 {
+				p.invalid(AnnotationCertificateDNSNames, fmt.Sprintf("%q is not a DNS name: %s", name, strings.Join(msgs, "; ")))
+			}
+		}
+	}
+	return c
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// projectionsJSON is the sources list as the sidecar's --projections flag takes it.
+func projectionsJSON(sources []bundle.Source) string {
+	if len(sources) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(sources)
+	if err != nil {
+		panic(err) // plain structs always marshal
+	}
+	return string(b)
+}

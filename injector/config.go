@@ -1,0 +1,76 @@
+// Package injector decides what a pod that asks for trust gets: the trust-sync
+// sidecar, a shared memory-backed volume, read-only mounts and environment. It is a
+// pure function of the pod, its namespace's annotations and the injector's
+// configuration; the webhook only decodes reviews, calls Inject and encodes the patch.
+package injector
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+// Mode is how the sidecar runs.
+type Mode string
+
+const (
+	// Native runs the sidecar as a native sidecar: an init container with
+	// restartPolicy Always, started (and probed) before every other container.
+	Native Mode = "native"
+	// Legacy, for clusters without native sidecars: an init container writes the files
+	// once, then a regular container keeps them current.
+	Legacy Mode = "legacy"
+)
+
+// Config is the injector's cluster-wide configuration.
+type Config struct {
+	// Image holds /trustsync-sidecar.
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// DefaultMode applies when a pod does not say; empty means Native.
+	DefaultMode Mode
+	// Namespace is the injector's own; its pods are never touched, so trustsync can
+	// never block its own recovery.
+	Namespace string
+	// Policy gives the trust domain of a requested certificate's signer.
+	Policy *policy.Policy
+}
+
+// SystemNamespaces are never injected.
+var SystemNamespaces = sets.New("kube-system", "kube-public", "kube-node-lease")
+
+// DefaultImage is the sidecar image when none is configured.
+const DefaultImage = "ghcr.io/trustsync/trustsync:v0.1.0"
+
+func (c Config) defaultMode() Mode {
+	if c.DefaultMode == "" {
+		return Native
+	}
+	return c.DefaultMode
+}
+
+func (c Config) image() string {
+	if c.Image == "" {
+		return DefaultImage
+	}
+	return c.Image
+}
+
+func (c Config) pullPolicy() corev1.PullPolicy {
+	if c.ImagePullPolicy == "" {
+		return corev1.PullIfNotPresent
+	}
+	return c.ImagePullPolicy
+}
+
+// trustDomain returns the SPIFFE trust domain of signer: its policy entry's, else the
+// default.
+func (c Config) trustDomain(signer string) string {
+	if c.Policy != nil {
+		if s, ok := c.Policy.Signer(signer); ok && s.Approval != nil {
+			return s.Approval.TrustDomain
+		}
+	}
+	return policy.DefaultTrustDomain
+}

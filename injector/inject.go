@@ -1,0 +1,267 @@
+package injector
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Why a pod is left alone.
+const (
+	SkipNotRequested     = "not requested"
+	SkipSystemNamespace  = "system namespace"
+	SkipOwnNamespace     = "injector namespace"
+	SkipAlreadyInjected  = "already injected"
+	sidecarBinary        = "/trustsync-sidecar"
+	stateMountPath       = "/var/run/trustsync-state"
+	tokenMountPath       = "/var/run/secrets/kubernetes.io/serviceaccount"
+	defaultUID     int64 = 65532
+)
+
+// Result is what Inject decided for one pod.
+type Result struct {
+	// Skipped says why the pod is left alone; empty when it is injected.
+	Skipped string
+	// Patch injects the pod. It only adds.
+	Patch []PatchOp
+}
+
+// RefusalError says why a pod that asked for trust cannot get it: a bad annotation, or
+// a conflict with the pod's own spec. Its message names the annotation, the value and
+// what is allowed, in the API server's words.
+type RefusalError struct {
+	PodName string
+	Errs    field.ErrorList
+}
+
+func (e *RefusalError) Error() string {
+	return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, e.PodName, e.Errs).Error()
+}
+
+// Status is recorded in the trustsync.io/status annotation: what was injected, so a
+// second admission (reinvocation, or a stored pod sent again) changes nothing.
+type Status struct {
+	Mode      Mode   `json:"mode"`
+	Sidecar   string `json:"sidecar"`
+	Volume    string `json:"volume"`
+	MountPath string `json:"mountPath"`
+}
+
+// Inject decides what pod, created in namespace, gets. nsAnnotations are the
+// namespace's annotations, defaults for the pod's own.
+func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, cfg Config) (*Result, error) {
+	name := pod.Name
+	if name == "" {
+		name = pod.GenerateName
+	}
+	v, ok := pod.Annotations[AnnotationInject]
+	if !ok {
+		return &Result{Skipped: SkipNotRequested}, nil
+	}
+	switch v {
+	case "true":
+	case "false":
+		return &Result{Skipped: SkipNotRequested}, nil
+	default:
+		return nil, &RefusalError{PodName: name, Errs: field.ErrorList{field.NotSupported(annotationPath(AnnotationInject), v, []string{"true", "false"})}}
+	}
+	switch {
+	case SystemNamespaces.Has(namespace):
+		return &Result{Skipped: SkipSystemNamespace}, nil
+	case namespace == cfg.Namespace:
+		return &Result{Skipped: SkipOwnNamespace}, nil
+	}
+	if _, done := pod.Annotations[AnnotationStatus]; done {
+		return &Result{Skipped: SkipAlreadyInjected}, nil
+	}
+
+	req, errs := parseRequest(effectiveAnnotations(pod.Annotations, nsAnnotations), cfg)
+	if len(errs) > 0 {
+		return nil, &RefusalError{PodName: name, Errs: errs}
+	}
+	targets, errs := targetContainers(pod, req)
+	if len(errs) > 0 {
+		return nil, &RefusalError{PodName: name, Errs: errs}
+	}
+	return &Result{Patch: build(pod, req, targets, cfg)}, nil
+}
+
+// target is an app container that gets the mount.
+type target struct {
+	init  bool
+	index int
+	c     *corev1.Container
+}
+
+func (t target) path() string {
+	if t.init {
+		return "/spec/initContainers/" + strconv.Itoa(t.index)
+	}
+	return "/spec/containers/" + strconv.Itoa(t.index)
+}
+
+// targetContainers resolves trustsync.io/containers (default: every app container) and
+// refuses what would break the pod: an unknown name, a mount already at the mount
+// path, an SSL_CERT_FILE already set to something else.
+func targetContainers(pod *corev1.Pod, req *request) ([]target, field.ErrorList) {
+	var all []target
+	for i := range pod.Spec.InitContainers {
+		all = append(all, target{init: true, index: i, c: &pod.Spec.InitContainers[i]})
+	}
+	for i := range pod.Spec.Containers {
+		all = append(all, target{index: i, c: &pod.Spec.Containers[i]})
+	}
+	var targets []target
+	var errs field.ErrorList
+	if req.containers == nil {
+		for _, t := range all {
+			if !t.init {
+				targets = append(targets, t)
+			}
+		}
+	} else {
+		for _, name := range req.containers {
+			i := indexOf(all, name)
+			if i < 0 {
+				errs = append(errs, field.Invalid(annotationPath(AnnotationContainers), name, "names no container of this pod; it has: "+strings.Join(containerNames(all), ", ")))
+				continue
+			}
+			targets = append(targets, all[i])
+		}
+	}
+	sslValue := path.Join(req.mountPath, req.sslCertFile)
+	for _, t := range targets {
+		for _, m := range t.c.VolumeMounts {
+			if m.MountPath == req.mountPath {
+				errs = append(errs, field.Invalid(annotationPath(AnnotationMountPath), req.mountPath,
+					fmt.Sprintf("container %q already mounts volume %q there; choose another %s", t.c.Name, m.Name, AnnotationMountPath)))
+			}
+		}
+		for _, e := range t.c.Env {
+			if req.sslCertFile != "" && e.Name == "SSL_CERT_FILE" && e.Value != sslValue {
+				errs = append(errs, field.Invalid(annotationPath(AnnotationSSLCertFile), req.sslCertFileRaw,
+					fmt.Sprintf("container %q already sets SSL_CERT_FILE to %q; remove it or drop the annotation", t.c.Name, e.Value)))
+			}
+		}
+	}
+	return targets, errs
+}
+
+func indexOf(all []target, name string) int {
+	for i, t := range all {
+		if t.c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func containerNames(all []target) []string {
+	var out []string
+	for _, t := range all {
+		out = append(out, t.c.Name)
+	}
+	return out
+}
+
+// build assembles the patch. Edits to existing containers come before the sidecar is
+// inserted at the front of initContainers, so their indices are still right.
+func build(pod *corev1.Pod, req *request, targets []target, cfg Config) []PatchOp {
+	names := newNamer(pod)
+	volume := names.volume("trustsync-anchors")
+	sidecar := names.container("trustsync")
+	status := Status{Mode: req.mode, Sidecar: sidecar, Volume: volume, MountPath: req.mountPath}
+
+	p := &patch{}
+	statusJSON, _ := json.Marshal(status)
+	if pod.Annotations == nil {
+		p.add("/metadata/annotations", map[string]string{AnnotationStatus: string(statusJSON)})
+	} else {
+		p.add("/metadata/annotations/"+escapeKey(AnnotationStatus), string(statusJSON))
+	}
+
+	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
+	volumes := []corev1.Volume{{Name: volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		Medium: corev1.StorageMediumMemory, SizeLimit: &req.volumeSizeLimit,
+	}}}}
+	if req.certificate != nil {
+		s.stateVolume = names.volume("trustsync-state")
+		volumes = append(volumes, stateVolume(s.stateVolume))
+	}
+	if pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken {
+		s.tokenVolume = names.volume("trustsync-token")
+		volumes = append(volumes, tokenVolume(s.tokenVolume))
+	}
+	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, volumes...)
+
+	for _, t := range targets {
+		appendItems(p, t.path()+"/volumeMounts", t.c.VolumeMounts != nil, corev1.VolumeMount{Name: volume, MountPath: req.mountPath, ReadOnly: true})
+		if req.sslCertFile != "" && !hasEnv(t.c, "SSL_CERT_FILE") {
+			appendItems(p, t.path()+"/env", t.c.Env != nil, corev1.EnvVar{Name: "SSL_CERT_FILE", Value: path.Join(req.mountPath, req.sslCertFile)})
+		}
+	}
+
+	first := func(c corev1.Container) {
+		if pod.Spec.InitContainers == nil {
+			p.add("/spec/initContainers", []corev1.Container{c})
+		} else {
+			p.add("/spec/initContainers/0", c)
+		}
+	}
+	if req.mode == Native {
+		first(s.container(sidecar, "run", true))
+	} else {
+		first(s.container(names.container("trustsync-init"), "init", false))
+		p.add("/spec/containers/-", s.container(sidecar, "run", false))
+	}
+	return p.ops
+}
+
+func hasEnv(c *corev1.Container, name string) bool {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// namer hands out names that clash with none of the pod's own, so an injected pod is
+// never broken by a name the user already took.
+type namer struct {
+	volumes, containers sets.Set[string]
+}
+
+func newNamer(pod *corev1.Pod) *namer {
+	n := &namer{volumes: sets.New[string](), containers: sets.New[string]()}
+	for _, v := range pod.Spec.Volumes {
+		n.volumes.Insert(v.Name)
+	}
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		n.containers.Insert(c.Name)
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		n.containers.Insert(c.Name)
+	}
+	return n
+}
+
+func unique(taken sets.Set[string], base string) string {
+	name := base
+	for i := 2; taken.Has(name); i++ {
+		name = base + "-" + strconv.Itoa(i)
+	}
+	taken.Insert(name)
+	return name
+}
+
+func (n *namer) volume(base string) string    { return unique(n.volumes, base) }
+func (n *namer) container(base string) string { return unique(n.containers, base) }
