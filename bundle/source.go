@@ -30,7 +30,7 @@ type Source struct {
 	Name string `json:"name,omitempty"`
 	// SignerName with LabelSelector selects a signer's bundles (nil selector: none;
 	// empty selector: all).
-	SignerName    string         `json:"signerName,omitempty"`
+	SignerName    string                `json:"signerName,omitempty"`
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
 	// ConfigMap and Secret take CA data from a key of an object in the pod's namespace.
 	ConfigMap *KeyRef `json:"configMap,omitempty"`

@@ -16,14 +16,14 @@ import (
 
 // Why a pod is left alone.
 const (
-	SkipNotRequested     = "not requested"
-	SkipSystemNamespace  = "system namespace"
-	SkipOwnNamespace     = "injector namespace"
-	SkipAlreadyInjected  = "already injected"
-	sidecarBinary        = "/trustsync-sidecar"
-	stateMountPath       = "/var/run/trustsync-state"
-	tokenMountPath       = "/var/run/secrets/kubernetes.io/serviceaccount"
-	defaultUID     int64 = 65532
+	SkipNotRequested          = "not requested"
+	SkipSystemNamespace       = "system namespace"
+	SkipOwnNamespace          = "injector namespace"
+	SkipAlreadyInjected       = "already injected"
+	sidecarBinary             = "/trustsync-sidecar"
+	stateMountPath            = "/var/run/trustsync-state"
+	tokenMountPath            = "/var/run/secrets/kubernetes.io/serviceaccount"
+	defaultUID          int64 = 65532
 )
 
 // Result is what Inject decided for one pod.
