@@ -79,19 +79,62 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	case namespace == cfg.Namespace:
 		return &Result{Skipped: SkipOwnNamespace}, nil
 	}
-	if _, done := pod.Annotations[AnnotationStatus]; done {
-		return &Result{Skipped: SkipAlreadyInjected}, nil
-	}
-
 	req, errs := parseRequest(effectiveAnnotations(pod.Annotations, nsAnnotations), cfg)
+	if raw, done := pod.Annotations[AnnotationStatus]; done {
+		return reinvoke(pod, raw, req, errs), nil
+	}
 	if len(errs) > 0 {
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
-	targets, errs := targetContainers(pod, req)
+	targets, errs := targetContainers(pod, req, "")
 	if len(errs) > 0 {
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
 	return &Result{Patch: build(pod, req, targets, cfg)}, nil
+}
+
+// reinvoke handles a pod injected before: the API server calls again (reinvocation)
+// when another plugin changed it, or a stored injected pod is sent anew. Only app
+// containers added since, which lack the volume, get their mount; nothing is ever
+// injected twice, and nothing is refused at this point.
+func reinvoke(pod *corev1.Pod, rawStatus string, req *request, errs field.ErrorList) *Result {
+	var st Status
+	if len(errs) > 0 || json.Unmarshal([]byte(rawStatus), &st) != nil || st.Volume == "" {
+		return &Result{Skipped: SkipAlreadyInjected}
+	}
+	req.mountPath = st.MountPath
+	targets, errs := targetContainers(pod, req, st.Volume)
+	if len(errs) > 0 {
+		return &Result{Skipped: SkipAlreadyInjected}
+	}
+	p := &patch{}
+	for _, t := range targets {
+		if t.c.Name == st.Sidecar || hasMount(t.c, st.Volume) {
+			continue
+		}
+		mountInto(p, t, req, st.Volume)
+	}
+	if len(p.ops) == 0 {
+		return &Result{Skipped: SkipAlreadyInjected}
+	}
+	return &Result{Patch: p.ops}
+}
+
+func hasMount(c *corev1.Container, volume string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume {
+			return true
+		}
+	}
+	return false
+}
+
+// mountInto adds the trust volume (and SSL_CERT_FILE, when asked) to one app container.
+func mountInto(p *patch, t target, req *request, volume string) {
+	appendItems(p, t.path()+"/volumeMounts", t.c.VolumeMounts != nil, corev1.VolumeMount{Name: volume, MountPath: req.mountPath, ReadOnly: true})
+	if req.sslCertFile != "" && !hasEnv(t.c, "SSL_CERT_FILE") {
+		appendItems(p, t.path()+"/env", t.c.Env != nil, corev1.EnvVar{Name: "SSL_CERT_FILE", Value: path.Join(req.mountPath, req.sslCertFile)})
+	}
 }
 
 // target is an app container that gets the mount.
@@ -109,9 +152,10 @@ func (t target) path() string {
 }
 
 // targetContainers resolves trustsync.io/containers (default: every app container) and
-// refuses what would break the pod: an unknown name, a mount already at the mount
-// path, an SSL_CERT_FILE already set to something else.
-func targetContainers(pod *corev1.Pod, req *request) ([]target, field.ErrorList) {
+// refuses what would break the pod: an unknown name, another volume already mounted at
+// the mount path, an SSL_CERT_FILE already set to something else. ownVolume is the
+// trust volume of an earlier injection, whose mounts are no clash.
+func targetContainers(pod *corev1.Pod, req *request, ownVolume string) ([]target, field.ErrorList) {
 	var all []target
 	for i := range pod.Spec.InitContainers {
 		all = append(all, target{init: true, index: i, c: &pod.Spec.InitContainers[i]})
@@ -140,7 +184,7 @@ func targetContainers(pod *corev1.Pod, req *request) ([]target, field.ErrorList)
 	sslValue := path.Join(req.mountPath, req.sslCertFile)
 	for _, t := range targets {
 		for _, m := range t.c.VolumeMounts {
-			if m.MountPath == req.mountPath {
+			if m.MountPath == req.mountPath && m.Name != ownVolume {
 				errs = append(errs, field.Invalid(annotationPath(AnnotationMountPath), req.mountPath,
 					fmt.Sprintf("container %q already mounts volume %q there; choose another %s", t.c.Name, m.Name, AnnotationMountPath)))
 			}
@@ -203,10 +247,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) []PatchO
 	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, volumes...)
 
 	for _, t := range targets {
-		appendItems(p, t.path()+"/volumeMounts", t.c.VolumeMounts != nil, corev1.VolumeMount{Name: volume, MountPath: req.mountPath, ReadOnly: true})
-		if req.sslCertFile != "" && !hasEnv(t.c, "SSL_CERT_FILE") {
-			appendItems(p, t.path()+"/env", t.c.Env != nil, corev1.EnvVar{Name: "SSL_CERT_FILE", Value: path.Join(req.mountPath, req.sslCertFile)})
-		}
+		mountInto(p, t, req, volume)
 	}
 
 	first := func(c corev1.Container) {

@@ -22,6 +22,8 @@ type Metrics struct {
 	attest    *prometheus.CounterVec
 	requested *prometheus.CounterVec
 	honored   *prometheus.CounterVec
+	// injections is by namespace: pods' names would be unbounded, namespaces are not.
+	injections *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -48,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "trustsync_webhook_csr_honored_duration_total",
 			Help: "CertificateSigningRequests whose requested duration was admitted unchanged, by signer.",
 		}, []string{"signer"}),
+		injections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_webhook_pod_injections_total",
+			Help: "Pods reviewed by the injector, by namespace and outcome (injected, skipped, denied), with the reason for skips.",
+		}, []string{"namespace", "outcome", "reason"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.attest, m.requested, m.honored)
+	reg.MustRegister(m.requests, m.latency, m.attest, m.requested, m.honored, m.injections)
 	return m
 }
 

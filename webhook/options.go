@@ -2,9 +2,14 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trustsync/trustsync/injector"
 )
 
 // Options configure the webhook server. cmd/webhook fills them from flags.
@@ -17,6 +22,12 @@ type Options struct {
 	KubeAPIQPS        float32
 	KubeAPIBurst      int
 	PolicyFile        string
+	// Injection.
+	SidecarImage           string
+	SidecarImagePullPolicy string
+	DefaultSidecarMode     string
+	Namespace              string
+
 	// ShutdownGracePeriod is how long in-flight reviews may take to finish after
 	// SIGTERM before the server closes their connections.
 	ShutdownGracePeriod time.Duration
@@ -25,11 +36,15 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:         "0.0.0.0",
-		SecurePort:          8443,
-		KubeAPIQPS:          20,
-		KubeAPIBurst:        30,
-		ShutdownGracePeriod: 15 * time.Second,
+		BindAddress:            "0.0.0.0",
+		SecurePort:             8443,
+		KubeAPIQPS:             20,
+		KubeAPIBurst:           30,
+		ShutdownGracePeriod:    15 * time.Second,
+		SidecarImage:           injector.DefaultImage,
+		SidecarImagePullPolicy: string(corev1.PullIfNotPresent),
+		DefaultSidecarMode:     string(injector.Native),
+		Namespace:              os.Getenv("POD_NAMESPACE"),
 	}
 }
 
@@ -43,6 +58,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
 	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file (signers' duration rules, bundle expiry warnings). Empty means: only the 600-second minimum, and warnings for anchors expiring within 30 days.")
+	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "Image of the trust-sync sidecar injected into pods (it holds /trustsync-sidecar).")
+	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", o.SidecarImagePullPolicy, "Pull policy of the injected sidecar: Always, IfNotPresent or Never.")
+	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish after SIGTERM.")
 }
 
@@ -51,6 +70,14 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.TLSCertFile == "" || o.TLSPrivateKeyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: the API server only calls webhooks over HTTPS"))
+	}
+	switch corev1.PullPolicy(o.SidecarImagePullPolicy) {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		errs = append(errs, fmt.Errorf("--sidecar-image-pull-policy %q is not one of Always, IfNotPresent, Never", o.SidecarImagePullPolicy))
+	}
+	if m := injector.Mode(o.DefaultSidecarMode); m != injector.Native && m != injector.Legacy {
+		errs = append(errs, fmt.Errorf("--default-sidecar-mode %q is not one of native, legacy", o.DefaultSidecarMode))
 	}
 	if o.SecurePort <= 0 || o.SecurePort > 65535 {
 		errs = append(errs, errors.New("--secure-port must be between 1 and 65535"))

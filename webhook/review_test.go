@@ -76,6 +76,7 @@ type request struct {
 	kind      string
 	resource  string
 	user      string
+	namespace string
 	object    runtime.Object
 	oldObject runtime.Object
 }
@@ -123,6 +124,7 @@ func reviewBody(t testing.TB, r request) []byte {
 			Kind:      metav1.GroupVersionKind{Group: r.group, Version: r.version, Kind: r.kind},
 			Resource:  metav1.GroupVersionResource{Group: r.group, Version: r.version, Resource: r.resource},
 			Operation: r.op,
+			Namespace: r.namespace,
 			UserInfo:  authenticationv1.UserInfo{Username: r.user, Groups: []string{"system:authenticated"}},
 			Object:    raw(r.object),
 			OldObject: raw(r.oldObject),

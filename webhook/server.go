@@ -23,12 +23,17 @@ import (
 	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 	kwhmutating "github.com/slok/kubewebhook/v2/pkg/webhook/mutating"
 	kwhvalidating "github.com/slok/kubewebhook/v2/pkg/webhook/validating"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -41,12 +46,19 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Ready reports readiness at /readyz; nil means always ready.
 	Ready func() bool
+	// Injector configures /mutate/pods; Namespaces supplies namespace defaults (nil:
+	// none).
+	Injector   injector.Config
+	Namespaces NamespaceAnnotations
 }
 
 // NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
 func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Namespaces == nil {
+		cfg.Namespaces = func(context.Context, string) (map[string]string, error) { return nil, nil }
 	}
 	metrics := NewMetrics(cfg.Registry)
 	recorder, err := kwhprometheus.NewRecorder(kwhprometheus.RecorderConfig{Registry: cfg.Registry})
@@ -59,20 +71,24 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	csrs := &csrAdmission{policy: cfg.Policy, metrics: metrics}
 	// Every route decodes into unstructured objects: the mutating ones must not drop
 	// fields the compiled types do not know, and the bundle route takes two kinds.
+	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, metrics: metrics}
 	routes := []struct {
 		path      string
 		validator kwhvalidating.Validator
 		mutator   kwhmutating.Mutator
+		webhook   kwhwebhook.Webhook
 	}{
 		{path: routeBundles, validator: bundles},
 		{path: routeValidateCSR, validator: csrs},
 		{path: routeMutateCSR, mutator: csrs},
+		{path: routeMutatePods, webhook: pods},
 	}
 	for _, r := range routes {
-		var wh kwhwebhook.Webhook
-		if r.validator != nil {
+		wh := r.webhook
+		switch {
+		case r.validator != nil:
 			wh, err = kwhvalidating.NewWebhook(kwhvalidating.WebhookConfig{ID: r.path, Obj: &unstructured.Unstructured{}, Validator: r.validator, Logger: logger})
-		} else {
+		case r.mutator != nil:
 			wh, err = kwhmutating.NewWebhook(kwhmutating.WebhookConfig{ID: r.path, Obj: &unstructured.Unstructured{}, Mutator: r.mutator, Logger: logger})
 		}
 		if err != nil {
@@ -161,6 +177,11 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
+	namespaces, synced, err := namespaceAnnotations(ctx, client)
+	if err != nil {
+		return err
+	}
+
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var shuttingDown atomic.Bool
@@ -168,7 +189,12 @@ func Run(ctx context.Context, o *Options) error {
 		Policy:     pol,
 		Authorizer: SubjectAccessReviewer{Client: client.AuthorizationV1().SubjectAccessReviews()},
 		Registry:   registry,
-		Ready:      func() bool { return !shuttingDown.Load() },
+		Ready:      func() bool { return synced() && !shuttingDown.Load() },
+		Injector: injector.Config{
+			Image: o.SidecarImage, ImagePullPolicy: corev1.PullPolicy(o.SidecarImagePullPolicy),
+			DefaultMode: injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
+		},
+		Namespaces: namespaces,
 	})
 	if err != nil {
 		return err
@@ -203,4 +229,25 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("graceful shutdown did not finish: %w", err)
 	}
 	return nil
+}
+
+// namespaceAnnotations serves namespace defaults from an informer's cache, falling back
+// to a live read for a namespace created a moment ago that the cache has not seen yet.
+func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (NamespaceAnnotations, func() bool, error) {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	informer := factory.Core().V1().Namespaces()
+	lister := informer.Lister()
+	synced := informer.Informer().HasSynced
+	factory.Start(ctx.Done())
+	get := func(ctx context.Context, name string) (map[string]string, error) {
+		ns, err := lister.Get(name)
+		if apierrors.IsNotFound(err) {
+			ns, err = client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("failed to get namespace %q: %w", name, err)
+		}
+		return ns.Annotations, nil
+	}
+	return get, synced, nil
 }

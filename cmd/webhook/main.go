@@ -14,10 +14,11 @@ const about = `trustsync-webhook: trustsync's admission webhook.
 
 It validates trust bundles (ClusterTrustBundles of the native certificates.k8s.io kind and
 of trustsync's mirror CRD: upstream's rules, the attest permission, expiry warnings) and
-certificate signing requests (per-signer duration rules from the policy file), over HTTPS.
+certificate signing requests (per-signer duration rules from the policy file), and injects
+the trust-sync sidecar into pods annotated trustsync.io/inject: "true", over HTTPS.
 
 Routes: /validate/clustertrustbundles, /validate/certificatesigningrequests,
-/mutate/certificatesigningrequests, /healthz, /readyz, /metrics.`
+/mutate/certificatesigningrequests, /mutate/pods, /healthz, /readyz, /metrics.`
 
 func main() {
 	opts := webhook.NewOptions()

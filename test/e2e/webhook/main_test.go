@@ -110,7 +110,7 @@ func startWebhook(cp *controlplane.ControlPlane) (*webhookServer, error) {
 	}
 
 	url := "https://127.0.0.1:" + strconv.Itoa(port)
-	rendered, err := controlplane.RenderChart("-f", writeFile(dir, "values.yaml", values),
+	rendered, err := controlplane.RenderChart("--namespace", "trustsync-system", "-f", writeFile(dir, "values.yaml", values),
 		"--set", "webhook.url="+url, "--set", "webhook.caBundle="+base64.StdEncoding.EncodeToString(w.ca.CertPEM()))
 	if err != nil {
 		return nil, err
@@ -129,6 +129,9 @@ func startWebhook(cp *controlplane.ControlPlane) (*webhookServer, error) {
 		"--kubeconfig=" + kubeconfig, "--policy=" + policyFile, "--shutdown-grace-period=2s", "-v=2",
 	}
 	if err := w.start(); err != nil {
+		return nil, err
+	}
+	if err := cp.CreateNamespace(context.Background(), "trustsync-system", nil); err != nil {
 		return nil, err
 	}
 	if _, err := controlplane.Apply(context.Background(), cp.AdminConfig(), rendered); err != nil {

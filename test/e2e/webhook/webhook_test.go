@@ -234,6 +234,15 @@ func TestCSR_DurationRules(t *testing.T) {
 			t.Fatalf("stored expirationSeconds = %v, want the default 1800", s)
 		}
 	})
+	t.Run("a request within bounds is stored as sent", func(t *testing.T) {
+		got, err := csrs.Create(ctx, csr("clamped-fine", "example.com/clamped", ptr.To[int32](900), nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := got.Spec.ExpirationSeconds; s == nil || *s != 900 {
+			t.Fatalf("stored expirationSeconds = %v, want 900 as sent", s)
+		}
+	})
 	t.Run("under 600 seconds is rejected with upstream's message", func(t *testing.T) {
 		_, err := csrs.Create(ctx, csr("clamped-short", "example.com/clamped", nil, map[string]string{"experimental.cert-manager.io/request-duration": "5m"}), metav1.CreateOptions{})
 		wantErrContaining(t, err, "may not specify a duration less than 600 seconds (10 minutes)")

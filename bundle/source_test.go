@@ -1,0 +1,71 @@
+package bundle
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSources(t *testing.T) {
+	tests := []struct {
+		name, json, wantErr string
+		wantLen             int
+	}{
+		{name: "every kind of source", wantLen: 5, json: `[
+			{"signerName": "example.com/server-tls", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}, "path": "ca_certificates.pem"},
+			{"name": "corp-root", "path": "ca_certificates.pem"},
+			{"configMap": {"name": "extra-cas", "key": "ca.crt"}, "path": "ca_certificates.pem", "optional": true},
+			{"secret": {"name": "partner-ca", "key": "ca.crt"}, "path": "partner.pem"},
+			{"defaultCAs": true, "path": "nested/dir/public.pem"}]`},
+		{name: "an empty list has nothing to write", json: `[]`, wantErr: "sources: Required value: at least one source is required"},
+		{name: "an unknown field is refused, so a typo never selects nothing", json: `[{"signer": "example.com/s", "path": "a.pem"}]`, wantErr: `json: unknown field "signer"`},
+		{name: "an object instead of a list", json: `{"name": "x"}`, wantErr: "not a JSON list of sources"},
+		{name: "trailing data", json: `[{"name": "x", "path": "a"}] []`, wantErr: "unexpected data after the list"},
+		{name: "no kind of source", json: `[{"path": "a.pem"}]`, wantErr: "sources[0]: Required value: exactly one of name, signerName, configMap, secret or defaultCAs must be set"},
+		{name: "two kinds of source", json: `[{"name": "a", "secret": {"name": "s", "key": "k"}, "path": "a.pem"}]`, wantErr: `sources[0]: Invalid value: "name, secret": exactly one of`},
+		{name: "a selector without a signer", json: `[{"defaultCAs": true, "labelSelector": {}, "path": "a.pem"}]`, wantErr: "sources[0].labelSelector: Invalid value: \"\": labelSelector goes with signerName only"},
+		{name: "a bad ConfigMap key", json: `[{"configMap": {"name": "cm", "key": "a/b"}, "path": "a.pem"}]`, wantErr: `sources[0].configMap.key: Invalid value: "a/b"`},
+		{name: "a bad Secret name", json: `[{"secret": {"name": "Bad_Name", "key": "ca.crt"}, "path": "a.pem"}]`, wantErr: `sources[0].secret.name: Invalid value: "Bad_Name"`},
+		{name: "too many sources", json: "[" + strings.Repeat(`{"defaultCAs": true, "path": "a.pem"},`, MaxSources) + `{"defaultCAs": true, "path": "a.pem"}]`, wantErr: "sources: Too many: 33: must have at most 32 items"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseSources([]byte(tc.json))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || len(got) != tc.wantLen {
+				t.Fatalf("got %d sources, %v", len(got), err)
+			}
+		})
+	}
+}
+
+func TestValidatePath(t *testing.T) {
+	tests := []struct{ path, want string }{
+		{"ca_certificates.pem", ""},
+		{"nested/dir/ca.pem", ""},
+		{"", "Required value"},
+		{"/etc/ssl/ca.pem", "must be a relative path"},
+		{"../ca.pem", "must not contain '..'"},
+		{"a/../../ca.pem", "must not contain '..'"},
+		{"..data", "must not have an element starting with '..'"},
+		{"a//b", "must not have empty or '.' elements"},
+		{"./a", "must not have empty or '.' elements"},
+		{"tls.key", "is reserved for the workload certificate"},
+		{"credential.pem", "is reserved for the workload certificate"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.path, func(t *testing.T) {
+			errs := ValidatePath(trustBundlePath, tc.path)
+			switch {
+			case tc.want == "" && len(errs) > 0:
+				t.Errorf("ValidatePath(%q) = %v, want valid", tc.path, errs)
+			case tc.want != "" && (len(errs) == 0 || !strings.Contains(errs[0].Error(), tc.want)):
+				t.Errorf("ValidatePath(%q) = %v, want %q", tc.path, errs, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package injector
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
+
+// A pod from a newer API server can carry fields this build's types do not know. The
+// patch must leave every one of them in place: it only adds.
+func TestInject_PatchKeepsFieldsNoTypeKnows(t *testing.T) {
+	raw := []byte(`{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": {"name": "web", "annotations": {"trustsync.io/inject": "true", "trustsync.io/signer-name": "example.com/s"}},
+		"spec": {
+			"futurePodField": {"enabled": true},
+			"initContainers": [{"name": "setup", "image": "x", "futureContainerField": 7}],
+			"containers": [{"name": "app", "image": "y", "futureContainerField": "keep", "env": [{"name": "A", "value": "1"}]}]
+		}
+	}`)
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(raw, pod); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Inject(pod, "apps", nil, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := res.ApplyJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(patched, &got); err != nil {
+		t.Fatal(err)
+	}
+	spec := got["spec"].(map[string]any)
+	if spec["futurePodField"] == nil {
+		t.Error("spec.futurePodField was dropped")
+	}
+	inits := spec["initContainers"].([]any)
+	if len(inits) != 2 || inits[0].(map[string]any)["name"] != "trustsync" || inits[1].(map[string]any)["futureContainerField"] != float64(7) {
+		t.Errorf("initContainers = %v, want the sidecar first and setup's unknown field intact", inits)
+	}
+	if spec["containers"].([]any)[0].(map[string]any)["futureContainerField"] != "keep" {
+		t.Error("the app container's unknown field was dropped")
+	}
+
+	// The typed view of the patched JSON is what Apply gives: one behaviour, two forms.
+	fromJSON := &corev1.Pod{}
+	if err := json.Unmarshal(patched, fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := res.Apply(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(fromJSON, applied) {
+		t.Error("ApplyJSON and Apply disagree")
+	}
+}
+
+func TestInject_RefusalNamesThePodEvenWithGenerateName(t *testing.T) {
+	pod := &corev1.Pod{}
+	pod.GenerateName = "web-"
+	pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationSignerName: "bad"}
+	pod.Spec.Containers = []corev1.Container{{Name: "app"}}
+	_, err := Inject(pod, "apps", nil, Config{})
+	if err == nil || !strings.HasPrefix(err.Error(), `Pod "web-" is invalid: metadata.annotations[trustsync.io/signer-name]`) {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// FuzzInject feeds arbitrary annotation values to the injector. It must never panic,
+// only refuse with a RefusalError or produce an add-only patch that applies and that
+// a second admission leaves alone.
+func FuzzInject(f *testing.F) {
+	keys := []string{AnnotationSignerName, AnnotationBundles, AnnotationLabelSelector, AnnotationPath, AnnotationMountPath, AnnotationContainers, AnnotationSSLCertFile, AnnotationCertificateDNSNames, AnnotationVolumeSize}
+	f.Add(0, "example.com/s")
+	f.Add(1, `[{"name":"corp","path":"a.pem"},{"defaultCAs":true,"path":"a.pem"}]`)
+	f.Add(2, "a in (b,c),!d")
+	f.Add(3, "x/../y")
+	f.Add(4, "/etc/ssl")
+	f.Add(5, "app,,other")
+	f.Add(6, "true")
+	f.Add(7, "*.a.b,c")
+	f.Add(8, "1e3Mi")
+	f.Fuzz(func(t *testing.T, which int, value string) {
+		if which < 0 {
+			which = -which
+		}
+		pod := &corev1.Pod{}
+		pod.Name = "web"
+		pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationSignerName: "example.com/s", AnnotationCertificate: "true"}
+		pod.Annotations[keys[which%len(keys)]] = value
+		pod.Spec.Containers = []corev1.Container{{Name: "app", Image: "x"}, {Name: "other", Image: "y"}}
+		res, err := Inject(pod, "apps", nil, Config{})
+		if err != nil {
+			if _, ok := err.(*RefusalError); !ok {
+				t.Fatalf("error is %T: %v", err, err)
+			}
+			return
+		}
+		for _, op := range res.Patch {
+			if op.Op != "add" {
+				t.Fatalf("non-add operation %q", op.Op)
+			}
+		}
+		injected, err := res.Apply(pod)
+		if err != nil {
+			t.Fatalf("patch does not apply: %v", err)
+		}
+		if again, err := Inject(injected, "apps", nil, Config{}); err != nil || again.Skipped != SkipAlreadyInjected {
+			t.Fatalf("reinjection = %+v, %v", again, err)
+		}
+	})
+}

@@ -1,0 +1,160 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/test/controlplane"
+)
+
+// restrictedPod is a pod that Pod Security "restricted" admits as written.
+func restrictedPod(name string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "registry.example/app:1",
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			}},
+		},
+	}
+}
+
+func kube(t *testing.T, cp *controlplane.ControlPlane) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var askForTrust = map[string]string{"trustsync.io/inject": "true", "trustsync.io/signer-name": "example.com/server-tls"}
+
+func TestInjector(t *testing.T) {
+	cp, w := env(t, true)
+	ctx := ctxFor(t)
+	if err := cp.CreateNamespace(ctx, "restricted-apps", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	pods := kube(t, cp).CoreV1().Pods("restricted-apps")
+
+	t.Run("an annotated pod passes restricted Pod Security with the sidecar injected", func(t *testing.T) {
+		got, err := pods.Create(ctx, restrictedPod("trusting", askForTrust), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("the injected pod was refused: %v", err)
+		}
+		if len(got.Spec.InitContainers) != 1 {
+			t.Fatalf("initContainers = %d, want the sidecar", len(got.Spec.InitContainers))
+		}
+		sidecar := got.Spec.InitContainers[0]
+		if sidecar.Name != "trustsync" || sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways || sidecar.StartupProbe == nil {
+			t.Errorf("sidecar = %+v, want a native sidecar with a startup probe", sidecar)
+		}
+		if sc := sidecar.SecurityContext; sc == nil || *sc.RunAsUser != 1000 {
+			t.Errorf("sidecar does not run as the app's uid: %+v", sc)
+		}
+		if len(got.Spec.Volumes) == 0 || got.Spec.Volumes[len(got.Spec.Volumes)-1].EmptyDir == nil || got.Spec.Volumes[len(got.Spec.Volumes)-1].EmptyDir.Medium != corev1.StorageMediumMemory {
+			t.Errorf("volumes = %+v, want the memory-backed emptyDir", got.Spec.Volumes)
+		}
+		mounts := got.Spec.Containers[0].VolumeMounts
+		if len(mounts) == 0 || mounts[len(mounts)-1].MountPath != "/var/run/trust-anchors" || !mounts[len(mounts)-1].ReadOnly {
+			t.Errorf("app mounts = %+v, want the volume read-only at /var/run/trust-anchors", mounts)
+		}
+		if got.Annotations["trustsync.io/status"] == "" {
+			t.Error("no status annotation")
+		}
+
+		// The stored pod sent again as a new review yields no patch.
+		resp := w.review(t, got)
+		var ops []map[string]any
+		if err := json.Unmarshal(resp.Patch, &ops); err != nil || !resp.Allowed || len(ops) > 0 {
+			t.Errorf("reviewing the injected pod again: allowed %v, patch %s (%v); want no operations", resp.Allowed, resp.Patch, err)
+		}
+	})
+
+	t.Run("an unannotated pod is stored as sent and never reaches the webhook", func(t *testing.T) {
+		before := w.metric(t, "trustsync_webhook_admission_requests_total", map[string]string{"route": "/mutate/pods"})
+		got, err := pods.Create(ctx, restrictedPod("plain", nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The ServiceAccount plugin adds its token volume; trustsync adds nothing.
+		if len(got.Spec.InitContainers) != 0 || got.Annotations["trustsync.io/status"] != "" {
+			t.Errorf("an unannotated pod was injected: %+v", got.Spec.InitContainers)
+		}
+		for _, v := range got.Spec.Volumes {
+			if strings.HasPrefix(v.Name, "trustsync") {
+				t.Errorf("an unannotated pod got volume %q", v.Name)
+			}
+		}
+		if after := w.metric(t, "trustsync_webhook_admission_requests_total", map[string]string{"route": "/mutate/pods"}); after != before {
+			t.Errorf("the webhook saw %v pod reviews for an unannotated pod", after-before)
+		}
+	})
+
+	t.Run("a bad annotation is denied with its message", func(t *testing.T) {
+		_, err := pods.Create(ctx, restrictedPod("bad", map[string]string{"trustsync.io/inject": "true", "trustsync.io/signer-name": "server-tls"}), metav1.CreateOptions{})
+		wantErrContaining(t, err, `admission webhook "pods.trustsync.io" denied the request: Pod "bad" is invalid: metadata.annotations[trustsync.io/signer-name]: Invalid value: "server-tls": must be a fully qualified domain and path of the form 'example.com/signer-name'`)
+	})
+
+	t.Run("a pod in kube-system is not injected", func(t *testing.T) {
+		if err := cp.CreateNamespace(ctx, "kube-system", nil); err != nil {
+			t.Fatal(err)
+		}
+		got, err := kube(t, cp).CoreV1().Pods("kube-system").Create(ctx, restrictedPod("system", askForTrust), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Spec.InitContainers) != 0 {
+			t.Error("a kube-system pod was injected")
+		}
+	})
+}
+
+// review sends pod to /mutate/pods directly, as the API server would, and returns the
+// response.
+func (w *webhookServer) review(t *testing.T, pod *corev1.Pod) *admissionv1.AdmissionResponse {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "again", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: pod.Namespace, Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := w.client().Post(w.url("/mutate/pods"), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+	out := &admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Response == nil || !strings.EqualFold(string(out.Response.UID), "again") {
+		t.Fatalf("response = %+v", out.Response)
+	}
+	return out.Response
+}
