@@ -71,8 +71,8 @@ func TestPodAdmission(t *testing.T) {
 			req: podReq("unreadable", ask), wantWarnings: `trustsync could not read namespace "unreadable"'s default annotations`,
 		},
 		{
-			name: "a bad annotation is denied with the annotation, value and rule",
-			req:  podReq("apps", map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "no-slash"}),
+			name:        "a bad annotation is denied with the annotation, value and rule",
+			req:         podReq("apps", map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "no-slash"}),
 			wantMessage: `Pod "web" is invalid: metadata.annotations[trustsync.io/signer-name]: Invalid value: "no-slash": must be a fully qualified domain and path of the form 'example.com/signer-name'`,
 		},
 	}
