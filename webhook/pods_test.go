@@ -17,7 +17,7 @@ import (
 	"github.com/trustsync/trustsync/policy"
 )
 
-func podServer(t *testing.T, namespaces NamespaceAnnotations) *testServer {
+func podServer(t testing.TB, namespaces NamespaceAnnotations) *testServer {
 	t.Helper()
 	pol, _ := policy.Parse(nil)
 	reg := prometheus.NewRegistry()

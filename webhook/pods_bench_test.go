@@ -1,0 +1,171 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/trustsync/trustsync/injector"
+)
+
+// realisticPod has what production pods carry: three containers with env, resources
+// and mounts, five volumes, a pod security context.
+func realisticPod() *corev1.Pod {
+	container := func(name string) corev1.Container {
+		return corev1.Container{
+			Name: name, Image: "registry.example/" + name + ":1.2.3",
+			Args: []string{"--listen=:8080", "--log-level=info"},
+			Env: []corev1.EnvVar{
+				{Name: "MODE", Value: "production"}, {Name: "REGION", Value: "eu-west-1"},
+				{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+			},
+			VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/app"}, {Name: "cache", MountPath: "/cache"}},
+		}
+	}
+	volume := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
+	return &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "web-7d9f8b6c5-",
+			Labels:       map[string]string{"app": "web", "pod-template-hash": "7d9f8b6c5"},
+			Annotations:  map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "example.com/server-tls", injector.AnnotationSSLCertFile: "true"},
+		},
+		Spec: corev1.PodSpec{
+			Containers:      []corev1.Container{container("web"), container("worker"), container("exporter")},
+			Volumes:         []corev1.Volume{volume("config"), volume("cache"), volume("tmp"), volume("data"), volume("scratch")},
+			SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptrTo[int64](1000), RunAsGroup: ptrTo[int64](1000)},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func podReviewBody(b *testing.B) []byte {
+	raw, err := json.Marshal(realisticPod())
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: "bench", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: "apps", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// noopWebhook is the floor: decode the review, answer allowed.
+func noopWebhook() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ar admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&ar); err != nil || ar.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(admissionv1.AdmissionReview{TypeMeta: ar.TypeMeta, Response: &admissionv1.AdmissionResponse{UID: ar.Request.UID, Allowed: true}})
+	})
+}
+
+// benchHTTPS drives handler over real TLS on loopback, with keep-alive connections
+// and 8 concurrent clients (GOMAXPROCS × 4), and reports throughput and latency
+// percentiles alongside Go's time and allocations per review (client and server).
+func benchHTTPS(b *testing.B, handler http.Handler, body []byte, wantPatch bool) {
+	srv := httptest.NewTLSServer(handler)
+	defer srv.Close()
+	client := srv.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+
+	var mu sync.Mutex
+	var latencies []time.Duration
+	b.SetParallelism(4)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var local []time.Duration
+		for pb.Next() {
+			t0 := time.Now()
+			resp, err := client.Post(srv.URL+routeMutatePods, "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			local = append(local, time.Since(t0))
+			if resp.StatusCode != http.StatusOK || (wantPatch && !bytes.Contains(out, []byte(`"patch"`))) {
+				b.Errorf("HTTP %d: %.200s", resp.StatusCode, out)
+				return
+			}
+		}
+		mu.Lock()
+		latencies = append(latencies, local...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(latencies)
+	if n := len(latencies); n > 0 {
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "reviews/s")
+		b.ReportMetric(float64(latencies[n/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(latencies[n*99/100].Microseconds()), "p99-µs")
+	}
+}
+
+func BenchmarkMutatePods_HTTPS(b *testing.B) {
+	s := podServer(b, nil)
+	benchHTTPS(b, s.handler, podReviewBody(b), true)
+}
+
+func BenchmarkNoopWebhook_HTTPS(b *testing.B) {
+	benchHTTPS(b, noopWebhook(), podReviewBody(b), false)
+}
+
+// BenchmarkMutatePods_Handler is the server's own share: one review through the
+// handler in process, no network, no client.
+func BenchmarkMutatePods_Handler(b *testing.B) {
+	s := podServer(b, nil)
+	body := podReviewBody(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		s.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(body)))
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Body.String())
+		}
+	}
+}
+
+func BenchmarkNoopWebhook_Handler(b *testing.B) {
+	h := noopWebhook()
+	body := podReviewBody(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(body)))
+	}
+}
