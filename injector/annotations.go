@@ -296,9 +296,7 @@ func (p *annotationParser) certificate() *certificateRequest {
 		credentialBundle: p.bool(AnnotationCertificateCredentialBundle, false),
 	}
 	if v, ok := p.a[AnnotationCertificateSigner]; ok {
-		for _, e := range bundle.ValidateSignerName(annotationPath(AnnotationCertificateSigner), v) {
-			p.errs = append(p.errs, e)
-		}
+		p.errs = append(p.errs, bundle.ValidateSignerName(annotationPath(AnnotationCertificateSigner), v)...)
 		c.signer = v
 	}
 	if v, ok := p.a[AnnotationCertificateExpiration]; ok {
