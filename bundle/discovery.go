@@ -1,11 +1,14 @@
 package bundle
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 )
 
 // Resource is the plural resource name of both bundle kinds.
@@ -107,4 +110,24 @@ func serves(lister ResourceLister, api API) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// RESTResourceLister answers discovery with plain GETs of /apis/<group>/<version>.
+// client-go's discovery client links the scheme of every API group, several MiB of
+// resident memory that the sidecar, which runs in every pod, cannot afford.
+type RESTResourceLister struct {
+	Client rest.Interface
+}
+
+// ServerResourcesForGroupVersion implements ResourceLister.
+func (l RESTResourceLister) ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error) {
+	raw, err := l.Client.Get().AbsPath("/apis/" + groupVersion).Do(context.TODO()).Raw()
+	if err != nil {
+		return nil, err
+	}
+	list := &metav1.APIResourceList{}
+	if err := json.Unmarshal(raw, list); err != nil {
+		return nil, fmt.Errorf("failed to decode discovery for %s: %w", groupVersion, err)
+	}
+	return list, nil
 }

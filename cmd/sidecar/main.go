@@ -1,4 +1,4 @@
-// Command trustsync-sidecar is trustsync's trust-sync sidecar: keeps a merged, deduplicated trust bundle file current inside a pod.
+// Command trustsync-sidecar keeps a pod's trust files current.
 package main
 
 import (
@@ -6,19 +6,49 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/sidecar"
 )
 
+const about = `trustsync-sidecar: keeps a merged, deduplicated trust bundle file current inside a pod.
+
+Subcommands:
+  run     watch the sources and rewrite the files atomically on every change (the native
+          sidecar, or legacy mode's regular container)
+  init    write every file once and exit; a required file that cannot be written exits
+          non-zero with the reason in the termination log (legacy mode's init container)
+  probe   exit 0 only when every required file exists and is not empty (the startup probe)
+
+The trustsync webhook injects it with these flags; see docs/sidecar.md.`
+
 func main() {
-	fs := pflag.NewFlagSet("trustsync-sidecar", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "trustsync-sidecar: the %s.\n\nThis release builds the binary but does not implement it yet.\n\nUsage:\n  trustsync-sidecar [flags]\n\nFlags:\n%s", "trust-sync sidecar: keeps a merged, deduplicated trust bundle file current inside a pod", fs.FlagUsages())
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			os.Exit(0)
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		fmt.Fprintf(os.Stderr, "%s\n\nUsage:\n  trustsync-sidecar run|init|probe [flags]\n  trustsync-sidecar SUBCOMMAND --help\n", about)
+		if len(os.Args) < 2 {
+			os.Exit(2)
 		}
+		os.Exit(0)
+	}
+	sub := os.Args[1]
+	opts := sidecar.NewOptions()
+	fs := pflag.NewFlagSet("trustsync-sidecar "+sub, pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	switch sub {
+	case "run":
+		cli.Parse(fs, about, os.Args[2:])
+		cli.Exit(sidecar.Run(cli.SignalContext(), opts))
+	case "init":
+		cli.Parse(fs, about, os.Args[2:])
+		cli.Exit(sidecar.Init(cli.SignalContext(), opts))
+	case "probe":
+		cli.Parse(fs, about, os.Args[2:])
+		if err := sidecar.Probe(opts); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "trustsync-sidecar: unknown subcommand %q; use run, init or probe\n", sub)
 		os.Exit(2)
 	}
-	fmt.Fprintln(os.Stderr, "trustsync-sidecar is not implemented yet; see --help")
-	os.Exit(1)
 }

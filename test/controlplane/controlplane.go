@@ -313,6 +313,15 @@ func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string, labels
 	return cp.ensureServiceAccount(ctx, client, name, "default")
 }
 
+// CreateServiceAccount creates namespace/name, tolerating its existence.
+func (cp *ControlPlane) CreateServiceAccount(ctx context.Context, namespace, name string) error {
+	client, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	return cp.ensureServiceAccount(ctx, client, namespace, name)
+}
+
 func (cp *ControlPlane) ensureServiceAccount(ctx context.Context, client kubernetes.Interface, namespace, name string) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 	if _, err := client.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

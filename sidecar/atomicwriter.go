@@ -1,0 +1,216 @@
+package sidecar
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Writer puts a set of files into a directory so that readers never see a partial
+// update. The sidecar writes through it; tests may substitute another.
+type Writer interface {
+	// Write makes the directory hold exactly payload (path -> content), in one step.
+	// It reports whether anything changed: identical content is not rewritten.
+	Write(payload map[string]File) (changed bool, err error)
+	// Read returns what the directory holds now, for keeping the last good content
+	// across sidecar restarts.
+	Read() (map[string]File, error)
+}
+
+// File is one file's content and mode.
+type File struct {
+	Data []byte
+	Mode fs.FileMode
+}
+
+const (
+	dataDirName    = "..data"
+	newDataDirName = "..data_tmp"
+)
+
+// AtomicWriter is the kubelet's atomic writer layout, written again here because the
+// kubelet's lives in k8s.io/kubernetes, which is not meant to be imported: every
+// version of the content is a hidden timestamped directory; "..data" is a symlink to
+// the current one, replaced by rename (atomic on POSIX); each visible name is a symlink
+// "name -> ..data/name". A reader opening a visible name therefore resolves to one
+// complete version or the next, never a mix, and never a truncated file.
+type AtomicWriter struct {
+	Dir string
+	// now names version directories; tests may fix it.
+	now func() time.Time
+}
+
+// NewAtomicWriter returns a writer for dir, which must exist.
+func NewAtomicWriter(dir string) *AtomicWriter {
+	return &AtomicWriter{Dir: dir, now: time.Now}
+}
+
+// Write implements Writer.
+func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
+	current, err := w.Read()
+	if err != nil {
+		return false, err
+	}
+	if samePayload(current, payload) {
+		return false, nil
+	}
+	oldVersion, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("cannot read %s: %w", dataDirName, err)
+	}
+
+	version, err := os.MkdirTemp(w.Dir, w.now().UTC().Format("..2006_01_02_15_04_05."))
+	if err != nil {
+		return false, fmt.Errorf("cannot create a version directory in %s: %w", w.Dir, err)
+	}
+	if err := os.Chmod(version, 0o755); err != nil {
+		return false, err
+	}
+	if err := writeVersion(version, payload); err != nil {
+		_ = os.RemoveAll(version)
+		return false, err
+	}
+
+	// Point ..data at the new version in one rename.
+	tmpLink := filepath.Join(w.Dir, newDataDirName)
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(filepath.Base(version), tmpLink); err != nil {
+		_ = os.RemoveAll(version)
+		return false, fmt.Errorf("cannot link the new version: %w", err)
+	}
+	if err := os.Rename(tmpLink, filepath.Join(w.Dir, dataDirName)); err != nil {
+		_ = os.Remove(tmpLink)
+		_ = os.RemoveAll(version)
+		return false, fmt.Errorf("cannot switch to the new version: %w", err)
+	}
+
+	if err := w.linkVisibleNames(payload, current); err != nil {
+		return true, err
+	}
+	return true, w.removeVersionsExcept(filepath.Base(version), oldVersion)
+}
+
+// removeVersionsExcept removes every version directory but the current one and the one
+// before it. The kubelet removes the previous version at once, which leaves a window: a
+// reader whose open() has resolved "..data" to the old version, but not yet the file in
+// it, fails with ENOENT. Keeping one more generation closes it unless a reader stalls
+// inside a single open() for a whole write cycle; the price is a third copy of the
+// files during a write.
+func (w *AtomicWriter) removeVersionsExcept(keep ...string) error {
+	entries, err := os.ReadDir(w.Dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "..") || name == dataDirName || name == newDataDirName || slices.Contains(keep, name) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(w.Dir, name)); err != nil {
+			return fmt.Errorf("cannot remove the old version %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func writeVersion(dir string, payload map[string]File) error {
+	for name, f := range payload {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.Data, f.Mode); err != nil {
+			return fmt.Errorf("cannot write %s: %w", name, err)
+		}
+		// WriteFile's mode is filtered by the umask; the mode asked for is the mode meant.
+		if err := os.Chmod(p, f.Mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// linkVisibleNames makes a "name -> ..data/name" symlink for each top-level name of the
+// payload and removes those of names no longer in it. Nested paths ("a/b.pem") are
+// reached through their top-level directory's link.
+func (w *AtomicWriter) linkVisibleNames(payload, previous map[string]File) error {
+	want := topLevelNames(payload)
+	for name := range want {
+		link := filepath.Join(w.Dir, name)
+		target := filepath.Join(dataDirName, name)
+		if got, err := os.Readlink(link); err == nil && got == target {
+			continue
+		}
+		if err := os.Symlink(target, link); err != nil {
+			return fmt.Errorf("cannot link %s: %w", name, err)
+		}
+	}
+	for name := range topLevelNames(previous) {
+		if !want[name] {
+			if err := os.Remove(filepath.Join(w.Dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("cannot remove %s: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func topLevelNames(payload map[string]File) map[string]bool {
+	out := map[string]bool{}
+	for p := range payload {
+		out[strings.SplitN(p, "/", 2)[0]] = true
+	}
+	return out
+}
+
+// Read implements Writer: the files of the current version.
+func (w *AtomicWriter) Read() (map[string]File, error) {
+	out := map[string]File{}
+	target, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s in %s: %w", dataDirName, w.Dir, err)
+	}
+	version := filepath.Join(w.Dir, target)
+	err = filepath.WalkDir(version, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(version, p)
+		out[filepath.ToSlash(rel)] = File{Data: data, Mode: info.Mode().Perm()}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the current files in %s: %w", w.Dir, err)
+	}
+	return out, nil
+}
+
+func samePayload(a, b map[string]File) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, fa := range a {
+		fb, ok := b[name]
+		if !ok || fa.Mode != fb.Mode || !bytes.Equal(fa.Data, fb.Data) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,95 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+)
+
+// coreScheme knows only core/v1. The sidecar runs in every pod that asks for trust,
+// so it deliberately avoids client-go's clientset and its scheme of every API group:
+// several MiB of resident memory per pod (measured in docs/benchmarks.md).
+var coreScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
+	return s
+}()
+
+func restConfig(o *Options) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("failed to build API server client configuration: %w", err)
+	}
+	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	cfg.UserAgent = "trustsync-sidecar"
+	return cfg, nil
+}
+
+// coreClient is a REST client for core/v1 alone: ConfigMaps, Secrets, Events.
+func coreClient(base *rest.Config) (rest.Interface, error) {
+	cfg := rest.CopyConfig(base)
+	cfg.APIPath = "/api"
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(coreScheme).WithoutConversion()
+	return rest.RESTClientFor(cfg)
+}
+
+// eventSink is client-go's record.EventSink over the core REST client.
+type eventSink struct{ c rest.Interface }
+
+func (s eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(context.TODO()).Into(out)
+}
+
+func (s eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(context.TODO()).Into(out)
+}
+
+func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	return out, s.c.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(context.TODO()).Into(out)
+}
+
+// podEvents records Events on the sidecar's pod. Without a pod name (run outside a
+// pod) or without permission, it only logs: Events are a courtesy, never a failure.
+type podEvents struct {
+	recorder record.EventRecorder
+	pod      *corev1.ObjectReference
+}
+
+func newPodEvents(ctx context.Context, c rest.Interface, o *Options) (*podEvents, func()) {
+	if o.PodName == "" || o.PodNamespace == "" {
+		return &podEvents{}, func() {}
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(eventSink{c: c})
+	return &podEvents{
+		recorder: broadcaster.NewRecorder(coreScheme, corev1.EventSource{Component: "trustsync-sidecar"}),
+		pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: o.PodNamespace, Name: o.PodName, UID: types.UID(o.PodUID)},
+	}, broadcaster.Shutdown
+}
+
+func (p *podEvents) warning(reason, message string) {
+	if p.recorder != nil {
+		p.recorder.Event(p.pod, corev1.EventTypeWarning, reason, message)
+	}
+}
+
+func (p *podEvents) normal(reason, message string) {
+	if p.recorder != nil {
+		p.recorder.Event(p.pod, corev1.EventTypeNormal, reason, message)
+	}
+}

@@ -1,0 +1,306 @@
+// Package sidecar is the trust-sync sidecar: it watches the sources a pod asked for
+// (bundles of both kinds, ConfigMaps, Secrets, the public roots) and keeps the merged,
+// deduplicated trust files current in the shared volume, atomically, within seconds of
+// a change, and never worse than the last good content.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+)
+
+// resyncPeriod re-renders the files even without a change, as a safety net; changes
+// themselves arrive by watch within moments.
+const resyncPeriod = 5 * time.Minute
+
+// sidecar is a set of watches feeding one syncer.
+type sidecar struct {
+	syncer      *syncer
+	controllers []cache.Controller
+	changed     chan struct{}
+	stopEvents  func()
+}
+
+func setup(ctx context.Context, o *Options, registry prometheus.Registerer) (*sidecar, error) {
+	cfg, err := restConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	core, err := coreClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &sidecar{changed: make(chan struct{}, 1)}
+	groups := groupByPath(o.sources)
+	if needsBundles(o.sources) {
+		served, err := discover(ctx, core)
+		if err != nil {
+			return nil, err
+		}
+		if len(served.APIs()) == 0 {
+			klog.InfoS("Neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; bundle sources will match nothing")
+		}
+		if err := s.watchBundles(groups, dyn, served); err != nil {
+			return nil, err
+		}
+	}
+	s.watchObjects(groups, core, o.PodNamespace)
+
+	events, stop := newPodEvents(ctx, core, o)
+	s.stopEvents = stop
+	var m *metrics
+	if registry != nil {
+		m = newMetrics(registry, time.Now)
+	}
+	clk := clock.RealClock{}
+	s.syncer, err = newSyncer(groups, NewAtomicWriter(o.Dir), &eventReporter{events: events, clock: clk}, m, clk)
+	return s, err
+}
+
+func needsBundles(sources []tsbundle.Source) bool {
+	for _, src := range sources {
+		if _, ok := src.Selector(); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// discover finds the served bundle APIs, retrying while the API server is unreachable.
+func discover(ctx context.Context, core rest.Interface) (tsbundle.Served, error) {
+	var served tsbundle.Served
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}, func(context.Context) (bool, error) {
+		var err error
+		served, err = tsbundle.Discover(tsbundle.RESTResourceLister{Client: core})
+		if err != nil {
+			klog.ErrorS(err, "Cannot discover the bundle APIs yet; retrying")
+			return false, nil
+		}
+		return true, nil
+	})
+	return served, err
+}
+
+// watchBundles gives each bundle item one watch per served API, narrowed on the server
+// by its selector.
+func (s *sidecar) watchBundles(groups []pathGroup, dyn dynamic.Interface, served tsbundle.Served) error {
+	for gi := range groups {
+		for ii := range groups[gi].items {
+			it := &groups[gi].items[ii]
+			sel, ok := it.source.Selector()
+			if !ok {
+				continue
+			}
+			match, err := sel.Matcher()
+			if err != nil {
+				return err
+			}
+			src := &bundleSource{selector: sel, match: match}
+			for _, api := range served.APIs() {
+				opts, ok, err := sel.ListOptions(api.Form)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					continue
+				}
+				store := s.informer(bundleListWatch(tsbundle.NewStore(dyn, api), opts), &certificatesv1.ClusterTrustBundle{})
+				src.stores = append(src.stores, store)
+			}
+			it.from = src
+		}
+	}
+	return nil
+}
+
+// watchObjects gives each ConfigMap and Secret item a watch on its one object, and the
+// public roots their static source.
+func (s *sidecar) watchObjects(groups []pathGroup, core rest.Interface, namespace string) {
+	for gi := range groups {
+		for ii := range groups[gi].items {
+			it := &groups[gi].items[ii]
+			switch src := it.source; {
+			case src.ConfigMap != nil:
+				it.from = &objectSource{kind: "ConfigMap", namespace: namespace, name: src.ConfigMap.Name, key: src.ConfigMap.Key,
+					store: s.informer(objectListWatch(core, "configmaps", namespace, src.ConfigMap.Name), &corev1.ConfigMap{})}
+			case src.Secret != nil:
+				it.from = &objectSource{kind: "Secret", namespace: namespace, name: src.Secret.Name, key: src.Secret.Key,
+					store: s.informer(objectListWatch(core, "secrets", namespace, src.Secret.Name), &corev1.Secret{})}
+			case src.DefaultCAs:
+				it.from = defaultCAsSource{}
+			}
+		}
+	}
+}
+
+// informer creates a watch whose every change asks for a sync.
+func (s *sidecar) informer(lw cache.ListerWatcher, obj runtime.Object) cache.Store {
+	poke := func() {
+		select {
+		case s.changed <- struct{}{}:
+		default: // a sync is already due
+		}
+	}
+	store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    obj,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { poke() },
+			UpdateFunc: func(any, any) { poke() },
+			DeleteFunc: func(any) { poke() },
+		},
+	})
+	s.controllers = append(s.controllers, controller)
+	return store
+}
+
+func (s *sidecar) start(ctx context.Context) {
+	for _, c := range s.controllers {
+		go c.RunWithContext(ctx)
+	}
+}
+
+func (s *sidecar) waitSynced(ctx context.Context) bool {
+	synced := make([]cache.InformerSynced, 0, len(s.controllers))
+	for _, c := range s.controllers {
+		synced = append(synced, c.HasSynced)
+	}
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// Run keeps the trust files current until ctx is done (SIGTERM). While the API server
+// is unreachable the watches retry, the files keep their content, and the first change
+// seen after recovery is written.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Validate(true); err != nil {
+		return err
+	}
+	// An interface, not a *Registry: a nil pointer in an interface is not nil.
+	var registry prometheus.Registerer
+	if o.MetricsAddress != "" {
+		r := prometheus.NewRegistry()
+		if err := serveMetrics(ctx, o.MetricsAddress, r); err != nil {
+			return err
+		}
+		registry = r
+	}
+	s, err := setup(ctx, o, registry)
+	if err != nil {
+		return err
+	}
+	defer s.stopEvents()
+	s.start(ctx)
+	if !s.waitSynced(ctx) {
+		return nil // shutting down before the first sync
+	}
+	klog.InfoS("Watching trust sources", "dir", o.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers))
+	for {
+		s.syncer.sync()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.changed:
+		case <-time.After(resyncPeriod):
+		}
+	}
+}
+
+// Init writes every file once and exits: the legacy mode's init container. A required
+// file that cannot be written fails it with a one-line reason, also in the termination
+// log, so `kubectl describe pod` says why the pod is not starting.
+func Init(ctx context.Context, o *Options) error {
+	if err := o.Validate(true); err != nil {
+		return terminate(o, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(o.InitTimeoutSecs)*time.Second)
+	defer cancel()
+	s, err := setup(ctx, o, nil)
+	if err != nil {
+		return terminate(o, fmt.Errorf("cannot reach the API server: %w", err))
+	}
+	defer s.stopEvents()
+	s.start(ctx)
+	if !s.waitSynced(ctx) {
+		return terminate(o, fmt.Errorf("the API server did not answer within %ds", o.InitTimeoutSecs))
+	}
+	res := s.syncer.sync()
+	var missing []string
+	for _, p := range o.requiredPaths() {
+		if err, failed := res.failed[p]; failed {
+			missing = append(missing, fmt.Sprintf("%s: %v", p, err))
+		}
+	}
+	if len(missing) > 0 {
+		return terminate(o, errors.New(strings.Join(missing, "; ")))
+	}
+	return nil
+}
+
+// terminate writes err to the termination log and returns it.
+func terminate(o *Options, err error) error {
+	if o.TerminationLog != "" {
+		if werr := os.WriteFile(o.TerminationLog, []byte(err.Error()+"\n"), 0o644); werr != nil {
+			klog.ErrorS(werr, "Cannot write the termination log", "path", o.TerminationLog)
+		}
+	}
+	return err
+}
+
+// Probe succeeds only when every required file exists and is not empty: the startup
+// probe that holds app containers back until their trust files are in place.
+func Probe(o *Options) error {
+	if err := o.Validate(false); err != nil {
+		return err
+	}
+	for _, p := range o.requiredPaths() {
+		info, err := os.Stat(filepath.Join(o.Dir, p))
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s is not written yet: %w", p, err)
+		case info.Size() == 0:
+			return fmt.Errorf("%s is empty", p)
+		}
+	}
+	return nil
+}
+
+func serveMetrics(ctx context.Context, addr string, registry *prometheus.Registry) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
+}

@@ -1,0 +1,85 @@
+package sidecar
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestProbe(t *testing.T) {
+	projections := `[{"name": "corp", "path": "ca.pem"}, {"name": "extra", "path": "optional.pem", "optional": true}, {"defaultCAs": true, "path": "nested/web.pem"}]`
+	tests := []struct {
+		name    string
+		files   map[string]string
+		wantErr string
+	}{
+		{name: "every required file present passes; optional ones may be missing", files: map[string]string{"ca.pem": "x", "nested/web.pem": "y"}},
+		{name: "a required file missing fails", files: map[string]string{"ca.pem": "x"}, wantErr: "nested/web.pem is not written yet"},
+		{name: "an empty required file fails", files: map[string]string{"ca.pem": "", "nested/web.pem": "y"}, wantErr: "ca.pem is empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			payload := map[string]File{}
+			for p, c := range tc.files {
+				payload[p] = File{Data: []byte(c), Mode: 0o644}
+			}
+			if _, err := NewAtomicWriter(dir).Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			o := NewOptions()
+			o.Dir, o.Projections = dir, projections
+			err := Probe(o)
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Probe() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestProbe_RefusesBadFlags(t *testing.T) {
+	o := NewOptions()
+	o.Dir, o.Projections = t.TempDir(), `[{"name": "corp"}]`
+	if err := Probe(o); err == nil || !strings.Contains(err.Error(), "--projections: sources[0].path: Required value") {
+		t.Errorf("Probe() = %v", err)
+	}
+}
+
+// init against an API server that does not answer gives up within its timeout, and
+// says why in the termination log, where `kubectl describe pod` shows it.
+func TestInit_UnreachableAPIServerFailsWithAReason(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+users: [{name: u, user: {token: x}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOptions()
+	o.Dir, o.Kubeconfig, o.PodNamespace = t.TempDir(), kubeconfig, "apps"
+	o.Projections = `[{"name": "corp", "path": "ca.pem"}]`
+	o.TerminationLog = filepath.Join(dir, "termination-log")
+	o.InitTimeoutSecs = 2
+	err := Init(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "cannot reach the API server") {
+		t.Fatalf("Init() = %v", err)
+	}
+	logged, _ := os.ReadFile(o.TerminationLog)
+	if !strings.Contains(string(logged), "cannot reach the API server") || strings.Count(string(logged), "\n") != 1 {
+		t.Errorf("termination log = %q, want the one-line reason", logged)
+	}
+}
+
+func TestOptions_CertificateIsRefusedUntilSupported(t *testing.T) {
+	o := NewOptions()
+	o.Dir, o.Certificate = t.TempDir(), true
+	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), "workload certificates are not available") {
+		t.Errorf("Validate() = %v", err)
+	}
+}

@@ -1,0 +1,237 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"golang.org/x/crypto/x509roots/fallback/bundle"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+)
+
+// notFoundError says a source matched nothing. For an optional source that is fine;
+// for a required one it holds its file back.
+type notFoundError struct{ what string }
+
+func (e *notFoundError) Error() string { return e.what }
+
+func isNotFound(err error) bool {
+	var nf *notFoundError
+	return errors.As(err, &nf)
+}
+
+// anchorSource gives one sources-list item's anchors from what is being watched.
+type anchorSource interface {
+	anchors(d *decoder) ([][]byte, error)
+}
+
+// pathGroup is every item writing one file.
+type pathGroup struct {
+	path  string
+	items []item
+}
+
+type item struct {
+	source tsbundle.Source
+	from   anchorSource
+}
+
+// optional is upstream's rule, per path: optional only if every item is.
+func (g pathGroup) optional() bool {
+	for _, it := range g.items {
+		if !it.source.Optional {
+			return false
+		}
+	}
+	return true
+}
+
+// groupByPath groups sources by path, in order of first appearance.
+func groupByPath(sources []tsbundle.Source) []pathGroup {
+	var groups []pathGroup
+	for _, s := range sources {
+		i := slices.IndexFunc(groups, func(g pathGroup) bool { return g.path == s.Path })
+		if i < 0 {
+			groups = append(groups, pathGroup{path: s.Path})
+			i = len(groups) - 1
+		}
+		groups[i].items = append(groups[i].items, item{source: s})
+	}
+	return groups
+}
+
+// decoder caches each distinct PEM text's certificates, so an update to one bundle
+// does not re-parse every other. Entries unused in a sync are dropped after it.
+type decoder struct {
+	mu   sync.Mutex
+	seen map[[sha256.Size]byte][][]byte
+	used map[[sha256.Size]byte][][]byte
+}
+
+func newDecoder() *decoder {
+	return &decoder{seen: map[[sha256.Size]byte][][]byte{}, used: map[[sha256.Size]byte][][]byte{}}
+}
+
+func (d *decoder) decode(pem string) ([][]byte, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := sha256.Sum256([]byte(pem))
+	if ders, ok := d.used[key]; ok {
+		return ders, nil
+	}
+	ders, ok := d.seen[key]
+	if !ok {
+		var err error
+		if ders, err = tsbundle.DecodeCertificates([]byte(pem)); err != nil {
+			return nil, err
+		}
+	}
+	d.used[key] = ders
+	return ders, nil
+}
+
+// endSync forgets what the last sync did not use.
+func (d *decoder) endSync() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.seen, d.used = d.used, map[[sha256.Size]byte][][]byte{}
+}
+
+// bundleSource is a name or signerName item, watched in every served API: readers
+// take the union of native and mirror bundles.
+type bundleSource struct {
+	selector tsbundle.Selector
+	match    func(*certificatesv1.ClusterTrustBundle) bool
+	stores   []cache.Store
+}
+
+func (s *bundleSource) anchors(d *decoder) ([][]byte, error) {
+	var out [][]byte
+	matched := 0
+	for _, store := range s.stores {
+		for _, obj := range store.List() {
+			b := obj.(*certificatesv1.ClusterTrustBundle)
+			if !s.match(b) {
+				continue
+			}
+			ders, err := d.decode(b.Spec.TrustBundle)
+			if err != nil {
+				return nil, fmt.Errorf("ClusterTrustBundle %q: %w", b.Name, err)
+			}
+			out = append(out, ders...)
+			matched++
+		}
+	}
+	if matched == 0 {
+		return nil, &notFoundError{what: s.describe()}
+	}
+	return out, nil
+}
+
+func (s *bundleSource) describe() string {
+	if s.selector.Name != "" {
+		return fmt.Sprintf("ClusterTrustBundle %q not found", s.selector.Name)
+	}
+	if s.selector.LabelSelector == nil {
+		return fmt.Sprintf("signerName %q without a labelSelector matches no ClusterTrustBundle (use \"labelSelector\": {} for all of the signer's bundles)", s.selector.SignerName)
+	}
+	sel, _ := metav1.LabelSelectorAsSelector(s.selector.LabelSelector)
+	return fmt.Sprintf("no ClusterTrustBundle for signerName %q matches labelSelector %q", s.selector.SignerName, sel.String())
+}
+
+// objectSource is a configMap or secret item, watched by name in the pod's namespace.
+type objectSource struct {
+	kind, namespace, name, key string
+	store                      cache.Store
+}
+
+func (s *objectSource) anchors(d *decoder) ([][]byte, error) {
+	obj, ok, err := s.store.GetByKey(s.namespace + "/" + s.name)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s not found", s.kind, s.namespace, s.name)}
+	}
+	var value string
+	var has bool
+	switch o := obj.(type) {
+	case *corev1.ConfigMap:
+		value, has = o.Data[s.key]
+		if !has {
+			var b []byte
+			b, has = o.BinaryData[s.key]
+			value = string(b)
+		}
+	case *corev1.Secret:
+		if o.Type != corev1.SecretTypeOpaque && o.Type != corev1.SecretTypeTLS && o.Type != "" {
+			return nil, fmt.Errorf("type %q of Secret %s/%s may not hold trust anchors; only Opaque and kubernetes.io/tls Secrets may", o.Type, s.namespace, s.name)
+		}
+		var b []byte
+		b, has = o.Data[s.key]
+		value = string(b)
+	}
+	if !has {
+		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s has no key %q", s.kind, s.namespace, s.name, s.key)}
+	}
+	ders, err := d.decode(value)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s key %q: %w", s.kind, s.namespace, s.name, s.key, err)
+	}
+	if len(ders) == 0 {
+		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s key %q holds no certificate", s.kind, s.namespace, s.name, s.key)}
+	}
+	return ders, nil
+}
+
+// defaultCAsSource is the public web roots. Roots that carry a distrust-after
+// constraint are left out: a PEM file cannot express the constraint, and including
+// them would trust certificates issued after their distrust date.
+type defaultCAsSource struct{}
+
+var publicRoots = sync.OnceValue(func() [][]byte {
+	var ders [][]byte
+	for r := range bundle.Roots() {
+		if r.Constraint == nil {
+			ders = append(ders, r.Certificate)
+		}
+	}
+	return ders
+})
+
+func (defaultCAsSource) anchors(*decoder) ([][]byte, error) { return publicRoots(), nil }
+
+// bundleListWatch lists and watches the bundles a selector can match, narrowed on the
+// server: a sidecar receives only what it needs.
+func bundleListWatch(store *tsbundle.Store, selected metav1.ListOptions) *cache.ListWatch {
+	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
+		opts.FieldSelector, opts.LabelSelector = selected.FieldSelector, selected.LabelSelector
+		return opts
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return store.List(ctx, narrow(opts))
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return store.Watch(ctx, narrow(opts))
+		},
+	}
+}
+
+// objectListWatch lists and watches one named ConfigMap or Secret: RBAC can grant
+// list and watch on a resourceName when the request selects that name.
+func objectListWatch(c rest.Interface, resource, namespace, name string) *cache.ListWatch {
+	return cache.NewListWatchFromClient(c, resource, namespace, fields.OneTermEqualSelector("metadata.name", name))
+}

@@ -1,0 +1,219 @@
+// Package sidecar tests trustsync-sidecar end to end: the real binary, run as a process
+// with an unprivileged ServiceAccount's token, against a real kube-apiserver.
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+var planes = controlplane.Shared{Setup: setup}
+
+func TestMain(m *testing.M) { planes.Main(m) }
+
+const namespace = "apps"
+
+// setup installs the mirror CRD (in native mode too: readers take the union) and the
+// sidecar's RBAC for the ServiceAccount apps/web, as docs/sidecar.md lists it.
+func setup(cp *controlplane.ControlPlane, _ bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cp.InstallMirrorCRD(ctx); err != nil {
+		return err
+	}
+	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
+		return err
+	}
+	if err := cp.CreateServiceAccount(ctx, namespace, "web"); err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	sa := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "web", Namespace: namespace}}
+	objects := []func() error{
+		func() error {
+			_, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "trustsync-bundle-reader"}, Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{"certificates.k8s.io", "trustsync.io"}, Resources: []string{"clustertrustbundles"}, Verbs: []string{"get", "list", "watch"},
+			}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "web-reads-bundles"},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trustsync-bundle-reader"}, Subjects: sa}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "web-trust-sources"}, Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"extra-cas"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"partner-tls"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := client.RbacV1().RoleBindings(namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "web-trust-sources"},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "web-trust-sources"}, Subjects: sa}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, create := range objects {
+		if err := create(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sidecarProcess is one running trustsync-sidecar.
+type sidecarProcess struct {
+	dir     string
+	process *controlplane.Process
+}
+
+// podFor creates the pod the sidecar reports Events on.
+func podFor(t *testing.T, cp *controlplane.ControlPlane, name string) *corev1.Pod {
+	t.Helper()
+	pod, err := kube(t, cp).CoreV1().Pods(namespace).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.PodSpec{ServiceAccountName: "web", Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// runSidecar starts `trustsync-sidecar <sub>` as ServiceAccount apps/web for pod.
+func runSidecar(t *testing.T, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
+	t.Helper()
+	bin, err := controlplane.BuildBinary("sidecar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cp.ServiceAccountConfig(context.Background(), namespace, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cfg); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(work, "trust")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{sub, "--dir=" + dir, "--projections=" + projections, "--kubeconfig=" + kubeconfig,
+		"--pod-name=" + pod.Name, "--pod-namespace=" + namespace, "--pod-uid=" + string(pod.UID),
+		"--termination-log=" + filepath.Join(work, "termination-log"), "-v=2"}, extra...)
+	p, err := controlplane.StartProcess("trustsync-sidecar", bin, args, filepath.Join(work, "sidecar.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("sidecar log:\n%s", p.Tail())
+		}
+	})
+	return &sidecarProcess{dir: dir, process: p}
+}
+
+func (s *sidecarProcess) read(path string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(s.dir, path))
+}
+
+// waitFor waits until path holds exactly want.
+func (s *sidecarProcess) waitFor(t *testing.T, path string, want []byte) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if s.process.Exited() {
+			return false, fmt.Errorf("the sidecar exited: %v", s.process.Wait())
+		}
+		got, err := s.read(path)
+		return err == nil && bytes.Equal(got, want), nil
+	})
+	if err != nil {
+		got, _ := s.read(path)
+		t.Fatalf("%s never held the expected %d bytes (%v); it holds %d bytes:\n%s", path, len(want), err, len(got), got)
+	}
+}
+
+// merged is the exact file the sidecar must write for these anchors.
+func merged(anchors ...*fixtures.Cert) []byte {
+	p := bundle.NewPool()
+	for _, a := range anchors {
+		p.AddDER(a.Cert.Raw)
+	}
+	return p.PEM()
+}
+
+func kube(t *testing.T, cp *controlplane.ControlPlane) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func stores(t *testing.T, cp *controlplane.ControlPlane, native bool) (primary, mirror *bundle.Store) {
+	t.Helper()
+	c, err := dynamic.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror = bundle.NewStore(c, bundle.Mirror)
+	if native {
+		return bundle.NewStore(c, bundle.NativeV1), mirror
+	}
+	return mirror, mirror
+}
+
+func ctb(name, signer string, labels map[string]string, anchors ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+	return &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: fixtures.Bundle(anchors...)},
+	}
+}
+
+// eventsFor lists the Events recorded on pod with reason.
+func eventsFor(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, reason string) []corev1.Event {
+	t.Helper()
+	list, err := kube(t, cp).CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID) + ",reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func mode(native bool) string {
+	if native {
+		return "native"
+	}
+	return "no-native"
+}
+
+func uniq(t *testing.T, prefix string) string {
+	return strings.ToLower(prefix + "-" + strings.ReplaceAll(strings.ReplaceAll(t.Name(), "/", "-"), "_", "-"))
+}
