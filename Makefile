@@ -26,7 +26,7 @@ help:
 build:
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do \
-		CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
 
 test: test-unit test-e2e
@@ -54,8 +54,12 @@ lint: $(BIN)/staticcheck
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
 
-bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./bundle/...
+# The sidecar benchmarks run against a real kube-apiserver: each Propagation
+# iteration is one bundle update reaching every sidecar.
+bench: controlplane
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./bundle/... ./webhook/...
+	$(GO) test -run='^$$' -bench=Propagation -benchtime=5x -timeout 30m ./test/e2e/sidecar/
+	$(GO) test -run='^$$' -bench=IdleRSS -benchtime=1x -count=5 ./test/e2e/sidecar/
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/

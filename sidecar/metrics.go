@@ -1,61 +1,134 @@
 package sidecar
 
 import (
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the sidecar's Prometheus metrics. They are served only when
+// metrics are the sidecar's Prometheus metrics, served only when
 // --metrics-bind-address is set; a nil *metrics records nothing.
+//
+// They are written in the Prometheus text format by hand, not with client_golang:
+// that library's package initialisation registers its default collectors whether or
+// not anything is served, which costs ~1.2 MiB of resident memory (measured, see
+// docs/benchmarks.md) in every pod that asks for trust, for four metric families that
+// are off by default. The format is small and stable; a test parses the output with
+// Prometheus' own parser.
 type metrics struct {
-	syncs       *prometheus.CounterVec
-	duration    *prometheus.HistogramVec
-	anchors     *prometheus.GaugeVec
+	now func() time.Time
+
+	mu          sync.Mutex
+	syncs       map[string]*histogram // by result
+	anchors     map[string]int        // by path
 	lastSuccess time.Time
 }
 
-func newMetrics(reg prometheus.Registerer, now func() time.Time) *metrics {
-	m := &metrics{
-		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "trustsync_sidecar_syncs_total",
-			Help: "Syncs of the trust files, by result (success, or error when any path was held at its last good content).",
-		}, []string{"result"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "trustsync_sidecar_sync_duration_seconds",
-			Help:    "Time to render and write the trust files, by result.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}, []string{"result"}),
-		anchors: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "trustsync_sidecar_anchors",
-			Help: "Distinct trust anchors in each file, as last written.",
-		}, []string{"path"}),
+// durationBuckets: 0.5 ms to 4 s, doubling.
+var durationBuckets = func() []float64 {
+	b := []float64{0.0005}
+	for len(b) < 14 {
+		b = append(b, b[len(b)-1]*2)
 	}
-	reg.MustRegister(m.syncs, m.duration, m.anchors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "trustsync_sidecar_seconds_since_last_success",
-		Help: "Seconds since every trust file was last synced without error; alert when it grows.",
-	}, func() float64 {
-		if m.lastSuccess.IsZero() {
-			return -1
-		}
-		return now().Sub(m.lastSuccess).Seconds()
-	}))
-	return m
+	return b
+}()
+
+type histogram struct {
+	buckets []uint64 // cumulative counts per durationBuckets bound
+	count   uint64
+	sum     float64
+}
+
+func newMetrics(now func() time.Time) *metrics {
+	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}}
 }
 
 func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Duration) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	result := "success"
 	if len(res.failed) > 0 {
 		result = "error"
 	} else {
-		m.lastSuccess = time.Now().Add(-took)
+		m.lastSuccess = m.now()
 	}
-	m.syncs.WithLabelValues(result).Inc()
-	m.duration.WithLabelValues(result).Observe(took.Seconds())
+	h := m.syncs[result]
+	if h == nil {
+		h = &histogram{buckets: make([]uint64, len(durationBuckets))}
+		m.syncs[result] = h
+	}
+	secs := took.Seconds()
+	for i, bound := range durationBuckets {
+		if secs <= bound {
+			h.buckets[i]++
+		}
+	}
+	h.count++
+	h.sum += secs
 	for p, n := range anchors {
-		m.anchors.WithLabelValues(p).Set(float64(n))
+		m.anchors[p] = n
 	}
+}
+
+// ServeHTTP writes the metrics in the Prometheus text exposition format 0.0.4.
+func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	m.write(w)
+}
+
+func (m *metrics) write(w io.Writer) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	results := sortedKeys(m.syncs)
+
+	header(w, "trustsync_sidecar_syncs_total", "counter", "Syncs of the trust files, by result (success, or error when any path was held at its last good content).")
+	for _, r := range results {
+		fmt.Fprintf(w, "trustsync_sidecar_syncs_total{result=%s} %d\n", quote(r), m.syncs[r].count)
+	}
+	header(w, "trustsync_sidecar_sync_duration_seconds", "histogram", "Time to render and write the trust files, by result.")
+	for _, r := range results {
+		h := m.syncs[r]
+		for i, bound := range durationBuckets {
+			fmt.Fprintf(w, "trustsync_sidecar_sync_duration_seconds_bucket{result=%s,le=%s} %d\n", quote(r), quote(strconv.FormatFloat(bound, 'g', -1, 64)), h.buckets[i])
+		}
+		fmt.Fprintf(w, "trustsync_sidecar_sync_duration_seconds_bucket{result=%s,le=\"+Inf\"} %d\n", quote(r), h.count)
+		fmt.Fprintf(w, "trustsync_sidecar_sync_duration_seconds_sum{result=%s} %g\n", quote(r), h.sum)
+		fmt.Fprintf(w, "trustsync_sidecar_sync_duration_seconds_count{result=%s} %d\n", quote(r), h.count)
+	}
+	header(w, "trustsync_sidecar_anchors", "gauge", "Distinct trust anchors in each file, as last written.")
+	for _, p := range sortedKeys(m.anchors) {
+		fmt.Fprintf(w, "trustsync_sidecar_anchors{path=%s} %d\n", quote(p), m.anchors[p])
+	}
+	header(w, "trustsync_sidecar_seconds_since_last_success", "gauge", "Seconds since every trust file was last synced without error (-1 before the first success); alert when it grows.")
+	since := -1.0
+	if !m.lastSuccess.IsZero() {
+		since = m.now().Sub(m.lastSuccess).Seconds()
+	}
+	fmt.Fprintf(w, "trustsync_sidecar_seconds_since_last_success %g\n", since)
+}
+
+func header(w io.Writer, name, kind, help string) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
+}
+
+// quote quotes a label value as the text format escapes it: backslash, quote, newline.
+func quote(v string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(v) + `"`
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

@@ -12,11 +12,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,7 +41,7 @@ type sidecar struct {
 	stopEvents  func()
 }
 
-func setup(ctx context.Context, o *Options, registry prometheus.Registerer) (*sidecar, error) {
+func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	cfg, err := restConfig(o)
 	if err != nil {
 		return nil, err
@@ -73,10 +72,6 @@ func setup(ctx context.Context, o *Options, registry prometheus.Registerer) (*si
 
 	events, stop := newPodEvents(ctx, core, o)
 	s.stopEvents = stop
-	var m *metrics
-	if registry != nil {
-		m = newMetrics(registry, time.Now)
-	}
 	clk := clock.RealClock{}
 	s.syncer, err = newSyncer(groups, NewAtomicWriter(o.Dir), &eventReporter{events: events, clock: clk}, m, clk)
 	return s, err
@@ -200,16 +195,14 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(true); err != nil {
 		return err
 	}
-	// An interface, not a *Registry: a nil pointer in an interface is not nil.
-	var registry prometheus.Registerer
+	var m *metrics
 	if o.MetricsAddress != "" {
-		r := prometheus.NewRegistry()
-		if err := serveMetrics(ctx, o.MetricsAddress, r); err != nil {
+		m = newMetrics(time.Now)
+		if err := serveMetrics(ctx, o.MetricsAddress, m); err != nil {
 			return err
 		}
-		registry = r
 	}
-	s, err := setup(ctx, o, registry)
+	s, err := setup(ctx, o, m)
 	if err != nil {
 		return err
 	}
@@ -219,8 +212,14 @@ func Run(ctx context.Context, o *Options) error {
 		return nil // shutting down before the first sync
 	}
 	klog.InfoS("Watching trust sources", "dir", o.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers))
-	for {
+	for first := true; ; first = false {
 		s.syncer.sync()
+		if first {
+			// Start-up (discovery, the initial lists, the first merge) is the sidecar's
+			// peak; hand what it freed back to the OS now rather than when the
+			// scavenger gets to it, since this process idles in every pod.
+			debug.FreeOSMemory()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -289,13 +288,13 @@ func Probe(o *Options) error {
 	return nil
 }
 
-func serveMetrics(ctx context.Context, addr string, registry *prometheus.Registry) error {
+func serveMetrics(ctx context.Context, addr string, m *metrics) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", m)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	go func() {

@@ -94,6 +94,9 @@ func (p *Process) Wait() error {
 	return p.err
 }
 
+// Pid returns the process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Tail returns the end of the process's log, for error messages.
 func (p *Process) Tail() string { return tail(p.LogPath, 4000) }
 

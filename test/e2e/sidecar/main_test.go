@@ -91,7 +91,7 @@ type sidecarProcess struct {
 }
 
 // podFor creates the pod the sidecar reports Events on.
-func podFor(t *testing.T, cp *controlplane.ControlPlane, name string) *corev1.Pod {
+func podFor(t testing.TB, cp *controlplane.ControlPlane, name string) *corev1.Pod {
 	t.Helper()
 	pod, err := kube(t, cp).CoreV1().Pods(namespace).Create(context.Background(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -104,7 +104,7 @@ func podFor(t *testing.T, cp *controlplane.ControlPlane, name string) *corev1.Po
 }
 
 // runSidecar starts `trustsync-sidecar <sub>` as ServiceAccount apps/web for pod.
-func runSidecar(t *testing.T, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
+func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
 	t.Helper()
 	bin, err := controlplane.BuildBinary("sidecar")
 	if err != nil {
@@ -144,7 +144,7 @@ func (s *sidecarProcess) read(path string) ([]byte, error) {
 }
 
 // waitFor waits until path holds exactly want.
-func (s *sidecarProcess) waitFor(t *testing.T, path string, want []byte) {
+func (s *sidecarProcess) waitFor(t testing.TB, path string, want []byte) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if s.process.Exited() {
@@ -168,7 +168,7 @@ func merged(anchors ...*fixtures.Cert) []byte {
 	return p.PEM()
 }
 
-func kube(t *testing.T, cp *controlplane.ControlPlane) kubernetes.Interface {
+func kube(t testing.TB, cp *controlplane.ControlPlane) kubernetes.Interface {
 	t.Helper()
 	c, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -177,7 +177,7 @@ func kube(t *testing.T, cp *controlplane.ControlPlane) kubernetes.Interface {
 	return c
 }
 
-func stores(t *testing.T, cp *controlplane.ControlPlane, native bool) (primary, mirror *bundle.Store) {
+func stores(t testing.TB, cp *controlplane.ControlPlane, native bool) (primary, mirror *bundle.Store) {
 	t.Helper()
 	c, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -198,7 +198,7 @@ func ctb(name, signer string, labels map[string]string, anchors ...*fixtures.Cer
 }
 
 // eventsFor lists the Events recorded on pod with reason.
-func eventsFor(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, reason string) []corev1.Event {
+func eventsFor(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod, reason string) []corev1.Event {
 	t.Helper()
 	list, err := kube(t, cp).CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID) + ",reason=" + reason})
 	if err != nil {

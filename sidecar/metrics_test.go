@@ -1,0 +1,82 @@
+package sidecar
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The hand-written exposition must be what Prometheus parses, with the values recorded.
+func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	m := newMetrics(func() time.Time { return now })
+	m.observe(syncResult{}, map[string]int{"ca.pem": 3, `odd "path"\n`: 1}, 3*time.Millisecond)
+	m.observe(syncResult{failed: map[string]error{"ca.pem": errors.New("x")}}, nil, 10*time.Second)
+	now = now.Add(90 * time.Second)
+
+	var out strings.Builder
+	m.write(&out)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(out.String()))
+	if err != nil {
+		t.Fatalf("not the text format: %v\n%s", err, out.String())
+	}
+	count := func(name, label, value string) float64 {
+		for _, metric := range families[name].GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					switch {
+					case metric.Counter != nil:
+						return metric.GetCounter().GetValue()
+					case metric.Gauge != nil:
+						return metric.GetGauge().GetValue()
+					case metric.Histogram != nil:
+						return float64(metric.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+		return -1
+	}
+	for _, tc := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"trustsync_sidecar_syncs_total", "result", "success", 1},
+		{"trustsync_sidecar_syncs_total", "result", "error", 1},
+		{"trustsync_sidecar_sync_duration_seconds", "result", "error", 1},
+		{"trustsync_sidecar_anchors", "path", "ca.pem", 3},
+		{"trustsync_sidecar_anchors", "path", `odd "path"\n`, 1},
+	} {
+		if got := count(tc.name, tc.label, tc.value); got != tc.want {
+			t.Errorf("%s{%s=%q} = %v, want %v", tc.name, tc.label, tc.value, got, tc.want)
+		}
+	}
+	h := families["trustsync_sidecar_sync_duration_seconds"].GetMetric()
+	for _, metric := range h {
+		if metric.GetLabel()[0].GetValue() == "success" {
+			// 3 ms: above the 2 ms bound, within 4 ms.
+			for _, b := range metric.GetHistogram().GetBucket() {
+				want := uint64(0)
+				if b.GetUpperBound() >= 0.004 {
+					want = 1
+				}
+				if b.GetCumulativeCount() != want {
+					t.Errorf("bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+				}
+			}
+		}
+	}
+	if got := families["trustsync_sidecar_seconds_since_last_success"].GetMetric()[0].GetGauge().GetValue(); got != 90 {
+		t.Errorf("seconds since last success = %v, want 90", got)
+	}
+}
+
+func TestMetrics_NilRecordsNothing(t *testing.T) {
+	var m *metrics
+	m.observe(syncResult{}, nil, time.Second) // must not panic
+}

@@ -1,0 +1,215 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/sidecar"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// BenchmarkPropagation measures how long a bundle update takes to reach every file:
+// N sidecars (in process, each with its own clients, watch and directory) against one
+// local kube-apiserver; each iteration edits the bundle and waits until all N have
+// swapped their ..data link, seen through inotify. It reports p50, p99 and max of the
+// per-sidecar latency from the update call to the swap.
+func BenchmarkPropagation(b *testing.B) {
+	for _, n := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("sidecars=%d", n), func(b *testing.B) { benchPropagation(b, n) })
+	}
+}
+
+func benchPropagation(b *testing.B, n int) {
+	cp := planes.Get(b, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	primary, _ := stores(b, cp, true)
+	name := "propagation-" + strconv.Itoa(n) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	versions := [][]*fixtures.Cert{{fixtures.CA("v1")}, {fixtures.CA("v2"), fixtures.CA("v2b")}}
+	if _, err := primary.Create(ctx, ctb(name, "", nil, versions[0]...), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = primary.Delete(context.Background(), name, metav1.DeleteOptions{}) }()
+
+	// The sidecars' logs would be N lines per update; the benchmark measures, not reads.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	defer klog.LogToStderr(true)
+
+	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		b.Fatal(err)
+	}
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer watcher.Close()
+	// Injected pods write to a memory-backed emptyDir, which is tmpfs; so do these.
+	root := tmpfsDir(b)
+	dirs := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		dirs[i] = filepath.Join(root, strconv.Itoa(i))
+		if err := os.Mkdir(dirs[i], 0o755); err != nil {
+			b.Fatal(err)
+		}
+		o := sidecar.NewOptions()
+		o.Dir, o.Kubeconfig, o.PodNamespace = dirs[i], kubeconfig, namespace
+		o.Projections = fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sidecar.Run(ctx, o); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	waitAll(b, dirs, merged(versions[0]...))
+	for _, d := range dirs {
+		if err := watcher.Add(d); err != nil {
+			b.Fatalf("inotify watch %s: %v (raise fs.inotify.max_user_watches?)", d, err)
+		}
+	}
+
+	var latencies []time.Duration
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		next := versions[(i+1)%2]
+		got, err := primary.Get(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Spec.TrustBundle = fixtures.Bundle(next...)
+		start := time.Now()
+		if _, err := primary.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		latencies = append(latencies, swaps(b, watcher, dirs, start)...)
+		waitAll(b, dirs, merged(next...))
+	}
+	b.StopTimer()
+	slices.Sort(latencies)
+	m := len(latencies)
+	b.ReportMetric(ms(latencies[m/2]), "p50-ms")
+	b.ReportMetric(ms(latencies[m*99/100]), "p99-ms")
+	b.ReportMetric(ms(latencies[m-1]), "max-ms")
+}
+
+// tmpfsDir returns a fresh directory on tmpfs (/dev/shm), or fails: a disk-backed
+// directory would measure the disk's metadata latency, not the sidecar.
+func tmpfsDir(b *testing.B) string {
+	dir, err := os.MkdirTemp("/dev/shm", "trustsync-bench-")
+	if err != nil {
+		b.Skipf("no tmpfs at /dev/shm to measure on: %v", err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// swaps waits for the first ..data swap in each directory after start and returns each
+// one's delay.
+func swaps(b *testing.B, watcher *fsnotify.Watcher, dirs []string, start time.Time) []time.Duration {
+	seen := map[string]time.Duration{}
+	timeout := time.After(60 * time.Second)
+	for len(seen) < len(dirs) {
+		select {
+		case ev := <-watcher.Events:
+			if filepath.Base(ev.Name) != "..data" || !ev.Has(fsnotify.Create) {
+				continue
+			}
+			dir := filepath.Dir(ev.Name)
+			if _, ok := seen[dir]; !ok {
+				seen[dir] = time.Since(start)
+			}
+		case err := <-watcher.Errors:
+			b.Fatalf("inotify: %v", err)
+		case <-timeout:
+			b.Fatalf("only %d of %d sidecars swapped within 60s", len(seen), len(dirs))
+		}
+	}
+	out := make([]time.Duration, 0, len(seen))
+	for _, d := range seen {
+		out = append(out, d)
+	}
+	return out
+}
+
+// waitAll waits until every directory's ca.pem holds want.
+func waitAll(b *testing.B, dirs []string, want []byte) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for _, d := range dirs {
+			got, err := os.ReadFile(filepath.Join(d, "ca.pem"))
+			if err != nil || string(got) != string(want) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		b.Fatalf("not every sidecar wrote the expected file: %v", err)
+	}
+}
+
+// BenchmarkIdleRSS reports the resident memory of one idle `trustsync-sidecar run`
+// process holding a 150-anchor bundle: the real binary, as a pod runs it.
+func BenchmarkIdleRSS(b *testing.B) {
+	cp := planes.Get(b, true)
+	ctx := context.Background()
+	primary, _ := stores(b, cp, true)
+	anchors := make([]*fixtures.Cert, 150)
+	for i := range anchors {
+		anchors[i] = fixtures.CA("anchor " + strconv.Itoa(i))
+	}
+	name := "rss-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := primary.Create(ctx, ctb(name, "", nil, anchors...), metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = primary.Delete(ctx, name, metav1.DeleteOptions{}) }()
+	for i := 0; b.Loop(); i++ {
+		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name))
+		s.waitFor(b, "ca.pem", merged(anchors...))
+		time.Sleep(5 * time.Second) // idle: the initial list's garbage collected
+		rss, err := residentKiB(s.process.Pid())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(rss)/1024, "rss-MiB")
+		s.process.Stop(5 * time.Second)
+	}
+}
+
+// residentKiB reads VmRSS from /proc.
+func residentKiB(pid int) (int, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
