@@ -42,14 +42,18 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
 		return err
 	}
-	if err := cp.CreateServiceAccount(ctx, namespace, "web"); err != nil {
-		return err
+	for _, sa := range []string{"web", "quiet"} {
+		if err := cp.CreateServiceAccount(ctx, namespace, sa); err != nil {
+			return err
+		}
 	}
 	client, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
+	// "web" has what docs/sidecar.md lists; "quiet" may read bundles but not record Events.
 	sa := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "web", Namespace: namespace}}
+	readers := append(sa, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "quiet", Namespace: namespace})
 	objects := []func() error{
 		func() error {
 			_, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "trustsync-bundle-reader"}, Rules: []rbacv1.PolicyRule{{
@@ -59,7 +63,7 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 		},
 		func() error {
 			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "web-reads-bundles"},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trustsync-bundle-reader"}, Subjects: sa}, metav1.CreateOptions{})
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "trustsync-bundle-reader"}, Subjects: readers}, metav1.CreateOptions{})
 			return err
 		},
 		func() error {
@@ -106,11 +110,17 @@ func podFor(t testing.TB, cp *controlplane.ControlPlane, name string) *corev1.Po
 // runSidecar starts `trustsync-sidecar <sub>` as ServiceAccount apps/web for pod.
 func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
 	t.Helper()
+	return runSidecarAs(t, cp, "web", sub, pod, projections, extra...)
+}
+
+// runSidecarAs starts the sidecar as ServiceAccount apps/<sa>.
+func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
+	t.Helper()
 	bin, err := controlplane.BuildBinary("sidecar")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := cp.ServiceAccountConfig(context.Background(), namespace, "web")
+	cfg, err := cp.ServiceAccountConfig(context.Background(), namespace, sa)
 	if err != nil {
 		t.Fatal(err)
 	}

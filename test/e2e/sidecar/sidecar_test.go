@@ -199,3 +199,23 @@ func TestSidecar_InitWritesOnceAndProbePasses(t *testing.T) {
 		t.Errorf("probe of an empty directory: %v: %s", err, out)
 	}
 }
+
+// Events are a courtesy: a sidecar whose ServiceAccount may not create them still holds
+// files, reports in its log, and writes once the source appears.
+func TestSidecar_WorksWithoutEventsPermission(t *testing.T) {
+	cp := planes.Get(t, false)
+	ctx := context.Background()
+	primary, _ := stores(t, cp, false)
+	s := runSidecarAs(t, cp, "quiet", "run", podFor(t, cp, "quiet"), `[{"name": "quiet-root", "path": "ca.pem"}]`)
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(s.process.Tail(), `ClusterTrustBundle \"quiet-root\" not found`), nil
+	})
+	if err != nil {
+		t.Fatalf("the missing bundle was not logged:\n%s", s.process.Tail())
+	}
+	a := fixtures.CA("quiet")
+	if _, err := primary.Create(ctx, ctb("quiet-root", "", nil, a), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "ca.pem", merged(a))
+}
