@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Store reads and writes bundles of one API. Every bundle it returns or takes is a
@@ -142,4 +143,22 @@ func (s *Store) toUnstructured(b *certificatesv1.ClusterTrustBundle) (*unstructu
 	u.SetKind("ClusterTrustBundle")
 	u.SetName(s.objectName(b.Name))
 	return u, nil
+}
+
+// ListWatch lists and watches the bundles selected narrows to, for a client-go
+// informer of *certificatesv1.ClusterTrustBundle. Its field and label selectors replace
+// the informer's own, so a reader receives only what it asked for.
+func (s *Store) ListWatch(selected metav1.ListOptions) *cache.ListWatch {
+	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
+		opts.FieldSelector, opts.LabelSelector = selected.FieldSelector, selected.LabelSelector
+		return opts
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return s.List(ctx, narrow(opts))
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return s.Watch(ctx, narrow(opts))
+		},
+	}
 }

@@ -124,7 +124,7 @@ func (s *sidecar) watchBundles(groups []pathGroup, dyn dynamic.Interface, served
 				if !ok {
 					continue
 				}
-				store := s.informer(bundleListWatch(tsbundle.NewStore(dyn, api), opts), &certificatesv1.ClusterTrustBundle{})
+				store := s.informer(tsbundle.NewStore(dyn, api).ListWatch(opts), &certificatesv1.ClusterTrustBundle{})
 				src.stores = append(src.stores, store)
 			}
 			it.from = src

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -212,23 +209,6 @@ var publicRoots = sync.OnceValue(func() [][]byte {
 })
 
 func (defaultCAsSource) anchors(*decoder) ([][]byte, error) { return publicRoots(), nil }
-
-// bundleListWatch lists and watches the bundles a selector can match, narrowed on the
-// server: a sidecar receives only what it needs.
-func bundleListWatch(store *tsbundle.Store, selected metav1.ListOptions) *cache.ListWatch {
-	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
-		opts.FieldSelector, opts.LabelSelector = selected.FieldSelector, selected.LabelSelector
-		return opts
-	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return store.List(ctx, narrow(opts))
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return store.Watch(ctx, narrow(opts))
-		},
-	}
-}
 
 // objectListWatch lists and watches one named ConfigMap or Secret: RBAC can grant
 // list and watch on a resourceName when the request selects that name.

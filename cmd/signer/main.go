@@ -1,24 +1,28 @@
-// Command trustsync-signer is trustsync's in-cluster signer: issues certificates for approved requests and publishes its CA as a trust bundle.
+// Command trustsync-signer is trustsync's in-cluster signer.
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/signer"
 )
 
+const about = `trustsync-signer: issues certificates for approved CertificateSigningRequests and publishes
+its CA as a trust bundle.
+
+For each signer of its policy it approves the CSRs the approval rules allow (a
+ServiceAccount asking for its own SPIFFE identity), signs approved CSRs honouring the
+requested duration within the policy, keeps its CA in a Secret, rotates it trust before
+use, and keeps a ClusterTrustBundle named <signer>:live holding its current anchors.
+Only the holder of the Lease acts. See docs/signer.md.`
+
 func main() {
+	opts := signer.NewOptions()
 	fs := pflag.NewFlagSet("trustsync-signer", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "trustsync-signer: the %s.\n\nThis release builds the binary but does not implement it yet.\n\nUsage:\n  trustsync-signer [flags]\n\nFlags:\n%s", "in-cluster signer: issues certificates for approved requests and publishes its CA as a trust bundle", fs.FlagUsages())
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	fmt.Fprintln(os.Stderr, "trustsync-signer is not implemented yet; see --help")
-	os.Exit(1)
+	opts.AddFlags(fs)
+	cli.Parse(fs, about, os.Args[1:])
+	cli.Exit(signer.Run(cli.SignalContext(), opts, fs))
 }

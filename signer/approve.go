@@ -1,0 +1,92 @@
+package signer
+
+import (
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+const serviceAccountPrefix = "system:serviceaccount:"
+
+// Condition reasons the approver writes.
+const (
+	reasonApproved = "TrustsyncPolicyApproved"
+	reasonDenied   = "TrustsyncPolicyDenied"
+)
+
+// decision is the approver's verdict on one CSR.
+type decision struct {
+	approve bool
+	message string
+}
+
+// decide applies the policy's approval rules: a ServiceAccount may have exactly its own
+// identity certified (one SPIFFE URI SAN for itself, DNS names its namespace's patterns
+// allow, no IP unless allowed, no email, usages from the allow-list); anything else is
+// denied, naming the rule. The subject is ignored: the signer never copies it.
+func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest, a *policy.Approval) decision {
+	deny := func(format string, args ...any) decision {
+		return decision{message: fmt.Sprintf(format, args...)}
+	}
+	namespace, name, ok := serviceAccount(csr.Spec.Username)
+	if !ok {
+		return deny("requester %q is not a ServiceAccount; trustsync approves only a ServiceAccount's request for its own identity", csr.Spec.Username)
+	}
+	own := fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", a.TrustDomain, namespace, name)
+	if len(req.URIs) != 1 {
+		return deny("the request has %d URI SANs; it must have exactly one, the requester's own SPIFFE ID %q", len(req.URIs), own)
+	}
+	if got := req.URIs[0].String(); got != own {
+		return deny("URI SAN %q is not the requester's own SPIFFE ID %q", got, own)
+	}
+	for _, dns := range req.DNSNames {
+		if !slices.ContainsFunc(a.DNSNames, func(p string) bool { return dnsMatches(strings.ReplaceAll(p, "{namespace}", namespace), dns) }) {
+			return deny("DNS SAN %q matches none of the patterns allowed for namespace %q: %s", dns, namespace, strings.ReplaceAll(strings.Join(a.DNSNames, ", "), "{namespace}", namespace))
+		}
+	}
+	if len(req.IPAddresses) > 0 && !a.IPAddresses {
+		return deny("the request has IP SANs (%v), which policy does not allow", req.IPAddresses)
+	}
+	if len(req.EmailAddresses) > 0 {
+		return deny("the request has email SANs (%v), which trustsync never certifies", req.EmailAddresses)
+	}
+	for _, u := range csr.Spec.Usages {
+		if !slices.Contains(a.Usages, string(u)) {
+			return deny("usage %q is not allowed; allowed: %s", u, strings.Join(a.Usages, ", "))
+		}
+	}
+	if csr.Annotations["experimental.cert-manager.io/request-is-ca"] == "true" {
+		return deny("the request asks for a CA certificate; this signer issues none")
+	}
+	return decision{approve: true, message: fmt.Sprintf("the request is for %s's own identity %s", csr.Spec.Username, own)}
+}
+
+// serviceAccount splits "system:serviceaccount:<namespace>:<name>".
+func serviceAccount(username string) (namespace, name string, ok bool) {
+	rest, found := strings.CutPrefix(username, serviceAccountPrefix)
+	if !found {
+		return "", "", false
+	}
+	namespace, name, found = strings.Cut(rest, ":")
+	if !found || len(validation.IsDNS1123Label(namespace)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "", "", false
+	}
+	return namespace, name, true
+}
+
+// dnsMatches matches a DNS name against a pattern whose leading "*." stands for exactly
+// one label.
+func dnsMatches(pattern, name string) bool {
+	pattern, name = strings.ToLower(pattern), strings.ToLower(name)
+	if suffix, wild := strings.CutPrefix(pattern, "*."); wild {
+		label, rest, ok := strings.Cut(name, ".")
+		return ok && label != "" && label != "*" && rest == suffix
+	}
+	return pattern == name
+}

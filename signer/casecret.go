@@ -1,0 +1,142 @@
+package signer
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cert-manager/cert-manager/pkg/util/pki"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The CA Secret: a kubernetes.io/tls Secret, so one cert-manager issues can be
+// brought in as is. tls.crt and tls.key are the signing CA (with its chain); ca.crt,
+// when present, is the root relying parties trust. The rest is trustsync's rotation
+// state.
+const (
+	keyNextCert    = "next.crt"
+	keyNextKey     = "next.key"
+	keyRetiredCert = "retired.crt"
+
+	AnnotationSigner          = "trustsync.io/signer-name"
+	AnnotationManaged         = "trustsync.io/managed"
+	AnnotationNextPublishedAt = "trustsync.io/next-published-at"
+	AnnotationRetiredUntil    = "trustsync.io/retired-until"
+	AnnotationRotateRequested = "trustsync.io/rotate-requested-at"
+	AnnotationRotateHandled   = "trustsync.io/rotate-handled"
+	AnnotationPhase           = "trustsync.io/rotation-phase"
+)
+
+// secretName is the CA Secret of signerName.
+func secretName(prefix, signerName string) string {
+	return prefix + strings.ReplaceAll(signerName, "/", "-")
+}
+
+// stateFromSecret reads a CA state. A Secret trustsync did not create (no managed
+// annotation) is a brought-in CA: used as is, never rotated by trustsync.
+func stateFromSecret(s *corev1.Secret) (*caState, error) {
+	current, err := decodeCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return nil, fmt.Errorf("in CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	if root := s.Data[corev1.ServiceAccountRootCAKey]; len(root) > 0 {
+		rootCert, err := pki.DecodeX509CertificateBytes(root)
+		if err != nil {
+			return nil, fmt.Errorf("in CA Secret %s/%s: ca.crt: %w", s.Namespace, s.Name, err)
+		}
+		if !current.Anchor().Equal(rootCert) {
+			current.Chain = append(current.Chain, rootCert)
+		}
+	}
+	st := &caState{
+		Current:         current,
+		Managed:         s.Annotations[AnnotationManaged] == "true",
+		RotateRequested: s.Annotations[AnnotationRotateRequested],
+		RotateHandled:   s.Annotations[AnnotationRotateHandled],
+	}
+	if len(s.Data[keyNextCert]) > 0 {
+		if st.Next, err = decodeCA(s.Data[keyNextCert], s.Data[keyNextKey]); err != nil {
+			return nil, fmt.Errorf("in CA Secret %s/%s: next CA: %w", s.Namespace, s.Name, err)
+		}
+		if v := s.Annotations[AnnotationNextPublishedAt]; v != "" {
+			if st.NextPublishedAt, err = time.Parse(time.RFC3339, v); err != nil {
+				return nil, fmt.Errorf("in CA Secret %s/%s: annotation %s: %w", s.Namespace, s.Name, AnnotationNextPublishedAt, err)
+			}
+		}
+	}
+	if len(s.Data[keyRetiredCert]) > 0 {
+		certs, err := pki.DecodeX509CertificateSetBytes(s.Data[keyRetiredCert])
+		if err != nil {
+			return nil, fmt.Errorf("in CA Secret %s/%s: %s: %w", s.Namespace, s.Name, keyRetiredCert, err)
+		}
+		var until []time.Time
+		if err := json.Unmarshal([]byte(s.Annotations[AnnotationRetiredUntil]), &until); err != nil || len(until) != len(certs) {
+			return nil, fmt.Errorf("in CA Secret %s/%s: annotation %s does not give one time per retired anchor", s.Namespace, s.Name, AnnotationRetiredUntil)
+		}
+		for i, c := range certs {
+			st.Retired = append(st.Retired, retiredAnchor{Cert: c, Until: until[i]})
+		}
+	}
+	return st, nil
+}
+
+// applyToSecret writes st into s, leaving everything else of s (its other keys and
+// annotations, the operator's) alone.
+func applyToSecret(st *caState, s *corev1.Secret) error {
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	if st.Managed {
+		certPEM, keyPEM, err := encodeCA(st.Current)
+		if err != nil {
+			return err
+		}
+		s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey] = certPEM, keyPEM
+		s.Annotations[AnnotationManaged] = "true"
+	}
+	delete(s.Data, keyNextCert)
+	delete(s.Data, keyNextKey)
+	delete(s.Annotations, AnnotationNextPublishedAt)
+	if st.Next != nil {
+		certPEM, keyPEM, err := encodeCA(st.Next)
+		if err != nil {
+			return err
+		}
+		s.Data[keyNextCert], s.Data[keyNextKey] = certPEM, keyPEM
+		if !st.NextPublishedAt.IsZero() {
+			s.Annotations[AnnotationNextPublishedAt] = st.NextPublishedAt.UTC().Format(time.RFC3339)
+		}
+	}
+	delete(s.Data, keyRetiredCert)
+	delete(s.Annotations, AnnotationRetiredUntil)
+	if len(st.Retired) > 0 {
+		certs := make([]*x509.Certificate, len(st.Retired))
+		until := make([]string, len(st.Retired))
+		for i, r := range st.Retired {
+			certs[i], until[i] = r.Cert, r.Until.UTC().Format(time.RFC3339)
+		}
+		untilJSON, _ := json.Marshal(until)
+		s.Data[keyRetiredCert], s.Annotations[AnnotationRetiredUntil] = encodeCerts(certs...), string(untilJSON)
+	}
+	if st.RotateHandled != "" {
+		s.Annotations[AnnotationRotateHandled] = st.RotateHandled
+	}
+	s.Annotations[AnnotationPhase] = string(st.phase())
+	return nil
+}
+
+// newCASecret is the Secret for a freshly generated CA.
+func newCASecret(namespace, name, signerName string, st *caState) (*corev1.Secret, error) {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: map[string]string{AnnotationSigner: signerName},
+			Labels: map[string]string{"app.kubernetes.io/part-of": "trustsync", "app.kubernetes.io/component": "signer-ca"}},
+		Type: corev1.SecretTypeTLS,
+	}
+	return s, applyToSecret(st, s)
+}

@@ -1,0 +1,158 @@
+package signer
+
+import (
+	"crypto/x509"
+	"time"
+)
+
+// caState is one signer's CA state, as its Secret holds it.
+//
+// Rotation is trust before use. When the current CA reaches its rotation point (or an
+// operator asks), the next CA is created and published beside the current one; only
+// once it has been published for the propagation window does it start signing. The old
+// CA is then retired: still published, signing nothing, until nothing it signed can be
+// valid any more. Every step is saved in the Secret before the next is taken, so a
+// crash at any point resumes where it stopped.
+type caState struct {
+	Current *CA
+	// Next is published but does not sign until NextPublishedAt + the window.
+	Next *CA
+	// NextPublishedAt is zero until Next's anchor has been published.
+	NextPublishedAt time.Time
+	Retired         []retiredAnchor
+	// Managed: trustsync generated this CA and rotates it. A CA brought in a
+	// kubernetes.io/tls Secret (cert-manager's, say) is rotated by its owner.
+	Managed bool
+	// RotateRequested is the operator's trustsync.io/rotate-requested-at; RotateHandled
+	// the last such request acted on.
+	RotateRequested, RotateHandled string
+}
+
+// retiredAnchor is a former CA that signs nothing but is still trusted until Until,
+// by when every certificate it signed has expired.
+type retiredAnchor struct {
+	Cert  *x509.Certificate
+	Until time.Time
+}
+
+// rotation holds the rotation settings.
+type rotation struct {
+	// RotateAt is the fraction of a CA's lifetime at which its successor is created.
+	RotateAt float64
+	// Window is how long a new anchor is published before its CA signs.
+	Window time.Duration
+	// Validity is a generated CA's lifetime.
+	Validity time.Duration
+	// MaxLeafLifetime is the longest certificate the signer issues (policy maximum),
+	// which bounds how long a retired anchor must stay.
+	MaxLeafLifetime time.Duration
+}
+
+// Phase names where a rotation stands, for logs and metrics.
+type Phase string
+
+const (
+	PhaseStable     Phase = "Stable"     // one signing CA, nothing pending
+	PhasePublishing Phase = "Publishing" // next CA created, its anchor not yet published
+	PhaseWaiting    Phase = "Waiting"    // next anchor published, waiting out the window
+)
+
+func (s *caState) phase() Phase {
+	switch {
+	case s.Next == nil:
+		return PhaseStable
+	case s.NextPublishedAt.IsZero():
+		return PhasePublishing
+	default:
+		return PhaseWaiting
+	}
+}
+
+// anchors are the certificates that must be published now: the signing CA's, the
+// next one's, and every retired one still needed.
+func (s *caState) anchors() []*x509.Certificate {
+	out := []*x509.Certificate{s.Current.Anchor()}
+	if s.Next != nil {
+		out = append(out, s.Next.Anchor())
+	}
+	for _, r := range s.Retired {
+		out = append(out, r.Cert)
+	}
+	return out
+}
+
+func (r rotation) rotateAt(ca *CA) time.Time {
+	life := ca.Cert.NotAfter.Sub(ca.Cert.NotBefore)
+	return ca.Cert.NotBefore.Add(time.Duration(float64(life) * r.RotateAt))
+}
+
+// advance takes every step that is due at now and reports whether the state changed
+// (and must be saved) and when the next step falls due (zero: none scheduled). newCA
+// makes a CA; tests inject it. Publishing is not a step here: the caller publishes
+// anchors() and then calls markPublished.
+func (s *caState) advance(now time.Time, r rotation, newCA func(time.Time) (*CA, error)) (changed bool, next time.Time, err error) {
+	// Retired anchors nothing valid depends on any more are dropped.
+	kept := s.Retired[:0]
+	for _, ra := range s.Retired {
+		if now.Before(ra.Until) && now.Before(ra.Cert.NotAfter) {
+			kept = append(kept, ra)
+		} else {
+			changed = true
+		}
+	}
+	s.Retired = kept
+
+	requested := s.RotateRequested != "" && s.RotateRequested != s.RotateHandled
+	if requested && !s.Managed {
+		// The owner of a brought-in CA rotates it; note the request as seen.
+		s.RotateHandled, changed = s.RotateRequested, true
+	}
+	if s.Managed && s.Next == nil && (requested || !now.Before(r.rotateAt(s.Current))) {
+		if s.Next, err = newCA(now); err != nil {
+			return changed, time.Time{}, err
+		}
+		s.NextPublishedAt, s.RotateHandled, changed = time.Time{}, s.RotateRequested, true
+	}
+
+	if s.Next != nil && !s.NextPublishedAt.IsZero() && !now.Before(s.NextPublishedAt.Add(r.Window)) {
+		until := now.Add(r.MaxLeafLifetime + backdate)
+		if old := s.Current.Anchor(); old.NotAfter.Before(until) {
+			until = old.NotAfter
+		}
+		s.Retired = append(s.Retired, retiredAnchor{Cert: s.Current.Anchor(), Until: until})
+		s.Current, s.Next, s.NextPublishedAt = s.Next, nil, time.Time{}
+		changed = true
+	}
+	return changed, s.nextDeadline(r), nil
+}
+
+// markPublished records that anchors() has been published at now, which starts the
+// next CA's propagation window.
+func (s *caState) markPublished(now time.Time) bool {
+	if s.Next != nil && s.NextPublishedAt.IsZero() {
+		s.NextPublishedAt = now
+		return true
+	}
+	return false
+}
+
+// nextDeadline is the earliest time a step falls due.
+func (s *caState) nextDeadline(r rotation) time.Time {
+	var deadlines []time.Time
+	switch {
+	case s.Next != nil && !s.NextPublishedAt.IsZero():
+		deadlines = append(deadlines, s.NextPublishedAt.Add(r.Window))
+	case s.Next == nil && s.Managed:
+		deadlines = append(deadlines, r.rotateAt(s.Current))
+	}
+	for _, ra := range s.Retired {
+		deadlines = append(deadlines, ra.Until)
+	}
+	var earliest time.Time
+	for _, d := range deadlines {
+		if earliest.IsZero() || d.Before(earliest) {
+			earliest = d
+		}
+	}
+	return earliest
+}

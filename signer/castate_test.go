@@ -1,0 +1,212 @@
+package signer
+
+import (
+	"crypto/x509"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+var testRotation = rotation{RotateAt: 0.5, Window: 10 * time.Minute, Validity: 100 * time.Hour, MaxLeafLifetime: 24 * time.Hour}
+
+// genAt makes CAs like the signer would, valid from their creation for 100 hours.
+func genAt(t time.Time) (*CA, error) { return generateCA("example.com/test", t, testRotation.Validity) }
+
+// roundTrip saves and reloads the state through a Secret, as a restart would: every
+// test below does it between steps, so each step is proven to resume from storage.
+func roundTrip(t *testing.T, st *caState) *caState {
+	t.Helper()
+	// The operator's request is an annotation trustsync never writes; it stays on the
+	// Secret across saves.
+	s := &corev1.Secret{}
+	if st.RotateRequested != "" {
+		s.Annotations = map[string]string{AnnotationRotateRequested: st.RotateRequested}
+	}
+	if err := applyToSecret(st, s); err != nil {
+		t.Fatal(err)
+	}
+	back, err := stateFromSecret(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+func anchorSerials(st *caState) map[string]bool {
+	out := map[string]bool{}
+	for _, a := range st.anchors() {
+		out[a.SerialNumber.String()] = true
+	}
+	return out
+}
+
+// The whole life of a rotation, a restart between every step: stable until the
+// rotation point; then the next CA exists but is unpublished; published, it waits out
+// the window without signing; then it signs while the old anchor stays until nothing
+// the old CA signed can be valid; then the old anchor goes.
+func TestRotation_TrustBeforeUse(t *testing.T) {
+	first, _ := genAt(t0)
+	st := &caState{Current: first, Managed: true}
+
+	changed, next, err := st.advance(t0.Add(49*time.Hour), testRotation, genAt)
+	if err != nil || changed || st.phase() != PhaseStable {
+		t.Fatalf("before the rotation point: changed=%v phase=%s err=%v", changed, st.phase(), err)
+	}
+	if want := first.Cert.NotBefore.Add(first.Cert.NotAfter.Sub(first.Cert.NotBefore) / 2); !next.Equal(want) {
+		t.Errorf("next deadline = %s, want the rotation point %s", next, want)
+	}
+
+	rotateTime := t0.Add(51 * time.Hour)
+	if changed, _, _ = st.advance(rotateTime, testRotation, genAt); !changed || st.phase() != PhasePublishing {
+		t.Fatalf("at the rotation point: changed=%v phase=%s", changed, st.phase())
+	}
+	st = roundTrip(t, st)
+	if st.Current.Cert.SerialNumber.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatal("the new CA signs before its anchor is published")
+	}
+	second := st.Next
+	if !anchorSerials(st)[first.Cert.SerialNumber.String()] || !anchorSerials(st)[second.Cert.SerialNumber.String()] {
+		t.Fatal("anchors to publish must hold old and new")
+	}
+
+	// Publishing starts the window. Until it ends, nothing changes.
+	publishTime := rotateTime.Add(time.Minute)
+	if !st.markPublished(publishTime) || st.phase() != PhaseWaiting {
+		t.Fatalf("after publishing: phase=%s", st.phase())
+	}
+	st = roundTrip(t, st)
+	if changed, next, _ = st.advance(publishTime.Add(9*time.Minute), testRotation, genAt); changed || !next.Equal(publishTime.Add(10*time.Minute)) {
+		t.Fatalf("inside the window: changed=%v next=%s", changed, next)
+	}
+
+	switchTime := publishTime.Add(10 * time.Minute)
+	if changed, next, _ = st.advance(switchTime, testRotation, genAt); !changed || st.phase() != PhaseStable {
+		t.Fatalf("after the window: changed=%v phase=%s", changed, st.phase())
+	}
+	st = roundTrip(t, st)
+	if st.Current.Cert.SerialNumber.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Fatal("the new CA does not sign after the window")
+	}
+	if len(st.Retired) != 1 || !st.Retired[0].Cert.Equal(first.Cert) {
+		t.Fatalf("retired = %v, want the old CA's anchor", st.Retired)
+	}
+	if want := switchTime.Add(testRotation.MaxLeafLifetime + backdate); !st.Retired[0].Until.Equal(want) {
+		t.Errorf("retired until %s, want %s: the longest certificate the old CA can have signed", st.Retired[0].Until, want)
+	}
+	if !anchorSerials(st)[first.Cert.SerialNumber.String()] {
+		t.Error("the retired anchor is not published")
+	}
+	if !next.Equal(st.Retired[0].Until) {
+		t.Errorf("next deadline = %s, want the retired anchor's end %s", next, st.Retired[0].Until)
+	}
+
+	if changed, _, _ = st.advance(st.Retired[0].Until, testRotation, genAt); !changed || len(st.Retired) != 0 {
+		t.Fatalf("after the retired anchor's end: changed=%v retired=%d", changed, len(st.Retired))
+	}
+	if anchorSerials(st)[first.Cert.SerialNumber.String()] {
+		t.Error("the old anchor is still published")
+	}
+}
+
+// A crash after the next CA was saved but before its anchor was published must not
+// start the window: it starts only when publishing succeeds.
+func TestRotation_CrashBeforePublishingDoesNotStartTheWindow(t *testing.T) {
+	first, _ := genAt(t0)
+	st := &caState{Current: first, Managed: true, RotateRequested: "2026-11-21T12:00:00Z"}
+	if changed, _, _ := st.advance(t0, testRotation, genAt); !changed || st.phase() != PhasePublishing {
+		t.Fatalf("a rotation request did not start a rotation: %s", st.phase())
+	}
+	st = roundTrip(t, st) // crash here: saved, never published
+	for _, later := range []time.Duration{time.Hour, 24 * time.Hour} {
+		if changed, _, _ := st.advance(t0.Add(later), testRotation, genAt); changed || st.phase() != PhasePublishing {
+			t.Fatalf("%s later, unpublished: changed=%v phase=%s", later, changed, st.phase())
+		}
+	}
+	if st.RotateHandled != st.RotateRequested {
+		t.Error("the handled request was not recorded, so it would start another rotation")
+	}
+}
+
+func TestRotation_AHandledRequestStartsNoSecondRotation(t *testing.T) {
+	first, _ := genAt(t0)
+	st := &caState{Current: first, Managed: true, RotateRequested: "r1", RotateHandled: "r1"}
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); changed {
+		t.Fatal("an already handled request rotated again")
+	}
+	st.RotateRequested = "r2"
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); !changed || st.Next == nil {
+		t.Fatal("a new request did not rotate")
+	}
+}
+
+// A brought-in CA (cert-manager's, say) is its owner's to rotate: trustsync never
+// replaces it, and notes a rotation request as seen.
+func TestRotation_BroughtInCAIsNeverRotated(t *testing.T) {
+	ca, _ := genAt(t0)
+	st := &caState{Current: ca, Managed: false, RotateRequested: "r1"}
+	changed, next, _ := st.advance(t0.Add(99*time.Hour), testRotation, genAt)
+	if st.Next != nil || !next.IsZero() {
+		t.Fatalf("a brought-in CA got a successor (next=%v, deadline=%s)", st.Next, next)
+	}
+	if !changed || st.RotateHandled != "r1" {
+		t.Error("the request was not noted as seen")
+	}
+}
+
+func TestRotation_RetiredAnchorsGoNoLaterThanTheirOwnExpiry(t *testing.T) {
+	short := fixtures.MustNew(fixtures.Options{NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)})
+	current, _ := genAt(t0)
+	st := &caState{Current: current, Managed: true, Retired: []retiredAnchor{{Cert: short.Cert, Until: t0.Add(48 * time.Hour)}}}
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); !changed || len(st.Retired) != 0 {
+		t.Error("an expired retired anchor was kept")
+	}
+}
+
+func TestCASecret_BroughtInTLSSecretWithCA(t *testing.T) {
+	root := fixtures.CA("corporate root")
+	inter := fixtures.MustNew(fixtures.Options{CommonName: "cert-manager intermediate", Parent: root})
+	s := &corev1.Secret{Type: corev1.SecretTypeTLS, Data: map[string][]byte{
+		"tls.crt": inter.CertPEM(), "tls.key": inter.KeyPEM(), "ca.crt": root.CertPEM(),
+	}}
+	st, err := stateFromSecret(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Managed {
+		t.Error("a brought-in Secret was taken as managed")
+	}
+	if got := st.anchors(); len(got) != 1 || !got[0].Equal(root.Cert) {
+		t.Errorf("anchors = %v, want the root from ca.crt", subjects(got))
+	}
+}
+
+func TestCASecret_RefusesWhatCannotSign(t *testing.T) {
+	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: fixtures.CA("p")})
+	other := fixtures.CA("other")
+	tests := []struct {
+		name string
+		data map[string][]byte
+	}{
+		{"a leaf is no CA", map[string][]byte{"tls.crt": leaf.CertPEM(), "tls.key": leaf.KeyPEM()}},
+		{"a key that is not the certificate's", map[string][]byte{"tls.crt": fixtures.CA("x").CertPEM(), "tls.key": other.KeyPEM()}},
+		{"no key", map[string][]byte{"tls.crt": other.CertPEM()}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := stateFromSecret(&corev1.Secret{Data: tc.data}); err == nil {
+				t.Error("accepted")
+			}
+		})
+	}
+}
+
+func subjects(certs []*x509.Certificate) []string {
+	var out []string
+	for _, c := range certs {
+		out = append(out, c.Subject.CommonName)
+	}
+	return out
+}

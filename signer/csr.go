@@ -1,0 +1,153 @@
+package signer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	certlisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+// signerRuntime is one signer: its rules, its CSRs, its CA.
+type signerRuntime struct {
+	rules *policy.Signer
+	csrs  certlisters.CertificateSigningRequestLister
+	ca    *caManager
+}
+
+// csrKey names one CSR of one signer in the work queue.
+type csrKey struct {
+	signer, name string
+}
+
+// csrHandler approves (when the signer's policy has approval rules) and signs.
+type csrHandler struct {
+	client  kubernetes.Interface
+	signers map[string]*signerRuntime
+	clock   clock.PassiveClock
+	metrics *metrics
+}
+
+var errCANotReady = errors.New("the signing CA is not loaded yet")
+
+// handle is the whole life of a CSR with this signer, as a flat pipeline: skip what is
+// done or not ours; approve or deny when the policy says so; sign what is approved.
+func (h *csrHandler) handle(ctx context.Context, key csrKey) error {
+	sr, ok := h.signers[key.signer]
+	if !ok {
+		return nil
+	}
+	csr, err := sr.csrs.Get(key.name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if csr.Spec.SignerName != key.signer || len(csr.Status.Certificate) > 0 || hasCondition(csr, certificatesv1.CertificateFailed) || hasCondition(csr, certificatesv1.CertificateDenied) {
+		return nil
+	}
+	if !hasCondition(csr, certificatesv1.CertificateApproved) {
+		if sr.rules.Approval == nil {
+			return nil // another approver's business
+		}
+		return h.approveOrDeny(ctx, csr.DeepCopy(), sr)
+	}
+	return h.sign(ctx, csr.DeepCopy(), sr)
+}
+
+func (h *csrHandler) approveOrDeny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, sr *signerRuntime) error {
+	var d decision
+	if req, err := parseRequest(csr.Spec.Request); err != nil {
+		d = decision{message: err.Error()}
+	} else {
+		d = decide(csr, req, sr.rules.Approval)
+	}
+	cond := certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reasonDenied, Message: d.message,
+		LastUpdateTime: metav1.NewTime(h.clock.Now()), LastTransitionTime: metav1.NewTime(h.clock.Now()),
+	}
+	result := "denied"
+	if d.approve {
+		cond.Type, cond.Reason, cond.Message, result = certificatesv1.CertificateApproved, reasonApproved, "Approved by trustsync: "+d.message, "approved"
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, cond)
+	if _, err := h.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to record the decision on CertificateSigningRequest %q: %w", csr.Name, err)
+	}
+	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, result, cond.Reason).Inc()
+	klog.FromContext(ctx).V(2).Info("Decided on CSR", "csr", csr.Name, "requester", csr.Spec.Username, "result", result, "message", d.message)
+	return nil
+}
+
+func (h *csrHandler) sign(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, sr *signerRuntime) error {
+	start := h.clock.Now()
+	ca := sr.ca.signingCA()
+	if ca == nil {
+		return errCANotReady
+	}
+	// The webhook applies the same duration rules at admission; the signer applies
+	// them again, so nothing that reached it another way exceeds its maximum.
+	req, err := policy.RequestedDuration(csr.Annotations, csr.Spec.ExpirationSeconds)
+	if err != nil {
+		return h.fail(ctx, csr, sr, &refusal{reason: "InvalidDuration", message: err.Error()})
+	}
+	dec := sr.rules.Decide(req)
+	if dec.Refusal != "" {
+		return h.fail(ctx, csr, sr, &refusal{reason: "DurationRefused", message: dec.Refusal})
+	}
+	certPEM, _, err := sign(csr, ca, dec.Lifetime, start)
+	if r, ok := asRefusal(err); ok {
+		return h.fail(ctx, csr, sr, r)
+	}
+	if err != nil {
+		return err
+	}
+	csr.Status.Certificate = certPEM
+	if _, err := h.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to write the certificate of CertificateSigningRequest %q: %w", csr.Name, err)
+	}
+	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, "signed", "").Inc()
+	h.metrics.signLatency.WithLabelValues(sr.rules.SignerName).Observe(h.clock.Since(start).Seconds())
+	if req.Set {
+		h.metrics.requested.WithLabelValues(sr.rules.SignerName).Inc()
+		if !dec.Clamped {
+			h.metrics.honored.WithLabelValues(sr.rules.SignerName).Inc()
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Signed CSR", "csr", csr.Name, "requester", csr.Spec.Username, "lifetime", dec.Lifetime, "clamped", dec.Clamped)
+	return nil
+}
+
+// fail marks the CSR Failed: it will not be signed, and its requester sees why.
+func (h *csrHandler) fail(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, sr *signerRuntime, r *refusal) error {
+	now := metav1.NewTime(h.clock.Now())
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue, Reason: r.reason, Message: r.message,
+		LastUpdateTime: now, LastTransitionTime: now,
+	})
+	if _, err := h.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to mark CertificateSigningRequest %q Failed: %w", csr.Name, err)
+	}
+	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, "failed", r.reason).Inc()
+	klog.FromContext(ctx).Info("Refused to sign CSR", "csr", csr.Name, "requester", csr.Spec.Username, "reason", r.reason, "message", r.message)
+	return nil
+}
+
+func hasCondition(csr *certificatesv1.CertificateSigningRequest, t certificatesv1.RequestConditionType) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == t && c.Status != corev1.ConditionFalse {
+			return true
+		}
+	}
+	return false
+}

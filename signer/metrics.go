@@ -1,0 +1,62 @@
+package signer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the signer's Prometheus metrics.
+type metrics struct {
+	csrs        *prometheus.CounterVec
+	signLatency *prometheus.HistogramVec
+	requested   *prometheus.CounterVec
+	honored     *prometheus.CounterVec
+	caNotAfter  *prometheus.GaugeVec
+	phase       *prometheus.GaugeVec
+	leader      prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		csrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_csrs_total",
+			Help: "CertificateSigningRequests handled, by signer, result (approved, denied, signed, failed) and reason.",
+		}, []string{"signer", "result", "reason"}),
+		signLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "trustsync_signer_sign_duration_seconds",
+			Help:    "Time from a CSR's approval being seen to its certificate being written, by signer.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"signer"}),
+		requested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_csr_requested_duration_total",
+			Help: "Signed CSRs that asked for a duration, by signer (upstream's csr_requested_duration_total).",
+		}, []string{"signer"}),
+		honored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_csr_honored_duration_total",
+			Help: "Of those, signed with the duration asked for, by signer (upstream's csr_honored_duration_total).",
+		}, []string{"signer"}),
+		caNotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_signer_ca_not_after_timestamp_seconds",
+			Help: "When the signing CA expires (Unix seconds), by signer.",
+		}, []string{"signer"}),
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_signer_ca_rotation_phase",
+			Help: "1 for the CA rotation phase each signer is in (Stable, Publishing, Waiting), 0 for the others.",
+		}, []string{"signer", "phase"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trustsync_signer_leader",
+			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
+		}),
+	}
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.leader)
+	return m
+}
+
+func (m *metrics) setPhase(signer string, p Phase) {
+	for _, each := range []Phase{PhaseStable, PhasePublishing, PhaseWaiting} {
+		v := 0.0
+		if each == p {
+			v = 1
+		}
+		m.phase.WithLabelValues(signer, string(each)).Set(v)
+	}
+}

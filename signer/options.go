@@ -1,0 +1,113 @@
+package signer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+// Options configure the signer. cmd/signer fills them from flags.
+type Options struct {
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	// Namespace holds the CA Secrets and the leader-election Lease.
+	Namespace   string
+	PolicyFile  string
+	SignerNames []string
+	TrustDomain string
+	Workers     int
+
+	LeaderElect         bool
+	LeaseDuration       time.Duration
+	RenewDeadline       time.Duration
+	RetryPeriod         time.Duration
+	HealthAddress       string
+	CASecretPrefix      string
+	CAValidity          time.Duration
+	CARotateAt          float64
+	CAPropagationWindow time.Duration
+}
+
+// NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
+// the API server at 20 QPS with bursts of 30: client-go's 5/10 would throttle a burst
+// of CSRs.
+func NewOptions() *Options {
+	return &Options{
+		KubeAPIQPS:          20,
+		KubeAPIBurst:        30,
+		Namespace:           os.Getenv("POD_NAMESPACE"),
+		TrustDomain:         policy.DefaultTrustDomain,
+		Workers:             4,
+		LeaderElect:         true,
+		LeaseDuration:       15 * time.Second,
+		RenewDeadline:       10 * time.Second,
+		RetryPeriod:         2 * time.Second,
+		HealthAddress:       ":8081",
+		CASecretPrefix:      "trustsync-ca-",
+		CAValidity:          365 * 24 * time.Hour,
+		CARotateAt:          2.0 / 3,
+		CAPropagationWindow: 10 * time.Minute,
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (kube-controller-manager uses 20; client-go's default of 5 throttles a burst of CSRs).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the CA Secrets and the leader-election Lease (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file: the signers to run, their durations and approval rules. Without it, --signer-name and --trust-domain describe the signers.")
+	fs.StringSliceVar(&o.SignerNames, "signer-name", o.SignerNames, "A signer to run, with default durations and approval rules (repeatable; default trustsync.io/workload). Not with --policy.")
+	fs.StringVar(&o.TrustDomain, "trust-domain", o.TrustDomain, "SPIFFE trust domain for --signer-name signers' approval rules. Not with --policy.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "CSRs handled concurrently.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before signing, approving or publishing, so only one replica acts.")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease lasts without renewal.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader tries to renew before giving up leadership.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to take the Lease.")
+	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
+	fs.StringVar(&o.CASecretPrefix, "ca-secret-prefix", o.CASecretPrefix, "Prefix of each signer's CA Secret name; the rest is the signer name with '/' replaced by '-'.")
+	fs.DurationVar(&o.CAValidity, "ca-validity", o.CAValidity, "Lifetime of a CA the signer generates.")
+	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
+	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "How long a new CA is published before it signs anything: trust before use.")
+}
+
+// Policy loads the policy file, or builds the one --signer-name and --trust-domain stand
+// for. Giving both is an error: the file is the single source of truth.
+func (o *Options) Policy(fs *pflag.FlagSet) (*policy.Policy, error) {
+	shorthand := fs != nil && (fs.Changed("signer-name") || fs.Changed("trust-domain"))
+	if o.PolicyFile != "" {
+		if shorthand {
+			return nil, errors.New("--policy and --signer-name/--trust-domain exclude each other: put the signers in the policy file")
+		}
+		return policy.Load(o.PolicyFile)
+	}
+	names := o.SignerNames
+	if len(names) == 0 {
+		names = []string{policy.DefaultSignerName}
+	}
+	return policy.ForSigners(names, o.TrustDomain)
+}
+
+// Validate reports flag values that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required: it holds the CA Secrets and the Lease"))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, not %d", o.Workers))
+	}
+	if o.CARotateAt <= 0 || o.CARotateAt >= 1 {
+		errs = append(errs, fmt.Errorf("--ca-rotate-at must be between 0 and 1 (a fraction of the CA's lifetime), not %v", o.CARotateAt))
+	}
+	if o.CAValidity < time.Hour {
+		errs = append(errs, fmt.Errorf("--ca-validity %s is too short; use at least an hour", o.CAValidity))
+	}
+	return errors.Join(errs...)
+}

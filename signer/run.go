@@ -1,0 +1,276 @@
+// Package signer is trustsync's in-cluster signer: it approves CSRs its policy allows,
+// signs approved ones honouring the requested duration within its limits, and
+// publishes its CA as a trust bundle, rotating it trust-before-use.
+package signer
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/policy"
+)
+
+// resync re-checks every CA now and then even without an event, as a safety net.
+const resync = 10 * time.Minute
+
+// Run runs the signer until ctx is done. With leader election, it acts only while it
+// holds the Lease, and exits when it loses it so a restart starts clean.
+func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
+	pol, err := o.Policy(fs)
+	if err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("failed to build API server client configuration: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst, restCfg.UserAgent = o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer"
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := newMetrics(registry)
+	var ready atomic.Bool
+	if err := serveHealth(ctx, o.HealthAddress, registry, &ready); err != nil {
+		return err
+	}
+
+	act := func(ctx context.Context) {
+		m.leader.Set(1)
+		defer m.leader.Set(0)
+		if err := runControllers(ctx, o, pol, client, dyn, m, &ready); err != nil {
+			klog.ErrorS(err, "Signer stopped")
+		}
+	}
+	if !o.LeaderElect {
+		act(ctx)
+		return nil
+	}
+	hostname, _ := os.Hostname()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: "trustsync-signer"},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: hostname + "_" + uuid.NewString()},
+	}
+	lost := make(chan struct{})
+	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true, Name: "trustsync-signer",
+		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: act,
+			OnStoppedLeading: func() { close(lost) },
+			OnNewLeader: func(identity string) {
+				klog.InfoS("Leader is", "identity", identity, "self", identity == lock.Identity())
+			},
+		},
+	})
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-lost:
+		return fmt.Errorf("lost the signer Lease %s/%s; exiting so a restart starts clean", o.Namespace, "trustsync-signer")
+	}
+}
+
+// runControllers runs the CA managers and the CSR workers until ctx is done.
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, ready *atomic.Bool) error {
+	served, err := bundle.Discover(client.Discovery())
+	if err != nil {
+		return err
+	}
+	writers := served.APIs()
+	if len(writers) == 0 {
+		return fmt.Errorf("neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; install the CRD (charts/trustsync/crds)")
+	}
+	secretInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(o.Namespace))
+	secrets := secretInformers.Core().V1().Secrets()
+
+	caQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_signer_ca"})
+	csrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[csrKey](), workqueue.TypedRateLimitingQueueConfig[csrKey]{Name: "trustsync_signer_csr"})
+	defer caQueue.ShutDown()
+	defer csrQueue.ShutDown()
+
+	h := &csrHandler{client: client, signers: map[string]*signerRuntime{}, clock: clock.RealClock{}, metrics: m}
+	var synced []cache.InformerSynced
+	managers := map[string]*caManager{}
+	for i := range pol.Signers {
+		rules := &pol.Signers[i]
+		name := rules.SignerName
+		mgr := &caManager{
+			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
+			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second},
+			client:   client, secrets: secrets.Lister(), clock: clock.RealClock{}, metrics: m,
+			publisher: &publisher{signer: name},
+		}
+		for _, api := range writers {
+			mgr.publisher.stores = append(mgr.publisher.stores, bundle.NewStore(dyn, api))
+		}
+		managers[name] = mgr
+
+		// The signer's CSRs only: the API server filters by spec.signerName.
+		csrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
+		}))
+		csrInformer := csrInformers.Certificates().V1().CertificateSigningRequests()
+		enqueueCSR := func(obj any) {
+			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
+				csrQueue.Add(csrKey{signer: name, name: csr.Name})
+			}
+		}
+		if _, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCSR, UpdateFunc: func(_, n any) { enqueueCSR(n) }}); err != nil {
+			return err
+		}
+		h.signers[name] = &signerRuntime{rules: rules, csrs: csrInformer.Lister(), ca: mgr}
+		csrInformers.Start(ctx.Done())
+		synced = append(synced, csrInformer.Informer().HasSynced)
+
+		// A live bundle deleted or edited by anyone is restored.
+		for _, store := range mgr.publisher.stores {
+			opts, _, _ := bundle.Selector{SignerName: name, LabelSelector: &metav1.LabelSelector{}}.ListOptions(store.API().Form)
+			_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+				ListerWatcher: store.ListWatch(opts), ObjectType: &certificatesv1.ClusterTrustBundle{},
+				Handler: cache.ResourceEventHandlerFuncs{
+					AddFunc: func(any) { caQueue.Add(name) }, UpdateFunc: func(any, any) { caQueue.Add(name) }, DeleteFunc: func(any) { caQueue.Add(name) },
+				},
+			})
+			go ctrl.RunWithContext(ctx)
+			synced = append(synced, ctrl.HasSynced)
+		}
+	}
+	bySecret := map[string]string{}
+	for name, mgr := range managers {
+		bySecret[mgr.secretName] = name
+	}
+	enqueueSecret := func(obj any) {
+		if s, ok := obj.(*corev1.Secret); ok {
+			if name, ok := bySecret[s.Name]; ok {
+				caQueue.Add(name)
+			}
+		}
+	}
+	if _, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueSecret, UpdateFunc: func(_, n any) { enqueueSecret(n) }, DeleteFunc: enqueueSecret}); err != nil {
+		return err
+	}
+	secretInformers.Start(ctx.Done())
+	synced = append(synced, secrets.Informer().HasSynced)
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil
+	}
+	for name := range managers {
+		caQueue.Add(name)
+	}
+
+	go wait.UntilWithContext(ctx, func(ctx context.Context) { processCA(ctx, caQueue, managers) }, time.Second)
+	for range o.Workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { processCSR(ctx, csrQueue, h) }, time.Second)
+	}
+	ready.Store(true)
+	defer ready.Store(false)
+	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers)
+	<-ctx.Done()
+	return nil
+}
+
+func processCA(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], managers map[string]*caManager) {
+	for {
+		name, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		after, err := managers[name].reconcile(ctx)
+		switch {
+		case err != nil:
+			utilruntime.HandleErrorWithContext(ctx, err, "CA reconcile failed; retrying", "signer", name)
+			q.AddRateLimited(name)
+		default:
+			q.Forget(name)
+			if after > 0 {
+				q.AddAfter(name, after)
+			}
+		}
+		q.Done(name)
+	}
+}
+
+func processCSR(ctx context.Context, q workqueue.TypedRateLimitingInterface[csrKey], h *csrHandler) {
+	for {
+		key, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		if err := h.handle(ctx, key); err != nil {
+			utilruntime.HandleErrorWithContext(ctx, err, "CSR handling failed; retrying", "csr", key.name, "signer", key.signer)
+			q.AddRateLimited(key)
+		} else {
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+// serveHealth serves /healthz (the process is up), /readyz (it leads and its caches
+// are synced; a standby replica is not ready, which is what a Service wants) and
+// /metrics.
+func serveHealth(ctx context.Context, addr string, registry *prometheus.Registry, ready *atomic.Bool) error {
+	if addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not leading, or caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
+}
