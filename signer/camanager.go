@@ -31,6 +31,8 @@ type caManager struct {
 	metrics    *metrics
 
 	current atomic.Pointer[CA]
+	// loaded, when set, runs when the signing CA changes (CSRs waiting for one can go).
+	loaded func()
 }
 
 // signingCA returns the CA to sign with, or nil before the first reconcile.
@@ -75,7 +77,9 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	if after := st.phase(); after != before {
 		logger.Info("CA rotation advanced", "from", before, "to", after, "signingCA", st.Current.Cert.Subject.String())
 	}
-	m.current.Store(st.Current)
+	if old := m.current.Swap(st.Current); m.loaded != nil && (old == nil || !old.Cert.Equal(st.Current.Cert)) {
+		m.loaded()
+	}
 	m.metrics.caNotAfter.WithLabelValues(m.signer).Set(float64(st.Current.Cert.NotAfter.Unix()))
 	m.metrics.setPhase(m.signer, st.phase())
 	if next.IsZero() {

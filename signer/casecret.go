@@ -110,7 +110,7 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		}
 		s.Data[keyNextCert], s.Data[keyNextKey] = certPEM, keyPEM
 		if !st.NextPublishedAt.IsZero() {
-			s.Annotations[AnnotationNextPublishedAt] = st.NextPublishedAt.UTC().Format(time.RFC3339)
+			s.Annotations[AnnotationNextPublishedAt] = st.NextPublishedAt.UTC().Format(time.RFC3339Nano)
 		}
 	}
 	delete(s.Data, keyRetiredCert)
@@ -119,7 +119,7 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		certs := make([]*x509.Certificate, len(st.Retired))
 		until := make([]string, len(st.Retired))
 		for i, r := range st.Retired {
-			certs[i], until[i] = r.Cert, r.Until.UTC().Format(time.RFC3339)
+			certs[i], until[i] = r.Cert, r.Until.UTC().Format(time.RFC3339Nano)
 		}
 		untilJSON, _ := json.Marshal(until)
 		s.Data[keyRetiredCert], s.Annotations[AnnotationRetiredUntil] = encodeCerts(certs...), string(untilJSON)

@@ -5,6 +5,7 @@ package signer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,11 +22,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -133,6 +136,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	for i := range pol.Signers {
 		rules := &pol.Signers[i]
 		name := rules.SignerName
+		var csrLister certlisters.CertificateSigningRequestLister
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second},
@@ -157,7 +161,9 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		if _, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCSR, UpdateFunc: func(_, n any) { enqueueCSR(n) }}); err != nil {
 			return err
 		}
-		h.signers[name] = &signerRuntime{rules: rules, csrs: csrInformer.Lister(), ca: mgr}
+		csrLister = csrInformer.Lister()
+		mgr.loaded = func() { requeueAll(csrLister, name, csrQueue) }
+		h.signers[name] = &signerRuntime{rules: rules, csrs: csrLister, ca: mgr}
 		csrInformers.Start(ctx.Done())
 		synced = append(synced, csrInformer.Informer().HasSynced)
 
@@ -208,6 +214,17 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	return nil
 }
 
+// requeueAll queues every CSR of signer, for when its first CA is loaded.
+func requeueAll(lister certlisters.CertificateSigningRequestLister, signer string, q workqueue.TypedRateLimitingInterface[csrKey]) {
+	csrs, err := lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, csr := range csrs {
+		q.Add(csrKey{signer: signer, name: csr.Name})
+	}
+}
+
 func processCA(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], managers map[string]*caManager) {
 	for {
 		name, shutdown := q.Get()
@@ -235,10 +252,16 @@ func processCSR(ctx context.Context, q workqueue.TypedRateLimitingInterface[csrK
 		if shutdown {
 			return
 		}
-		if err := h.handle(ctx, key); err != nil {
+		switch err := h.handle(ctx, key); {
+		case errors.Is(err, errCANotReady):
+			// Not the CSR's fault: wait for the CA without escalating the backoff (the
+			// CA manager also requeues the signer's CSRs once it loads one).
+			q.Forget(key)
+			q.AddAfter(key, time.Second)
+		case err != nil:
 			utilruntime.HandleErrorWithContext(ctx, err, "CSR handling failed; retrying", "csr", key.name, "signer", key.signer)
 			q.AddRateLimited(key)
-		} else {
+		default:
 			q.Forget(key)
 		}
 		q.Done(key)
