@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -86,10 +87,17 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
 		act(ctx)
 		return nil
 	}
+	// The Lease gets a client of its own, with its own rate limit, as
+	// kube-controller-manager's does: a flood of CSRs must never starve renewals and
+	// cost the leadership, nor renewals eat the signing budget.
+	electionClient, err := kubernetes.NewForConfig(rest.CopyConfig(restCfg))
+	if err != nil {
+		return err
+	}
 	hostname, _ := os.Hostname()
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: "trustsync-signer"},
-		Client:     client.CoordinationV1(),
+		Client:     electionClient.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: hostname + "_" + uuid.NewString()},
 	}
 	lost := make(chan struct{})
