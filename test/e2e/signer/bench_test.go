@@ -196,4 +196,3 @@ func waitForBundle(b *testing.B, cp *controlplane.ControlPlane, name string) {
 	}
 	b.Fatalf("bundle %s never published", name)
 }
-
