@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +88,7 @@ func (cp *ControlPlane) start() error {
 	if err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -184,11 +185,11 @@ func (cp *ControlPlane) writePKI() error {
 }
 
 func (cp *ControlPlane) startEtcd() (string, error) {
-	clientPort, err := freePort()
+	clientPort, err := FreePort()
 	if err != nil {
 		return "", err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return "", err
 	}
@@ -330,11 +331,19 @@ func (cp *ControlPlane) ensureServiceAccount(ctx context.Context, client kuberne
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port free at the time of asking.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Context returns a context for one test that ends with it, or after two minutes.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,10 +1,8 @@
 package bundles
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,12 +16,6 @@ import (
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
-
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 func discover(t *testing.T, cfg *rest.Config) bundle.Served {
 	t.Helper()
@@ -59,7 +51,7 @@ func newBundle(name, signer string, labels map[string]string, anchors ...*fixtur
 func storeFor(t *testing.T, cp *controlplane.ControlPlane, native bool) *bundle.Store {
 	t.Helper()
 	if !native {
-		if err := cp.InstallMirrorCRD(ctxFor(t)); err != nil {
+		if err := cp.InstallMirrorCRD(controlplane.Context(t)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +74,7 @@ func TestDiscover_NoNativeModeServesOnlyTheMirrorOnceInstalled(t *testing.T) {
 	if served := discover(t, cp.AdminConfig()); served.Native != nil {
 		t.Fatalf("Native = %v, want none with the ClusterTrustBundle gate off", served.Native)
 	}
-	if err := cp.InstallMirrorCRD(ctxFor(t)); err != nil {
+	if err := cp.InstallMirrorCRD(controlplane.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	served := discover(t, cp.AdminConfig())
@@ -100,7 +92,7 @@ func TestDiscover_NoNativeModeServesOnlyTheMirrorOnceInstalled(t *testing.T) {
 func TestStore_CreateAndListBySignerFieldSelector(t *testing.T) {
 	for _, native := range []bool{true, false} {
 		t.Run(mode(native), func(t *testing.T) {
-			ctx := ctxFor(t)
+			ctx := controlplane.Context(t)
 			s := storeFor(t, cluster(t, native), native)
 			live := map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}
 			want := newBundle("example.com:server-tls:live", "example.com/server-tls", live, fixtures.CA("server-tls"))
@@ -148,7 +140,7 @@ func TestStore_CreateAndListBySignerFieldSelector(t *testing.T) {
 // The mirror keeps "--" in object names; users and readers only ever see ":".
 func TestStore_MirrorObjectsAreNamedWithDashes(t *testing.T) {
 	cp := cluster(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := storeFor(t, cp, false)
 	if _, err := s.Create(ctx, newBundle("xn--bcher-kva.example:s:v1", "xn--bcher-kva.example/s", nil, fixtures.CA("idn")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -170,7 +162,7 @@ func TestStore_MirrorObjectsAreNamedWithDashes(t *testing.T) {
 // changing, removing and adding it are all refused.
 func TestMirrorCRD_SignerNameIsImmutable(t *testing.T) {
 	cp := cluster(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := storeFor(t, cp, false)
 	signed, err := s.Create(ctx, newBundle("example.com:immutable:live", "example.com/immutable", nil, fixtures.CA("a")), metav1.CreateOptions{})
 	if err != nil {
@@ -205,7 +197,7 @@ func TestRBAC_UnprivilegedUserIsForbidden(t *testing.T) {
 	for _, native := range []bool{true, false} {
 		t.Run(mode(native), func(t *testing.T) {
 			cp := cluster(t, native)
-			ctx := ctxFor(t)
+			ctx := controlplane.Context(t)
 			api := storeFor(t, cp, native).API()
 			s := store(t, cp.UserConfig("mallory", "e2e-unprivileged"), api)
 			if _, err := s.Create(ctx, newBundle("mallory-root", "", nil, fixtures.CA("mallory")), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
@@ -223,7 +215,7 @@ func TestRBAC_UnprivilegedUserIsForbidden(t *testing.T) {
 func TestStore_WatchDeliversConvertedBundles(t *testing.T) {
 	for _, native := range []bool{true, false} {
 		t.Run(mode(native), func(t *testing.T) {
-			ctx := ctxFor(t)
+			ctx := controlplane.Context(t)
 			s := storeFor(t, cluster(t, native), native)
 			opts, _, _ := bundle.Selector{SignerName: "example.com/watched", LabelSelector: &metav1.LabelSelector{}}.ListOptions(s.API().Form)
 			w, err := s.Watch(ctx, opts)
@@ -251,7 +243,7 @@ func TestStore_WatchDeliversConvertedBundles(t *testing.T) {
 // (the sidecar's outage tests rely on it): objects survive, clients reconnect.
 func TestHarness_APIServerRestartKeepsObjects(t *testing.T) {
 	cp := cluster(t, true)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := storeFor(t, cp, true)
 	if _, err := s.Create(ctx, newBundle("restart-survivor", "", nil, fixtures.CA("r")), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

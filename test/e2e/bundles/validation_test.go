@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -20,7 +21,7 @@ import (
 // causes it gives (field and message), no more and no fewer.
 func TestValidate_AgreesWithTheAPIServer(t *testing.T) {
 	cp := cluster(t, true)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := store(t, cp.AdminConfig(), bundle.NativeV1)
 
 	caA, caB := fixtures.CA("a"), fixtures.CA("b")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -99,7 +98,7 @@ func startSigner(cp *controlplane.ControlPlane, extra ...string) (*controlplane.
 	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -111,15 +110,6 @@ func startSigner(cp *controlplane.ControlPlane, extra ...string) (*controlplane.
 		"-v=2",
 	}, extra...)
 	return controlplane.StartProcess("trustsync-signer", bin, args, filepath.Join(dir, "signer.log"))
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func kube(t testing.TB, cfg *rest.Config) kubernetes.Interface {

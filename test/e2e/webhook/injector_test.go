@@ -44,7 +44,7 @@ var askForTrust = map[string]string{"trustsync.io/inject": "true", "trustsync.io
 
 func TestInjector(t *testing.T) {
 	cp, w := env(t, true)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	if err := cp.CreateNamespace(ctx, "restricted-apps", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}); err != nil {
 		t.Fatal(err)
 	}

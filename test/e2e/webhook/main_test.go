@@ -98,12 +98,10 @@ func startWebhook(cp *controlplane.ControlPlane) (*webhookServer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := controlplane.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	w := &webhookServer{dir: dir, port: port, ca: fixtures.CA("webhook serving CA"), bin: bin}
 	if err := w.writeServingCert(); err != nil {
 		return nil, err

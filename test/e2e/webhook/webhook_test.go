@@ -19,12 +19,6 @@ import (
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func mirrorStore(t *testing.T, cfg *rest.Config) *bundle.Store {
 	t.Helper()
 	c, err := dynamic.NewForConfig(cfg)
@@ -68,7 +62,7 @@ func TestMirror_AttestIsRequiredToPublishForASigner(t *testing.T) {
 	for _, native := range []bool{false, true} {
 		t.Run(mode(native), func(t *testing.T) {
 			cp, _ := env(t, native)
-			ctx := ctxFor(t)
+			ctx := controlplane.Context(t)
 			signed := ctb("example.com:server-tls:live", "example.com/server-tls", fixtures.Bundle(fixtures.CA("server-tls")))
 
 			_, err := mirrorStore(t, editor(cp)).Create(ctx, signed, metav1.CreateOptions{})
@@ -87,7 +81,7 @@ func TestMirror_AttestIsRequiredToPublishForASigner(t *testing.T) {
 // The mirror refuses what the API server refuses for native bundles, with its words.
 func TestMirror_UpstreamRulesWithUpstreamMessages(t *testing.T) {
 	cp, _ := env(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := mirrorStore(t, attester(cp))
 	ca := fixtures.CA("dup")
 	tests := []struct {
@@ -127,7 +121,7 @@ func TestMirror_UpstreamRulesWithUpstreamMessages(t *testing.T) {
 // else's writes rather than let unchecked anchors in.
 func TestMirror_WebhookDown(t *testing.T) {
 	cp, w := env(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	w.stop()
 	t.Cleanup(func() {
 		if err := w.start(); err != nil {
@@ -170,7 +164,7 @@ func withWarnings(cfg *rest.Config) (*rest.Config, *warnings) {
 
 func TestNative_ExpiringAnchorIsAdmittedWithAWarning(t *testing.T) {
 	cp, _ := env(t, true)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	cfg, seen := withWarnings(cp.AdminConfig())
 	c, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -198,7 +192,7 @@ func csr(name, signer string, seconds *int32, annotations map[string]string) *ce
 
 func TestCSR_DurationRules(t *testing.T) {
 	cp, w := env(t, true)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	cfg, seen := withWarnings(cp.AdminConfig())
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -274,7 +268,7 @@ func TestCSR_DurationRules(t *testing.T) {
 // connections get the new certificate.
 func TestServingCertificateRotation(t *testing.T) {
 	cp, w := env(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	s := mirrorStore(t, attester(cp))
 	ca := fixtures.CA("rotation")
 	servedSerial := func() string {
@@ -320,7 +314,7 @@ func mode(native bool) string {
 // without it, while any other change (labels, say) does not.
 func TestMirror_GarbageCollectionFieldsNeedNoAttest(t *testing.T) {
 	cp, _ := env(t, false)
-	ctx := ctxFor(t)
+	ctx := controlplane.Context(t)
 	created, err := mirrorStore(t, attester(cp)).Create(ctx, ctb("example.com:server-tls:gc", "example.com/server-tls", fixtures.Bundle(fixtures.CA("gc"))), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
