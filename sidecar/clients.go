@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -92,4 +93,21 @@ func (p *podEvents) normal(reason, message string) {
 	if p.recorder != nil {
 		p.recorder.Event(p.pod, corev1.EventTypeNormal, reason, message)
 	}
+}
+
+// csrScheme knows CertificateSigningRequests alone, for the workload certificate.
+var csrScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	s.AddKnownTypes(certificatesv1.SchemeGroupVersion, &certificatesv1.CertificateSigningRequest{}, &certificatesv1.CertificateSigningRequestList{})
+	metav1.AddToGroupVersion(s, certificatesv1.SchemeGroupVersion)
+	return s
+}()
+
+// csrClient is a REST client for certificates.k8s.io/v1 CertificateSigningRequests.
+func csrClient(base *rest.Config) (rest.Interface, error) {
+	cfg := rest.CopyConfig(base)
+	cfg.APIPath = "/apis"
+	cfg.GroupVersion = &certificatesv1.SchemeGroupVersion
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(csrScheme).WithoutConversion()
+	return rest.RESTClientFor(cfg)
 }

@@ -27,6 +27,8 @@ type metrics struct {
 	syncs       map[string]*histogram // by result
 	anchors     map[string]int        // by path
 	lastSuccess time.Time
+	certExpiry  time.Time // zero without a workload certificate
+	renewErrors uint64
 }
 
 // durationBuckets: 0.5 ms to 4 s, doubling.
@@ -78,6 +80,24 @@ func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Dura
 	}
 }
 
+func (m *metrics) setCertificateExpiry(notAfter time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.certExpiry = notAfter
+}
+
+func (m *metrics) renewError() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.renewErrors++
+}
+
 // ServeHTTP writes the metrics in the Prometheus text exposition format 0.0.4.
 func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -113,6 +133,12 @@ func (m *metrics) write(w io.Writer) {
 		since = m.now().Sub(m.lastSuccess).Seconds()
 	}
 	fmt.Fprintf(w, "trustsync_sidecar_seconds_since_last_success %g\n", since)
+	if !m.certExpiry.IsZero() {
+		header(w, "trustsync_sidecar_certificate_expiration_seconds", "gauge", "Seconds until the workload certificate expires (as the kubelet's certificate_manager_client_expiration_seconds).")
+		fmt.Fprintf(w, "trustsync_sidecar_certificate_expiration_seconds %g\n", m.certExpiry.Sub(m.now()).Seconds())
+	}
+	header(w, "trustsync_sidecar_certificate_renew_errors_total", "counter", "Failed attempts to obtain or renew the workload certificate.")
+	fmt.Fprintf(w, "trustsync_sidecar_certificate_renew_errors_total %d\n", m.renewErrors)
 }
 
 func header(w io.Writer, name, kind, help string) {

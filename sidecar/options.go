@@ -103,8 +103,12 @@ func (o *Options) Validate(needAPI bool) error {
 	if needAPI && o.PodNamespace == "" && o.needsNamespace() {
 		errs = append(errs, errors.New("--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources"))
 	}
-	if o.Certificate {
-		errs = append(errs, errors.New("--certificate: workload certificates are not available in this version of trustsync-sidecar"))
+	if o.Certificate && needAPI {
+		for flag, value := range map[string]string{"--pod-name": o.PodName, "--pod-namespace": o.PodNamespace, "--service-account": o.ServiceAccount, "--state-dir": o.StateDir, "--trust-domain": o.TrustDomain} {
+			if value == "" {
+				errs = append(errs, fmt.Errorf("%s is required with --certificate: it names the certificate's identity or keeps its pending key", flag))
+			}
+		}
 	}
 	if !slices.Contains([]string{"ECDSAP256", "ECDSAP384", "RSA2048", "RSA3072", "ED25519"}, o.CertificateKeyType) {
 		errs = append(errs, fmt.Errorf("--certificate-key-type %q is not one of ECDSAP256, ECDSAP384, RSA2048, RSA3072, ED25519", o.CertificateKeyType))
@@ -116,10 +120,18 @@ func (o *Options) needsNamespace() bool {
 	return slices.ContainsFunc(o.sources, func(s bundle.Source) bool { return s.ConfigMap != nil || s.Secret != nil })
 }
 
+// spiffeID is the workload identity the certificate is requested for.
+func (o *Options) spiffeID() string {
+	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", o.TrustDomain, o.PodNamespace, o.ServiceAccount)
+}
+
 // requiredPaths lists the files that must exist for the pod to start: every path with
-// a non-optional source.
+// a non-optional source, and the certificate and key when one is asked for.
 func (o *Options) requiredPaths() []string {
 	var out []string
+	if o.Certificate {
+		out = append(out, fileCert, fileKey)
+	}
 	for _, g := range groupByPath(o.sources) {
 		if !g.optional() && !slices.Contains(out, g.path) {
 			out = append(out, g.path)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +37,7 @@ const resyncPeriod = 5 * time.Minute
 // sidecar is a set of watches feeding one syncer.
 type sidecar struct {
 	syncer      *syncer
+	cert        *certManager // nil without --certificate
 	controllers []cache.Controller
 	changed     chan struct{}
 	stopEvents  func()
@@ -73,8 +75,32 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	events, stop := newPodEvents(ctx, core, o)
 	s.stopEvents = stop
 	clk := clock.RealClock{}
-	s.syncer, err = newSyncer(groups, NewAtomicWriter(o.Dir), &eventReporter{events: events, clock: clk}, m, clk)
-	return s, err
+	writer := NewAtomicWriter(o.Dir)
+	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, clock: clk}, m, clk); err != nil {
+		return nil, err
+	}
+	if o.Certificate {
+		csrs, err := csrClient(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.cert = &certManager{
+			opts: certOptions{
+				signer: o.CertificateSigner, expirationSeconds: o.CertificateExpirationSeconds, dnsNames: o.CertificateDNSNames,
+				keyType: o.CertificateKeyType, credentialBundle: o.CertificateCredentialBundle, spiffeID: o.spiffeID(),
+				podName: o.PodName, podUID: o.PodUID, stateDir: o.StateDir,
+			},
+			api: restCSRs{c: csrs}, clock: clk, jitter: rand.Float64, events: events, metrics: m,
+			write: func() error { return s.syncer.sync().writeErr },
+		}
+		existing, err := writer.Read()
+		if err != nil {
+			return nil, err
+		}
+		s.cert.adopt(existing)
+		s.syncer.extra = s.cert.files
+	}
+	return s, nil
 }
 
 func needsBundles(sources []tsbundle.Source) bool {
@@ -211,7 +237,10 @@ func Run(ctx context.Context, o *Options) error {
 	if !s.waitSynced(ctx) {
 		return nil // shutting down before the first sync
 	}
-	klog.InfoS("Watching trust sources", "dir", o.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers))
+	klog.InfoS("Watching trust sources", "dir", o.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers), "certificate", o.Certificate)
+	if s.cert != nil {
+		go s.cert.run(ctx)
+	}
 	for first := true; ; first = false {
 		s.syncer.sync()
 		if first {
@@ -246,6 +275,11 @@ func Init(ctx context.Context, o *Options) error {
 	s.start(ctx)
 	if !s.waitSynced(ctx) {
 		return terminate(o, fmt.Errorf("the API server did not answer within %ds", o.InitTimeoutSecs))
+	}
+	if s.cert != nil && s.cert.files() == nil {
+		if err := s.cert.obtain(ctx); err != nil {
+			return terminate(o, fmt.Errorf("workload certificate: %w", err))
+		}
 	}
 	res := s.syncer.sync()
 	var missing []string

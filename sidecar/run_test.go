@@ -76,10 +76,14 @@ current-context: c
 	}
 }
 
-func TestOptions_CertificateIsRefusedUntilSupported(t *testing.T) {
+func TestOptions_CertificateNeedsItsIdentity(t *testing.T) {
 	o := NewOptions()
-	o.Dir, o.Certificate = t.TempDir(), true
-	if err := o.Validate(false); err == nil || !strings.Contains(err.Error(), "workload certificates are not available") {
-		t.Errorf("Validate() = %v", err)
+	o.Dir, o.Certificate, o.PodNamespace, o.PodName, o.ServiceAccount = t.TempDir(), true, "apps", "web-1", ""
+	if err := o.Validate(true); err == nil || !strings.Contains(err.Error(), "--service-account is required with --certificate") || !strings.Contains(err.Error(), "--state-dir is required") {
+		t.Errorf("Validate(true) = %v", err)
+	}
+	// The probe needs no identity: it only checks files.
+	if err := o.Validate(false); err != nil {
+		t.Errorf("Validate(false) = %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -21,7 +22,12 @@ const trustFileMode = 0o644
 // them all. Upstream's rule, and the point of the sidecar: a workload always finds a
 // complete trust file, and an error never empties one.
 type syncer struct {
-	groups   []pathGroup
+	// mu serialises syncs: the watch loop and the certificate manager both write.
+	mu     sync.Mutex
+	groups []pathGroup
+	// extra, when set, gives files written alongside the trust files in the same swap:
+	// the workload certificate and key, so they never mismatch.
+	extra    func() map[string]File
 	writer   Writer
 	decoder  *decoder
 	lastGood map[string][]byte
@@ -33,6 +39,8 @@ type syncer struct {
 // syncResult is what one pass did.
 type syncResult struct {
 	changed bool
+	// writeErr is set when nothing could be written at all.
+	writeErr error
 	// failed maps each held-back path to why.
 	failed map[string]error
 }
@@ -71,6 +79,8 @@ func newSyncer(groups []pathGroup, w Writer, r reporter, m *metrics, clk clock.P
 
 // sync writes every path once from the current state.
 func (s *syncer) sync() syncResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	start := s.clock.Now()
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
@@ -88,8 +98,14 @@ func (s *syncer) sync() syncResult {
 		anchors[g.path] = n
 	}
 	s.decoder.endSync()
+	if s.extra != nil {
+		for name, f := range s.extra() {
+			payload[name] = f
+		}
+	}
 
 	changed, err := s.writer.Write(payload)
+	res.writeErr = err
 	if err != nil {
 		// Nothing new reached the directory; every path is as it was.
 		for _, g := range s.groups {

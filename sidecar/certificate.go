@@ -1,0 +1,367 @@
+package sidecar
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// The workload certificate's files, reserved in every sources list.
+const (
+	fileCert       = "tls.crt"
+	fileKey        = "tls.key"
+	fileCredential = "credential.pem"
+	pendingKeyFile = "pending.key"
+
+	reasonCertIssued  = "CertificateIssued"
+	reasonCertDenied  = "CertificateRequestDenied"
+	reasonCertFailing = "CertificateRenewalFailed"
+)
+
+// certOptions describe the certificate to request.
+type certOptions struct {
+	signer            string
+	expirationSeconds int32
+	dnsNames          []string
+	keyType           string
+	credentialBundle  bool
+	spiffeID          string
+	podName, podUID   string
+	stateDir          string
+}
+
+// issuedCert is a certificate the sidecar holds, with its key.
+type issuedCert struct {
+	chainPEM []byte // as issued: the leaf, then intermediates
+	keyPEM   []byte
+	leaf     *x509.Certificate
+}
+
+// certManager obtains and rotates the workload certificate through the CSR API, as
+// the kubelet's client certificate manager does (KEP-266): the key is kept, in a
+// sidecar-only directory, until a CSR made from it is issued, so a restart resumes the
+// same request; the CSR is named from the key and the pod, so a restarted sidecar waits
+// on the CSR it created instead of making another; rotation happens at a jittered
+// point between 70% and 90% of the issued certificate's own lifetime, with a fresh key;
+// failures keep the current certificate and retry with capped backoff.
+type certManager struct {
+	opts    certOptions
+	api     csrAPI
+	clock   clock.Clock
+	jitter  func() float64
+	events  eventRecorder
+	metrics *metrics
+	// write writes the trust files and the certificate files in one atomic swap.
+	write func() error
+
+	mu      sync.Mutex
+	current *issuedCert
+}
+
+// csrAPI is what the manager needs of the CSR API.
+type csrAPI interface {
+	create(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*certificatesv1.CertificateSigningRequest, error)
+	get(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error)
+	// waitDone blocks until the named CSR is issued, denied or failed.
+	waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error)
+}
+
+// files returns the certificate files to write, or none before the first issuance.
+func (m *certManager) files() map[string]File {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.current == nil {
+		return nil
+	}
+	out := map[string]File{
+		fileCert: {Data: m.current.chainPEM, Mode: 0o644},
+		// The sidecar runs as the app's uid, so 0600 still lets the app read its key.
+		fileKey: {Data: m.current.keyPEM, Mode: 0o600},
+	}
+	if m.opts.credentialBundle {
+		out[fileCredential] = File{Data: append(append([]byte{}, m.current.keyPEM...), m.current.chainPEM...), Mode: 0o600}
+	}
+	return out
+}
+
+// adopt takes over a certificate and key a previous run of the sidecar wrote, if they
+// belong together: a container restart must not cost a new certificate.
+func (m *certManager) adopt(existing map[string]File) {
+	c, err := parseIssued(existing[fileCert].Data, existing[fileKey].Data)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	m.current = c
+	m.mu.Unlock()
+}
+
+func parseIssued(chainPEM, keyPEM []byte) (*issuedCert, error) {
+	block, _ := pem.Decode(chainPEM)
+	if block == nil {
+		return nil, errors.New("no certificate")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := decodeKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	if !publicKeysEqual(leaf.PublicKey, key.Public()) {
+		return nil, errors.New("the certificate is not for this key")
+	}
+	return &issuedCert{chainPEM: chainPEM, keyPEM: keyPEM, leaf: leaf}, nil
+}
+
+// rotationDeadline is a jittered point between 70% and 90% of the certificate's actual
+// lifetime, read from the certificate, never from the request. jitter is in [0, 1).
+func rotationDeadline(leaf *x509.Certificate, jitter float64) time.Time {
+	life := leaf.NotAfter.Sub(leaf.NotBefore)
+	return leaf.NotBefore.Add(time.Duration(float64(life) * (0.7 + 0.2*jitter)))
+}
+
+// backoffDelay is the wait before retry attempt n (from 0): doubling from a second,
+// capped at 5 minutes.
+func backoffDelay(n int) time.Duration {
+	d := time.Second
+	for range n {
+		if d *= 2; d >= 5*time.Minute {
+			return 5 * time.Minute
+		}
+	}
+	return d
+}
+
+// run keeps a valid certificate until ctx is done.
+func (m *certManager) run(ctx context.Context) {
+	failures := 0
+	for {
+		var wait time.Duration
+		m.mu.Lock()
+		current := m.current
+		m.mu.Unlock()
+		if current != nil {
+			m.metrics.setCertificateExpiry(current.leaf.NotAfter)
+			wait = rotationDeadline(current.leaf, m.jitter()).Sub(m.clock.Now())
+		}
+		if wait <= 0 {
+			if err := m.obtain(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.metrics.renewError()
+				wait = backoffDelay(failures)
+				failures++
+				klog.ErrorS(err, "Cannot obtain the workload certificate; keeping the current one and retrying", "retryIn", wait, "haveCertificate", current != nil)
+			} else {
+				failures = 0
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(wait):
+		}
+	}
+}
+
+// obtain requests a certificate with the pending key (made and saved first if there is
+// none), waits for it, and writes it with its key.
+func (m *certManager) obtain(ctx context.Context) error {
+	key, err := m.pendingKey()
+	if err != nil {
+		return err
+	}
+	name, csr, err := m.request(key)
+	if err != nil {
+		return err
+	}
+	if _, err := m.api.create(ctx, csr); apierrors.IsAlreadyExists(err) {
+		// A restart, resuming: the name is derived from this key, so the CSR is ours.
+		klog.InfoS("Resuming the pending certificate request", "csr", name)
+	} else if err != nil {
+		return fmt.Errorf("failed to create CertificateSigningRequest %q: %w", name, err)
+	} else {
+		klog.InfoS("Requested a workload certificate", "csr", name, "signer", m.opts.signer, "identity", m.opts.spiffeID)
+	}
+	done, err := m.api.waitDone(ctx, name)
+	if err != nil {
+		return fmt.Errorf("waiting for CertificateSigningRequest %q: %w", name, err)
+	}
+	if refused := refusal(done); refused != "" {
+		// The next attempt starts over with a fresh key and a new request.
+		_ = os.Remove(filepath.Join(m.opts.stateDir, pendingKeyFile))
+		m.events.warning(reasonCertDenied, fmt.Sprintf("CertificateSigningRequest %s was %s", name, refused))
+		return fmt.Errorf("CertificateSigningRequest %q was %s", name, refused)
+	}
+	issued, err := parseIssued(done.Status.Certificate, encodeKey(key))
+	if err != nil {
+		return fmt.Errorf("CertificateSigningRequest %q: the issued certificate is unusable: %w", name, err)
+	}
+	m.mu.Lock()
+	previous := m.current
+	m.current = issued
+	m.mu.Unlock()
+	if err := m.write(); err != nil {
+		m.mu.Lock()
+		m.current = previous
+		m.mu.Unlock()
+		return fmt.Errorf("cannot write the new certificate: %w", err)
+	}
+	// Written: the key now lives with its certificate, and the next request gets a new one.
+	_ = os.Remove(filepath.Join(m.opts.stateDir, pendingKeyFile))
+	m.metrics.setCertificateExpiry(issued.leaf.NotAfter)
+	m.events.normal(reasonCertIssued, fmt.Sprintf("Certificate for %s issued, valid until %s", m.opts.spiffeID, issued.leaf.NotAfter.UTC().Format(time.RFC3339)))
+	klog.InfoS("Wrote the workload certificate", "csr", name, "notAfter", issued.leaf.NotAfter)
+	return nil
+}
+
+// refusal says why a CSR will not be issued ("denied: ..." or "failed: ..."), or "".
+func refusal(csr *certificatesv1.CertificateSigningRequest) string {
+	for _, c := range csr.Status.Conditions {
+		if c.Status == corev1.ConditionFalse {
+			continue
+		}
+		switch c.Type {
+		case certificatesv1.CertificateDenied:
+			return fmt.Sprintf("denied (%s): %s", c.Reason, c.Message)
+		case certificatesv1.CertificateFailed:
+			return fmt.Sprintf("failed (%s): %s", c.Reason, c.Message)
+		}
+	}
+	return ""
+}
+
+// pendingKey returns the key a request is (or will be) made from, creating and saving
+// it first when there is none, so a restart finds the same key.
+func (m *certManager) pendingKey() (crypto.Signer, error) {
+	path := filepath.Join(m.opts.stateDir, pendingKeyFile)
+	if data, err := os.ReadFile(path); err == nil {
+		if key, err := decodeKey(data); err == nil {
+			return key, nil
+		}
+		klog.InfoS("Discarding an unreadable pending key", "path", path)
+	}
+	key, err := generateKey(m.opts.keyType)
+	if err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, encodeKey(key), 0o600); err != nil {
+		return nil, fmt.Errorf("cannot save the pending key in %s: %w", m.opts.stateDir, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// request builds the CSR for key. Its name is derived from the public key and the pod.
+func (m *certManager) request(key crypto.Signer) (string, *certificatesv1.CertificateSigningRequest, error) {
+	spki, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(append(spki, m.opts.podUID...))
+	prefix := m.opts.podName
+	if len(prefix) > 200 {
+		prefix = prefix[:200]
+	}
+	name := "trustsync-" + prefix + "-" + hex.EncodeToString(sum[:8])
+	uri, err := url.Parse(m.opts.spiffeID)
+	if err != nil {
+		return "", nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: m.opts.dnsNames, URIs: []*url.URL{uri}}, key)
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot build the certificate request: %w", err)
+	}
+	usages := []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth, certificatesv1.UsageClientAuth}
+	if _, isRSA := key.(*rsa.PrivateKey); isRSA {
+		usages = append(usages, certificatesv1.UsageKeyEncipherment)
+	}
+	csr := &certificatesv1.CertificateSigningRequest{
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: m.opts.signer,
+			Usages:     usages,
+		},
+	}
+	csr.Name = name
+	if m.opts.expirationSeconds > 0 {
+		csr.Spec.ExpirationSeconds = &m.opts.expirationSeconds
+	}
+	return name, csr, nil
+}
+
+func generateKey(keyType string) (crypto.Signer, error) {
+	switch keyType {
+	case "ECDSAP256":
+		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case "ECDSAP384":
+		return ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case "RSA2048":
+		return rsa.GenerateKey(rand.Reader, 2048)
+	case "RSA3072":
+		return rsa.GenerateKey(rand.Reader, 3072)
+	case "ED25519":
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		return key, err
+	}
+	return nil, fmt.Errorf("unknown key type %q", keyType)
+}
+
+// encodeKey writes a key as PKCS#8 PEM.
+func encodeKey(key crypto.Signer) []byte {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		panic(err) // every key generateKey makes marshals
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+func decodeKey(data []byte) (crypto.Signer, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, errors.New("not a PKCS#8 PEM key")
+	}
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("key of type %T cannot sign", key)
+	}
+	return signer, nil
+}
+
+func publicKeysEqual(a, b crypto.PublicKey) bool {
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	e, ok := a.(equaler)
+	return ok && e.Equal(b)
+}

@@ -1,0 +1,265 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+var certNow = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func leafValid(notBefore time.Time, life time.Duration) *x509.Certificate {
+	return &x509.Certificate{NotBefore: notBefore, NotAfter: notBefore.Add(life)}
+}
+
+func TestRotationDeadline_IsBetween70And90PercentOfTheActualLifetime(t *testing.T) {
+	leaf := leafValid(certNow, 10*time.Hour)
+	for _, tc := range []struct {
+		jitter float64
+		want   time.Duration
+	}{{0, 7 * time.Hour}, {0.5, 8 * time.Hour}, {0.9999, 9*time.Hour - 720*time.Millisecond}} {
+		if got := rotationDeadline(leaf, tc.jitter).Sub(certNow); got.Round(time.Second) != tc.want.Round(time.Second) {
+			t.Errorf("jitter %v: deadline at %s, want %s", tc.jitter, got, tc.want)
+		}
+	}
+}
+
+func TestBackoffDelay_DoublesAndCapsAtFiveMinutes(t *testing.T) {
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute}
+	for n, w := range want {
+		if got := backoffDelay(n); got != w {
+			t.Errorf("backoffDelay(%d) = %s, want %s", n, got, w)
+		}
+	}
+	if got := backoffDelay(1000); got != 5*time.Minute {
+		t.Errorf("backoffDelay(1000) = %s", got)
+	}
+}
+
+// fakeCSRs is the CSR API: decide answers each request; with block, waiting lasts
+// until the context ends (a request nobody acts on).
+type fakeCSRs struct {
+	mu      sync.Mutex
+	stored  map[string]*certificatesv1.CertificateSigningRequest
+	creates []string
+	decide  func(*certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequest
+	block   bool
+}
+
+func (f *fakeCSRs) create(_ context.Context, csr *certificatesv1.CertificateSigningRequest) (*certificatesv1.CertificateSigningRequest, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stored == nil {
+		f.stored = map[string]*certificatesv1.CertificateSigningRequest{}
+	}
+	if _, ok := f.stored[csr.Name]; ok {
+		return nil, apierrors.NewAlreadyExists(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, csr.Name)
+	}
+	f.stored[csr.Name] = csr.DeepCopy()
+	f.creates = append(f.creates, csr.Name)
+	return csr, nil
+}
+
+func (f *fakeCSRs) get(_ context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stored[name], nil
+}
+
+func (f *fakeCSRs) waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
+	if f.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	csr, _ := f.get(ctx, name)
+	return f.decide(csr.DeepCopy()), nil
+}
+
+// signWith issues every request from ca for life (whatever was asked).
+func signWith(ca *fixtures.Cert, life time.Duration) func(*certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequest {
+	return func(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequest {
+		block, _ := pem.Decode(csr.Spec.Request)
+		req, err := x509.ParseCertificateRequest(block.Bytes)
+		if err != nil {
+			panic(err)
+		}
+		leaf := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca, NotBefore: certNow.Add(-5 * time.Minute), NotAfter: certNow.Add(life), PublicKey: req.PublicKey, URIs: req.URIs})
+		csr.Status.Certificate = leaf.CertPEM()
+		return csr
+	}
+}
+
+func deny(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequest {
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "TrustsyncPolicyDenied", Message: `DNS SAN "x" is not allowed`,
+	})
+	return csr
+}
+
+func newTestCertManager(t *testing.T, stateDir string, api csrAPI, expirationSeconds int32) (*certManager, *fakeEvents, *int) {
+	writes := 0
+	events := &fakeEvents{}
+	m := &certManager{
+		opts: certOptions{signer: "trustsync.io/workload", keyType: "ECDSAP256", spiffeID: "spiffe://cluster.local/ns/apps/sa/web",
+			podName: "web-1", podUID: "uid-1", stateDir: stateDir, expirationSeconds: expirationSeconds, credentialBundle: true},
+		api: api, clock: clocktesting.NewFakeClock(certNow), jitter: func() float64 { return 0.5 }, events: events,
+		write: func() error { writes++; return nil },
+	}
+	return m, events, &writes
+}
+
+func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
+	ca := fixtures.CA("signer")
+	stateDir := t.TempDir()
+	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
+	// Asks for 10 hours; the signer gives 1 hour. The issued lifetime is what counts.
+	m, events, writes := newTestCertManager(t, stateDir, api, 36000)
+	if err := m.obtain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	files := m.files()
+	issued, err := parseIssued(files[fileCert].Data, files[fileKey].Data)
+	if err != nil {
+		t.Fatalf("certificate and key do not match: %v", err)
+	}
+	if files[fileKey].Mode != 0o600 || files[fileCredential].Mode != 0o600 || !strings.HasPrefix(string(files[fileCredential].Data), "-----BEGIN PRIVATE KEY-----") {
+		t.Errorf("modes %v %v; credential.pem must start with the key", files[fileKey].Mode, files[fileCredential].Mode)
+	}
+	if *writes != 1 {
+		t.Errorf("%d writes, want one swap for certificate and key", *writes)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, pendingKeyFile)); !os.IsNotExist(err) {
+		t.Error("the pending key outlived its issuance: the next request would reuse it")
+	}
+	if got := rotationDeadline(issued.leaf, 0.5).Sub(certNow); got > time.Hour || got < 40*time.Minute {
+		t.Errorf("rotation in %s: it must follow the issued hour, not the requested ten", got)
+	}
+	if api.stored[api.creates[0]].Spec.ExpirationSeconds == nil || *api.stored[api.creates[0]].Spec.ExpirationSeconds != 36000 {
+		t.Error("the request did not carry expirationSeconds")
+	}
+	if len(events.got) != 1 || !strings.HasPrefix(events.got[0], "Normal CertificateIssued") {
+		t.Errorf("events = %q", events.got)
+	}
+}
+
+// A restarted sidecar resumes the request it made: same key, same CSR name, no second
+// CSR.
+func TestCertManager_ResumesTheSameRequestAfterARestart(t *testing.T) {
+	stateDir := t.TempDir()
+	api := &fakeCSRs{block: true}
+	first, _, _ := newTestCertManager(t, stateDir, api, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := first.obtain(ctx); err == nil {
+		t.Fatal("a request nobody acted on was issued")
+	}
+
+	ca := fixtures.CA("signer")
+	api.block, api.decide = false, signWith(ca, time.Hour)
+	restarted, _, _ := newTestCertManager(t, stateDir, api, 0)
+	if err := restarted.obtain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.creates) != 1 {
+		t.Fatalf("CSRs created = %q, want one", api.creates)
+	}
+	if !strings.HasPrefix(api.creates[0], "trustsync-web-1-") {
+		t.Errorf("CSR name %q does not name the pod", api.creates[0])
+	}
+	if restarted.files() == nil {
+		t.Error("the resumed request's certificate was not taken")
+	}
+}
+
+func TestCertManager_ADeniedRequestLeavesNoKeyOrCertificate(t *testing.T) {
+	stateDir := t.TempDir()
+	api := &fakeCSRs{decide: deny}
+	m, events, writes := newTestCertManager(t, stateDir, api, 0)
+	err := m.obtain(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "was denied (TrustsyncPolicyDenied)") {
+		t.Fatalf("err = %v", err)
+	}
+	if m.files() != nil || *writes != 0 {
+		t.Error("a denied request produced files")
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, pendingKeyFile)); !os.IsNotExist(err) {
+		t.Error("the denied request's key was kept: the retry would be denied again by name")
+	}
+	if len(events.got) != 1 || !strings.HasPrefix(events.got[0], "Warning CertificateRequestDenied") {
+		t.Errorf("events = %q", events.got)
+	}
+	// The retry starts over with a fresh key and a new request.
+	api.decide = signWith(fixtures.CA("signer"), time.Hour)
+	if err := m.obtain(context.Background()); err != nil || len(api.creates) != 2 || api.creates[0] == api.creates[1] {
+		t.Errorf("retry: err %v, creates %q", err, api.creates)
+	}
+}
+
+// A failed renewal keeps the certificate in use: rotation is early enough that retries
+// have time.
+func TestCertManager_AFailedRenewalKeepsTheCurrentCertificate(t *testing.T) {
+	ca := fixtures.CA("signer")
+	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
+	m, _, _ := newTestCertManager(t, t.TempDir(), api, 0)
+	if err := m.obtain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := m.files()[fileCert].Data
+	api.decide = deny
+	if err := m.obtain(context.Background()); err == nil {
+		t.Fatal("expected the renewal to fail")
+	}
+	if string(m.files()[fileCert].Data) != string(before) {
+		t.Error("a failed renewal replaced the working certificate")
+	}
+	m.write = func() error { return os.ErrPermission }
+	api.decide = signWith(ca, time.Hour)
+	if err := m.obtain(context.Background()); err == nil || string(m.files()[fileCert].Data) != string(before) {
+		t.Errorf("an unwritable new certificate must not replace the current one: %v", err)
+	}
+}
+
+func TestCertManager_AdoptsOnlyAMatchingPair(t *testing.T) {
+	ca := fixtures.CA("signer")
+	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
+	other := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
+	m, _, _ := newTestCertManager(t, t.TempDir(), &fakeCSRs{}, 0)
+	m.adopt(map[string]File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: other.KeyPEM()}})
+	if m.files() != nil {
+		t.Fatal("adopted a certificate with another's key")
+	}
+	m.adopt(map[string]File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: leaf.KeyPEM()}})
+	if m.files() == nil {
+		t.Fatal("did not adopt the previous run's certificate")
+	}
+}
+
+func TestGenerateKey_EveryKeyTypeMakesARequest(t *testing.T) {
+	for _, kt := range []string{"ECDSAP256", "ECDSAP384", "RSA2048", "RSA3072", "ED25519"} {
+		key, err := generateKey(kt)
+		if err != nil {
+			t.Fatalf("%s: %v", kt, err)
+		}
+		m, _, _ := newTestCertManager(t, t.TempDir(), &fakeCSRs{}, 0)
+		if _, csr, err := m.request(key); err != nil || len(csr.Spec.Request) == 0 {
+			t.Errorf("%s: %v", kt, err)
+		}
+		if back, err := decodeKey(encodeKey(key)); err != nil || !publicKeysEqual(back.Public(), key.Public()) {
+			t.Errorf("%s: key does not round-trip: %v", kt, err)
+		}
+	}
+}
