@@ -189,14 +189,14 @@ func BenchmarkIdleRSS(b *testing.B) {
 	defer func() { _ = primary.Delete(ctx, name, metav1.DeleteOptions{}) }()
 	for i := 0; b.Loop(); i++ {
 		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name))
-		s.waitFor(b, "ca.pem", merged(anchors...))
+		s.WaitFor(b, "ca.pem", merged(anchors...))
 		time.Sleep(5 * time.Second) // idle: the initial list's garbage collected
-		rss, err := residentKiB(s.process.Pid())
+		rss, err := residentKiB(s.Process.Pid())
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(rss)/1024, "rss-MiB")
-		s.process.Stop(5 * time.Second)
+		s.Process.Stop(5 * time.Second)
 	}
 }
 

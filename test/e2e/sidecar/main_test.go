@@ -3,11 +3,7 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -88,12 +83,6 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	return nil
 }
 
-// sidecarProcess is one running trustsync-sidecar.
-type sidecarProcess struct {
-	dir     string
-	process *controlplane.Process
-}
-
 // podFor creates the pod the sidecar reports Events on.
 func podFor(t testing.TB, cp *controlplane.ControlPlane, name string) *corev1.Pod {
 	t.Helper()
@@ -108,65 +97,15 @@ func podFor(t testing.TB, cp *controlplane.ControlPlane, name string) *corev1.Po
 }
 
 // runSidecar starts `trustsync-sidecar <sub>` as ServiceAccount apps/web for pod.
-func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
+func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *controlplane.Sidecar {
 	t.Helper()
 	return runSidecarAs(t, cp, "web", sub, pod, projections, extra...)
 }
 
 // runSidecarAs starts the sidecar as ServiceAccount apps/<sa>.
-func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, projections string, extra ...string) *sidecarProcess {
+func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, projections string, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	bin, err := controlplane.BuildBinary("sidecar")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := cp.ServiceAccountConfig(context.Background(), namespace, sa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	kubeconfig := filepath.Join(work, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cfg); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(work, "trust")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{sub, "--dir=" + dir, "--projections=" + projections, "--kubeconfig=" + kubeconfig,
-		"--pod-name=" + pod.Name, "--pod-namespace=" + namespace, "--pod-uid=" + string(pod.UID),
-		"--termination-log=" + filepath.Join(work, "termination-log"), "-v=2"}, extra...)
-	p, err := controlplane.StartProcess("trustsync-sidecar", bin, args, filepath.Join(work, "sidecar.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.Stop(5 * time.Second)
-		if t.Failed() {
-			t.Logf("sidecar log:\n%s", p.Tail())
-		}
-	})
-	return &sidecarProcess{dir: dir, process: p}
-}
-
-func (s *sidecarProcess) read(path string) ([]byte, error) {
-	return os.ReadFile(filepath.Join(s.dir, path))
-}
-
-// waitFor waits until path holds exactly want.
-func (s *sidecarProcess) waitFor(t testing.TB, path string, want []byte) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		if s.process.Exited() {
-			return false, fmt.Errorf("the sidecar exited: %v", s.process.Wait())
-		}
-		got, err := s.read(path)
-		return err == nil && bytes.Equal(got, want), nil
-	})
-	if err != nil {
-		got, _ := s.read(path)
-		t.Fatalf("%s never held the expected %d bytes (%v); it holds %d bytes:\n%s", path, len(want), err, len(got), got)
-	}
+	return cp.StartSidecar(t, namespace, sa, pod, append([]string{sub, "--projections=" + projections}, extra...)...)
 }
 
 // merged is the exact file the sidecar must write for these anchors.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,8 +58,8 @@ func TestSidecar_WritesAndFollowsTheMergedFile(t *testing.T) {
 			if native {
 				want = append(want, b)
 			}
-			s.waitFor(t, "ca_certificates.pem", merged(want...))
-			s.waitFor(t, "signer-only.pem", merged(a))
+			s.WaitFor(t, "ca_certificates.pem", merged(want...))
+			s.WaitFor(t, "signer-only.pem", merged(a))
 
 			// An edit is reflected.
 			got, err := primary.Get(ctx, name+":live")
@@ -71,7 +70,7 @@ func TestSidecar_WritesAndFollowsTheMergedFile(t *testing.T) {
 			if _, err := primary.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			s.waitFor(t, "ca_certificates.pem", merged(append(want, c)...))
+			s.WaitFor(t, "ca_certificates.pem", merged(append(want, c)...))
 
 			// The last matching bundle deleted: the required file keeps its last good
 			// content and an Event says why; the optional file is emptied. With both
@@ -81,13 +80,13 @@ func TestSidecar_WritesAndFollowsTheMergedFile(t *testing.T) {
 				if err := mirror.Delete(ctx, name+":mirror", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				s.waitFor(t, "ca_certificates.pem", held)
+				s.WaitFor(t, "ca_certificates.pem", held)
 			}
 			if err := primary.Delete(ctx, name+":live", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			s.waitFor(t, "signer-only.pem", []byte{})
-			if got, _ := s.read("ca_certificates.pem"); string(got) != string(held) {
+			s.WaitFor(t, "signer-only.pem", []byte{})
+			if got, _ := s.Read("ca_certificates.pem"); string(got) != string(held) {
 				t.Errorf("the required file changed after its last bundle was deleted")
 			}
 			waitForEvent(t, cp, pod, "TrustBundleSyncFailed", fmt.Sprintf("no ClusterTrustBundle for signerName %q matches labelSelector", signer))
@@ -125,11 +124,11 @@ func TestSidecar_SurvivesAnAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := runSidecar(t, cp, "run", podFor(t, cp, "outage"), `[{"name": "outage-root", "path": "ca.pem"}]`)
-	s.waitFor(t, "ca.pem", merged(a))
+	s.WaitFor(t, "ca.pem", merged(a))
 
 	cp.StopAPIServer()
 	time.Sleep(2 * time.Second) // let the watch notice
-	if got, _ := s.read("ca.pem"); string(got) != string(merged(a)) {
+	if got, _ := s.Read("ca.pem"); string(got) != string(merged(a)) {
 		t.Fatal("the file changed while the API server was down")
 	}
 	if err := cp.StartAPIServer(); err != nil {
@@ -143,7 +142,7 @@ func TestSidecar_SurvivesAnAPIServerOutage(t *testing.T) {
 	if _, err := primary.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor(t, "ca.pem", merged(a, b))
+	s.WaitFor(t, "ca.pem", merged(a, b))
 }
 
 // A TLS Secret's private key never reaches a trust file: init refuses the source whole,
@@ -158,16 +157,16 @@ func TestSidecar_InitRefusesATLSSecretHoldingAKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := runSidecar(t, cp, "init", podFor(t, cp, "partner"), `[{"secret": {"name": "partner-tls", "key": "tls.crt"}, "path": "partner.pem"}]`)
-	err := s.process.Wait()
+	err := s.Process.Wait()
 	if err == nil {
 		t.Fatal("init succeeded with a private key in its source")
 	}
-	reason, _ := os.ReadFile(filepath.Join(filepath.Dir(s.dir), "termination-log"))
+	reason, _ := os.ReadFile(s.TerminationLog())
 	want := `partner.pem: Secret apps/partner-tls key "tls.crt": PEM block 1 has type "PRIVATE KEY"; only CERTIFICATE blocks are allowed in trust sources, so the whole source was refused`
 	if strings.TrimSpace(string(reason)) != want {
 		t.Errorf("termination log = %q\nwant %q", reason, want)
 	}
-	if _, err := s.read("partner.pem"); !os.IsNotExist(err) {
+	if _, err := s.Read("partner.pem"); !os.IsNotExist(err) {
 		t.Error("a file was written from a source holding a key")
 	}
 }
@@ -183,14 +182,14 @@ func TestSidecar_InitWritesOnceAndProbePasses(t *testing.T) {
 	}
 	projections := `[{"name": "init-root", "path": "ca.pem"}, {"defaultCAs": true, "path": "web.pem"}]`
 	s := runSidecar(t, cp, "init", podFor(t, cp, "init"), projections)
-	if err := s.process.Wait(); err != nil {
-		t.Fatalf("init failed: %v\n%s", err, s.process.Tail())
+	if err := s.Process.Wait(); err != nil {
+		t.Fatalf("init failed: %v\n%s", err, s.Process.Tail())
 	}
-	if got, _ := s.read("ca.pem"); string(got) != string(merged(a)) {
+	if got, _ := s.Read("ca.pem"); string(got) != string(merged(a)) {
 		t.Errorf("ca.pem = %q", got)
 	}
 	bin, _ := controlplane.BuildBinary("sidecar")
-	probe := exec.Command(bin, "probe", "--dir="+s.dir, "--projections="+projections)
+	probe := exec.Command(bin, "probe", "--dir="+s.Dir, "--projections="+projections)
 	if out, err := probe.CombinedOutput(); err != nil {
 		t.Errorf("probe after init: %v: %s", err, out)
 	}
@@ -208,14 +207,14 @@ func TestSidecar_WorksWithoutEventsPermission(t *testing.T) {
 	primary, _ := stores(t, cp, false)
 	s := runSidecarAs(t, cp, "quiet", "run", podFor(t, cp, "quiet"), `[{"name": "quiet-root", "path": "ca.pem"}]`)
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return strings.Contains(s.process.Tail(), `ClusterTrustBundle \"quiet-root\" not found`), nil
+		return strings.Contains(s.Process.Tail(), `ClusterTrustBundle \"quiet-root\" not found`), nil
 	})
 	if err != nil {
-		t.Fatalf("the missing bundle was not logged:\n%s", s.process.Tail())
+		t.Fatalf("the missing bundle was not logged:\n%s", s.Process.Tail())
 	}
 	a := fixtures.CA("quiet")
 	if _, err := primary.Create(ctx, ctb("quiet-root", "", nil, a), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.waitFor(t, "ca.pem", merged(a))
+	s.WaitFor(t, "ca.pem", merged(a))
 }
