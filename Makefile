@@ -61,6 +61,7 @@ bench: controlplane
 	$(GO) test -run='^$$' -bench=Propagation -benchtime=5x -timeout 30m ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=IdleRSS -benchtime=1x -count=5 ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=Signing -benchtime=1x -count=2 -timeout 30m ./test/e2e/signer/
+	$(GO) test -run='^$$' -bench=CertificateStartup -benchtime=7x ./test/e2e/signer/
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/
