@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/test/controlplane"
 )
 
@@ -48,13 +49,13 @@ func sidecarRBAC(t testing.TB, cp *controlplane.ControlPlane) {
 	}
 }
 
-func podAs(t testing.TB, cp *controlplane.ControlPlane, name, sa string) *corev1.Pod {
+func podAs(t testing.TB, cp *controlplane.ControlPlane, name, sa string, annotations ...map[string]string) *corev1.Pod {
 	t.Helper()
 	if err := cp.CreateServiceAccount(context.Background(), appNamespace, sa); err != nil {
 		t.Fatal(err)
 	}
 	pod, err := kube(t, cp.AdminConfig()).CoreV1().Pods(appNamespace).Create(context.Background(), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: firstOrNil(annotations)},
 		Spec:       corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -63,22 +64,57 @@ func podAs(t testing.TB, cp *controlplane.ControlPlane, name, sa string) *corev1
 	return pod
 }
 
+// injectedSidecar runs the sidecar with exactly the flags the injector gives pod's
+// annotations, but for --dir and --state-dir, which are paths inside the container.
+func injectedSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod) *controlplane.Sidecar {
+	t.Helper()
+	res, err := injector.Inject(pod, appNamespace, nil, injector.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected, err := res.Apply(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, a := range injected.Spec.InitContainers[0].Args {
+		if !strings.HasPrefix(a, "--dir=") && !strings.HasPrefix(a, "--state-dir=") {
+			args = append(args, a)
+		}
+	}
+	return cp.StartSidecar(t, appNamespace, pod.Spec.ServiceAccountName, pod, args...)
+}
+
 func certSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod, extra ...string) *controlplane.Sidecar {
 	t.Helper()
 	args := append([]string{"run", "--projections=" + liveProjection, "--certificate", "--trust-domain=cluster.local"}, extra...)
 	return cp.StartSidecar(t, appNamespace, pod.Spec.ServiceAccountName, pod, args...)
 }
 
-// The whole loop, both modes: an injected pod's sidecar, as the pod's ServiceAccount,
-// obtains a certificate from the real signer whose chain verifies against the trust
-// file the same sidecar writes.
+func firstOrNil(m []map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	return m[0]
+}
+
+// The whole loop, both modes: an injected pod's sidecar, with the flags the injector
+// gives it and the pod's ServiceAccount, obtains a certificate from the real signer
+// whose chain verifies against the trust file the same sidecar writes.
 func TestWorkloadCertificate_VerifiesAgainstTheTrustFile(t *testing.T) {
 	for _, native := range []bool{true, false} {
 		t.Run(mode(native), func(t *testing.T) {
 			cp := planes.Get(t, native)
 			sidecarRBAC(t, cp)
-			pod := podAs(t, cp, "cert-"+mode(native), "web")
-			s := certSidecar(t, cp, pod, "--certificate-dns-names=web.apps.svc", "--certificate-expiration-seconds=3600", "--certificate-credential-bundle")
+			pod := podAs(t, cp, "cert-"+mode(native), "web", map[string]string{
+				"trustsync.io/inject": "true", "trustsync.io/signer-name": workload,
+				"trustsync.io/label-selector":                 "kubernetes.io/cluster-trust-bundle-version=live",
+				"trustsync.io/certificate":                    "true",
+				"trustsync.io/certificate-dns-names":          "web.apps.svc",
+				"trustsync.io/certificate-expiration-seconds": "3600",
+				"trustsync.io/certificate-credential-bundle":  "true",
+			})
+			s := injectedSidecar(t, cp, pod)
 
 			chain := s.WaitForContent(t, "tls.crt")
 			key := s.WaitForContent(t, "tls.key")
@@ -105,11 +141,27 @@ func TestWorkloadCertificate_VerifiesAgainstTheTrustFile(t *testing.T) {
 				t.Error("credential.pem is not the key followed by the chain")
 			}
 			bin, _ := controlplane.BuildBinary("sidecar")
-			if out, err := exec.Command(bin, "probe", "--dir="+s.Dir, "--projections="+liveProjection, "--certificate").CombinedOutput(); err != nil {
+			if out, err := exec.Command(bin, "probe", "--dir="+s.Dir, "--projections="+injectedProjections(t, pod), "--certificate").CombinedOutput(); err != nil {
 				t.Errorf("probe with the certificate written: %v %s", err, out)
 			}
 		})
 	}
+}
+
+// injectedProjections is the --projections the injector gives pod.
+func injectedProjections(t testing.TB, pod *corev1.Pod) string {
+	res, err := injector.Inject(pod, appNamespace, nil, injector.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected, _ := res.Apply(pod)
+	for _, a := range injected.Spec.InitContainers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--projections="); ok {
+			return v
+		}
+	}
+	t.Fatal("the injector gave no --projections")
+	return ""
 }
 
 // csrsOf lists the CSRs a pod's sidecar made (named trustsync-<pod>-<hash>).
