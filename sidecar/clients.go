@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -39,10 +40,16 @@ func restConfig(o *Options) (*rest.Config, error) {
 
 // coreClient is a REST client for core/v1 alone: ConfigMaps, Secrets, Events.
 func coreClient(base *rest.Config) (rest.Interface, error) {
+	return restClientFor(base, "/api", corev1.SchemeGroupVersion, coreScheme)
+}
+
+// restClientFor is a REST client for one group version that decodes only what scheme
+// knows.
+func restClientFor(base *rest.Config, apiPath string, gv schema.GroupVersion, scheme *runtime.Scheme) (rest.Interface, error) {
 	cfg := rest.CopyConfig(base)
-	cfg.APIPath = "/api"
-	cfg.GroupVersion = &corev1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(coreScheme).WithoutConversion()
+	cfg.APIPath = apiPath
+	cfg.GroupVersion = &gv
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
 	return rest.RESTClientFor(cfg)
 }
 
@@ -105,9 +112,5 @@ var csrScheme = func() *runtime.Scheme {
 
 // csrClient is a REST client for certificates.k8s.io/v1 CertificateSigningRequests.
 func csrClient(base *rest.Config) (rest.Interface, error) {
-	cfg := rest.CopyConfig(base)
-	cfg.APIPath = "/apis"
-	cfg.GroupVersion = &certificatesv1.SchemeGroupVersion
-	cfg.NegotiatedSerializer = serializer.NewCodecFactory(csrScheme).WithoutConversion()
-	return rest.RESTClientFor(cfg)
+	return restClientFor(base, "/apis", certificatesv1.SchemeGroupVersion, csrScheme)
 }
