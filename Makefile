@@ -1,5 +1,6 @@
 # trustsync — build, test and benchmark.
 #
+#   make demo          trustsync's whole loop on a local control plane, narrated
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver, building the control plane first
 #   make build         the three binaries into bin/
@@ -16,7 +17,7 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-unit test-e2e controlplane lint bench fuzz clean help
+.PHONY: all build demo test test-unit test-e2e controlplane lint bench fuzz clean help
 
 all: build
 
@@ -28,6 +29,9 @@ build:
 	@for b in $(BINARIES); do \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
+
+demo:
+	@hack/demo.sh
 
 test: test-unit test-e2e
 

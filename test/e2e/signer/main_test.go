@@ -7,9 +7,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -86,30 +83,7 @@ func grantCSRRequesters(ctx context.Context, cp *controlplane.ControlPlane) erro
 
 // startSigner runs trustsync-signer with leader election and a short propagation window.
 func startSigner(cp *controlplane.ControlPlane, extra ...string) (*controlplane.Process, error) {
-	bin, err := controlplane.BuildBinary("signer")
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp(cp.Dir, "signer-")
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-		return nil, err
-	}
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{
-		"--kubeconfig=" + kubeconfig, "--namespace=" + signerNamespace,
-		"--health-bind-address=127.0.0.1:" + strconv.Itoa(port),
-		"--ca-propagation-window=" + window.String(),
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms",
-		"-v=2",
-	}, extra...)
-	return controlplane.StartProcess("trustsync-signer", bin, args, filepath.Join(dir, "signer.log"))
+	return cp.StartSigner(append([]string{"--namespace=" + signerNamespace, "--ca-propagation-window=" + window.String()}, extra...)...)
 }
 
 func kube(t testing.TB, cfg *rest.Config) kubernetes.Interface {

@@ -141,7 +141,7 @@ func (w *webhookServer) review(t *testing.T, pod *corev1.Pod) *admissionv1.Admis
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := w.client().Post(w.url("/mutate/pods"), "application/json", bytes.NewReader(body))
+	resp, err := w.Client().Post(w.URL("/mutate/pods"), "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,15 +5,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,11 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
-	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 // The policy the chart is rendered with: its ConfigMap feeds the webhook's --policy,
@@ -79,148 +68,23 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	return w.waitEffective(ctx, cp)
 }
 
-// webhookServer is a running trustsync-webhook process and what it serves with.
+// webhookServer is the running webhook, with the test's own helpers.
 type webhookServer struct {
-	dir     string
-	port    int
-	ca      *fixtures.Cert
-	bin     string
-	args    []string
-	process *controlplane.Process
+	*controlplane.Webhook
 }
 
 func startWebhook(cp *controlplane.ControlPlane) (*webhookServer, error) {
-	bin, err := controlplane.BuildBinary("webhook")
+	w, err := cp.StartWebhook(context.Background(), values)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(cp.Dir, "webhook")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	port, err := controlplane.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	w := &webhookServer{dir: dir, port: port, ca: fixtures.CA("webhook serving CA"), bin: bin}
-	if err := w.writeServingCert(); err != nil {
-		return nil, err
-	}
-
-	url := "https://127.0.0.1:" + strconv.Itoa(port)
-	rendered, err := controlplane.RenderChart("--namespace", "trustsync-system", "-f", writeFile(dir, "values.yaml", values),
-		"--set", "webhook.url="+url, "--set", "webhook.caBundle="+base64.StdEncoding.EncodeToString(w.ca.CertPEM()))
-	if err != nil {
-		return nil, err
-	}
-	policyFile, err := extractPolicy(rendered, dir)
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-		return nil, err
-	}
-	w.args = []string{
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
-		"--tls-cert-file=" + filepath.Join(dir, "tls.crt"), "--tls-private-key-file=" + filepath.Join(dir, "tls.key"),
-		"--kubeconfig=" + kubeconfig, "--policy=" + policyFile, "--shutdown-grace-period=2s", "-v=2",
-	}
-	if err := w.start(); err != nil {
-		return nil, err
-	}
-	if err := cp.CreateNamespace(context.Background(), "trustsync-system", nil); err != nil {
-		return nil, err
-	}
-	if _, err := controlplane.Apply(context.Background(), cp.AdminConfig(), rendered); err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-func writeFile(dir, name, content string) string {
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		panic(err)
-	}
-	return path
-}
-
-// extractPolicy writes the policy file the chart's ConfigMap holds.
-func extractPolicy(rendered []byte, dir string) (string, error) {
-	for _, doc := range strings.Split(string(rendered), "\n---") {
-		var cm struct {
-			Kind string            `json:"kind"`
-			Data map[string]string `json:"data"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &cm); err == nil && cm.Kind == "ConfigMap" && cm.Data["policy.yaml"] != "" {
-			return writeFile(dir, "policy.yaml", cm.Data["policy.yaml"]), nil
-		}
-	}
-	return "", fmt.Errorf("the rendered chart has no policy ConfigMap")
-}
-
-// writeServingCert writes a fresh serving certificate for 127.0.0.1, atomically (as a
-// Secret volume update does), and returns it.
-func (w *webhookServer) writeServingCert() error {
-	leaf, err := fixtures.New(fixtures.Options{
-		CommonName: "trustsync-webhook", Leaf: true, Parent: w.ca,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	if err != nil {
-		return err
-	}
-	for name, data := range map[string][]byte{"tls.key": leaf.KeyPEM(), "tls.crt": leaf.CertPEM()} {
-		tmp := filepath.Join(w.dir, "."+name)
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, filepath.Join(w.dir, name)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (w *webhookServer) start() error {
-	p, err := controlplane.StartProcess("trustsync-webhook", w.bin, w.args, filepath.Join(w.dir, "webhook.log"))
-	if err != nil {
-		return err
-	}
-	w.process = p
-	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		if p.Exited() {
-			return false, fmt.Errorf("trustsync-webhook exited: %v\n%s", p.Wait(), p.Tail())
-		}
-		resp, err := w.client().Get(w.url("/readyz"))
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-}
-
-func (w *webhookServer) stop() { w.process.Stop(10 * time.Second) }
-
-func (w *webhookServer) url(path string) string {
-	return "https://127.0.0.1:" + strconv.Itoa(w.port) + path
-}
-
-// client trusts the webhook's CA and opens a new connection for every request, so each
-// request sees the certificate served at that moment.
-func (w *webhookServer) client() *http.Client {
-	pool := x509.NewCertPool()
-	pool.AddCert(w.ca.Cert)
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true,
-	}}
+	return &webhookServer{Webhook: w}, nil
 }
 
 // metric returns the sum of a counter's series whose labels include labels.
 func (w *webhookServer) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	resp, err := w.client().Get(w.url("/metrics"))
+	resp, err := w.Client().Get(w.URL("/metrics"))
 	if err != nil {
 		t.Fatal(err)
 	}

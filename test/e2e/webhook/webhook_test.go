@@ -122,9 +122,9 @@ func TestMirror_UpstreamRulesWithUpstreamMessages(t *testing.T) {
 func TestMirror_WebhookDown(t *testing.T) {
 	cp, w := env(t, false)
 	ctx := controlplane.Context(t)
-	w.stop()
+	w.Stop()
 	t.Cleanup(func() {
-		if err := w.start(); err != nil {
+		if err := w.Start(); err != nil {
 			t.Fatalf("restarting the webhook: %v", err)
 		}
 	})
@@ -272,7 +272,7 @@ func TestServingCertificateRotation(t *testing.T) {
 	s := mirrorStore(t, attester(cp))
 	ca := fixtures.CA("rotation")
 	servedSerial := func() string {
-		resp, err := w.client().Get(w.url("/healthz"))
+		resp, err := w.Client().Get(w.URL("/healthz"))
 		if err != nil {
 			t.Fatalf("healthz during rotation: %v", err)
 		}
@@ -284,7 +284,7 @@ func TestServingCertificateRotation(t *testing.T) {
 	serials := map[string]bool{}
 	for i := range 60 {
 		if i%10 == 0 {
-			if err := w.writeServingCert(); err != nil {
+			if err := w.RotateServingCert(); err != nil {
 				t.Fatal(err)
 			}
 		}
