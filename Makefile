@@ -8,6 +8,7 @@
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
+#   make image         how to build the container image (needs a container engine)
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -17,7 +18,9 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m
 BENCHTIME ?= 1s
 
-.PHONY: all build demo test test-unit test-e2e controlplane lint bench fuzz clean help
+IMAGE ?= ghcr.io/trustsync/trustsync:v0.1.0
+
+.PHONY: image all build demo test test-unit test-e2e controlplane lint bench fuzz clean help
 
 all: build
 
@@ -70,6 +73,14 @@ bench: controlplane
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCertificates$$' -fuzztime=$(FUZZTIME) ./bundle/
+
+# One image holds all three binaries (see Dockerfile). Building it needs a container
+# engine, which trustsync's own build and tests never do.
+image:
+	@echo "Build the image where a container engine runs:"
+	@echo "  docker build -t $(IMAGE) ."
+	@echo "It holds /trustsync-webhook (the entrypoint), /trustsync-sidecar and /trustsync-signer,"
+	@echo "static binaries on distroless/static, running as uid 65532."
 
 clean:
 	rm -rf $(BIN)
