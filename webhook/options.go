@@ -22,6 +22,12 @@ type Options struct {
 	KubeAPIQPS        float32
 	KubeAPIBurst      int
 	PolicyFile        string
+	// Self-managed TLS.
+	SelfManagedTLS           bool
+	TLSSecretName            string
+	ServiceName              string
+	WebhookConfigurationName string
+
 	// Injection.
 	SidecarImage           string
 	SidecarImagePullPolicy string
@@ -36,15 +42,18 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:            "0.0.0.0",
-		SecurePort:             8443,
-		KubeAPIQPS:             20,
-		KubeAPIBurst:           30,
-		ShutdownGracePeriod:    15 * time.Second,
-		SidecarImage:           injector.DefaultImage,
-		SidecarImagePullPolicy: string(corev1.PullIfNotPresent),
-		DefaultSidecarMode:     string(injector.Native),
-		Namespace:              os.Getenv("POD_NAMESPACE"),
+		BindAddress:              "0.0.0.0",
+		SecurePort:               8443,
+		KubeAPIQPS:               20,
+		KubeAPIBurst:             30,
+		ShutdownGracePeriod:      15 * time.Second,
+		SidecarImage:             injector.DefaultImage,
+		TLSSecretName:            "trustsync-webhook-tls",
+		ServiceName:              "trustsync-webhook",
+		WebhookConfigurationName: "trustsync",
+		SidecarImagePullPolicy:   string(corev1.PullIfNotPresent),
+		DefaultSidecarMode:       string(injector.Native),
+		Namespace:                os.Getenv("POD_NAMESPACE"),
 	}
 }
 
@@ -52,8 +61,12 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The IP address on which to serve HTTPS.")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS: admission reviews, /healthz, /readyz and /metrics.")
-	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "File containing the serving certificate (PEM, leaf first, then intermediates). Reloaded when it changes, without a restart.")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "File containing the serving certificate (PEM, leaf first, then intermediates). Reloaded when it changes, without a restart. Not with --self-managed-tls.")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "File containing the serving certificate's private key (PEM). Reloaded together with --tls-cert-file.")
+	fs.BoolVar(&o.SelfManagedTLS, "self-managed-tls", o.SelfManagedTLS, "Generate and renew the serving certificate (and its CA) in a Secret, and set that CA in the webhook configurations: nothing else to install. Without it, serve --tls-cert-file and --tls-private-key-file (from cert-manager, say).")
+	fs.StringVar(&o.TLSSecretName, "tls-secret-name", o.TLSSecretName, "With --self-managed-tls: the Secret in --namespace holding the CA and serving certificate.")
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "With --self-managed-tls: the webhook's Service, whose DNS names the serving certificate carries.")
+	fs.StringVar(&o.WebhookConfigurationName, "webhook-configuration-name", o.WebhookConfigurationName, "With --self-managed-tls: the name of the ValidatingWebhookConfiguration and MutatingWebhookConfiguration whose caBundle the webhook keeps.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file for reaching the API server (SubjectAccessReviews for the attest check). Empty means in-cluster configuration.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
@@ -68,8 +81,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports flag combinations that cannot work.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.TLSCertFile == "" || o.TLSPrivateKeyFile == "" {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: the API server only calls webhooks over HTTPS"))
+	switch {
+	case o.SelfManagedTLS && (o.TLSCertFile != "" || o.TLSPrivateKeyFile != ""):
+		errs = append(errs, errors.New("--self-managed-tls and --tls-cert-file/--tls-private-key-file exclude each other"))
+	case o.SelfManagedTLS && o.Namespace == "":
+		errs = append(errs, errors.New("--self-managed-tls needs --namespace (or $POD_NAMESPACE): it keeps its Secret there"))
+	case !o.SelfManagedTLS && (o.TLSCertFile == "" || o.TLSPrivateKeyFile == ""):
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required (or --self-managed-tls): the API server only calls webhooks over HTTPS"))
 	}
 	switch corev1.PullPolicy(o.SidecarImagePullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:

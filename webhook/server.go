@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -172,7 +174,13 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	reloader, err := newCertReloader(o.TLSCertFile, o.TLSPrivateKeyFile, time.Second, clock.RealClock{})
+	certFile, keyFile := o.TLSCertFile, o.TLSPrivateKeyFile
+	if o.SelfManagedTLS {
+		if certFile, keyFile, err = startSelfManagedTLS(ctx, o, client); err != nil {
+			return err
+		}
+	}
+	reloader, err := newCertReloader(certFile, keyFile, time.Second, clock.RealClock{})
 	if err != nil {
 		return err
 	}
@@ -250,4 +258,27 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 		return ns.Annotations, nil
 	}
 	return get, synced, nil
+}
+
+// startSelfManagedTLS makes the serving certificate available in files (retrying while
+// the API server is unreachable) and keeps it, and the configurations' caBundle,
+// current in the background.
+func startSelfManagedTLS(ctx context.Context, o *Options, client kubernetes.Interface) (certFile, keyFile string, err error) {
+	dir, err := os.MkdirTemp("", "trustsync-webhook-tls-")
+	if err != nil {
+		return "", "", err
+	}
+	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, dir: dir, clock: clock.RealClock{}}
+	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}, func(ctx context.Context) (bool, error) {
+		if err := st.sync(ctx); err != nil {
+			klog.ErrorS(err, "Cannot set up self-managed TLS yet; retrying")
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	go st.run(ctx, 10*time.Second)
+	return st.certFile(), st.keyFile(), nil
 }

@@ -1,0 +1,286 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+const (
+	selfCAValidity      = 10 * 365 * 24 * time.Hour
+	selfServingValidity = 365 * 24 * time.Hour
+	keyCACert           = "ca.crt"
+	keyCAKey            = "ca.key"
+)
+
+// selfTLS manages the webhook's own serving certificate, so the chart needs nothing
+// else installed: a CA and a serving certificate for the Service's DNS names, kept in a
+// Secret read through the API (no volume that might not exist yet on a first start),
+// written to files the certificate reloader serves, the CA patched into the webhook's
+// own configurations, the serving certificate renewed at two thirds of its life.
+//
+// Replicas agree through the Secret itself: creating it races end in AlreadyExists and
+// renewing it in a resourceVersion conflict, and the loser reads the winner's.
+type selfTLS struct {
+	client     kubernetes.Interface
+	namespace  string
+	secretName string
+	service    string
+	configName string
+	dir        string
+	clock      clock.PassiveClock
+}
+
+func (s *selfTLS) certFile() string { return filepath.Join(s.dir, "tls.crt") }
+func (s *selfTLS) keyFile() string  { return filepath.Join(s.dir, "tls.key") }
+
+func (s *selfTLS) dnsNames() []string {
+	return []string{s.service, s.service + "." + s.namespace, s.service + "." + s.namespace + ".svc", s.service + "." + s.namespace + ".svc.cluster.local"}
+}
+
+// sync makes the Secret current (creating or renewing it when due), writes its
+// certificate and key where the server reads them, and makes the webhook
+// configurations trust its CA.
+func (s *selfTLS) sync(ctx context.Context) error {
+	secret, err := s.ensureSecret(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomically(s.certFile(), secret.Data[corev1.TLSCertKey]); err != nil {
+		return err
+	}
+	if err := writeAtomically(s.keyFile(), secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+		return err
+	}
+	return s.patchCABundles(ctx, secret.Data[keyCACert])
+}
+
+// run syncs every interval until ctx is done, so a renewal, or a caBundle emptied by a
+// `helm upgrade`, is put right within that time.
+func (s *selfTLS) run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.sync(ctx); err != nil {
+				klog.ErrorS(err, "Self-managed TLS sync failed; serving the current certificate", "secret", s.namespace+"/"+s.secretName)
+			}
+		}
+	}
+}
+
+func (s *selfTLS) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	secret, err := secrets.Get(ctx, s.secretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if secret, err = s.newSecret(); err != nil {
+			return nil, err
+		}
+		created, err := secrets.Create(ctx, secret, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return secrets.Get(ctx, s.secretName, metav1.GetOptions{})
+		}
+		if err == nil {
+			klog.InfoS("Generated the webhook's CA and serving certificate", "secret", s.namespace+"/"+s.secretName)
+		}
+		return created, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read Secret %s/%s: %w", s.namespace, s.secretName, err)
+	}
+	if !s.renewalDue(secret) {
+		return secret, nil
+	}
+	renewed := secret.DeepCopy()
+	if err := s.reissue(renewed); err != nil {
+		return nil, err
+	}
+	updated, err := secrets.Update(ctx, renewed, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		return secrets.Get(ctx, s.secretName, metav1.GetOptions{})
+	}
+	if err == nil {
+		klog.InfoS("Renewed the webhook's serving certificate", "secret", s.namespace+"/"+s.secretName)
+	}
+	return updated, err
+}
+
+// renewalDue: the serving certificate is past two thirds of its life, does not parse,
+// or does not name this Service.
+func (s *selfTLS) renewalDue(secret *corev1.Secret) bool {
+	block, _ := pem.Decode(secret.Data[corev1.TLSCertKey])
+	if block == nil {
+		return true
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || cert.VerifyHostname(s.service+"."+s.namespace+".svc") != nil {
+		return true
+	}
+	renewAt := cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) * 2 / 3)
+	return !s.clock.Now().Before(renewAt)
+}
+
+func (s *selfTLS) newSecret() (*corev1.Secret, error) {
+	now := s.clock.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	caTmpl := &x509.Certificate{
+		Subject: pkix.Name{CommonName: "trustsync-webhook-ca"}, NotBefore: now.Add(-5 * time.Minute), NotAfter: now.Add(selfCAValidity),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := createCert(caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		return nil, err
+	}
+	caKeyDER, err := x509.MarshalPKCS8PrivateKey(caKey)
+	if err != nil {
+		return nil, err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: s.secretName, Namespace: s.namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "trustsync", "app.kubernetes.io/component": "webhook-tls"}},
+		Type:       corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			keyCACert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+			keyCAKey:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: caKeyDER}),
+		},
+	}
+	return secret, s.reissue(secret)
+}
+
+// reissue puts a new serving certificate and key, signed by the Secret's CA, into it.
+func (s *selfTLS) reissue(secret *corev1.Secret) error {
+	caBlock, _ := pem.Decode(secret.Data[keyCACert])
+	keyBlock, _ := pem.Decode(secret.Data[keyCAKey])
+	if caBlock == nil || keyBlock == nil {
+		return fmt.Errorf("the Secret %s/%s has no %s and %s to sign with; delete it and the webhook makes a new one", s.namespace, s.secretName, keyCACert, keyCAKey)
+	}
+	ca, err := x509.ParseCertificate(caBlock.Bytes)
+	if err != nil {
+		return err
+	}
+	caKey, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	if err != nil {
+		return err
+	}
+	signer, ok := caKey.(crypto.Signer)
+	if !ok {
+		return errors.New("the webhook CA key cannot sign")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	der, err := createCert(&x509.Certificate{
+		Subject: pkix.Name{CommonName: s.service + "." + s.namespace + ".svc"}, DNSNames: s.dnsNames(),
+		NotBefore: now.Add(-5 * time.Minute), NotAfter: now.Add(selfServingValidity),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}, ca, key.Public(), signer)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	secret.Data[corev1.TLSCertKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	secret.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	return nil
+}
+
+func createCert(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) ([]byte, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, err
+	}
+	tmpl.SerialNumber = serial
+	return x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+}
+
+// patchCABundles makes every webhook of the Validating and Mutating configurations
+// named configName trust caPEM, writing only when something differs.
+func (s *selfTLS) patchCABundles(ctx context.Context, caPEM []byte) error {
+	admission := s.client.AdmissionregistrationV1()
+	v, err := admission.ValidatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("failed to read ValidatingWebhookConfiguration %q: %w", s.configName, err)
+	default:
+		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(v.Webhooks))
+		for i := range v.Webhooks {
+			configs[i] = &v.Webhooks[i].ClientConfig
+		}
+		if setCABundle(configs, caPEM) {
+			if _, err := admission.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("failed to set the CA of ValidatingWebhookConfiguration %q: %w", s.configName, err)
+			}
+		}
+	}
+	m, err := admission.MutatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("failed to read MutatingWebhookConfiguration %q: %w", s.configName, err)
+	default:
+		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(m.Webhooks))
+		for i := range m.Webhooks {
+			configs[i] = &m.Webhooks[i].ClientConfig
+		}
+		if setCABundle(configs, caPEM) {
+			if _, err := admission.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("failed to set the CA of MutatingWebhookConfiguration %q: %w", s.configName, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setCABundle sets every config's caBundle and reports whether any changed.
+func setCABundle(configs []*admissionregistrationv1.WebhookClientConfig, caPEM []byte) bool {
+	changed := false
+	for _, c := range configs {
+		if !bytes.Equal(c.CABundle, caPEM) {
+			c.CABundle, changed = caPEM, true
+		}
+	}
+	return changed
+}
+
+// writeAtomically replaces path with data in one rename, so the reloader never reads a
+// half-written file.
+func writeAtomically(path string, data []byte) error {
+	if current, err := os.ReadFile(path); err == nil && bytes.Equal(current, data) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
