@@ -44,9 +44,33 @@ caBundle: {{ . }}
 {{- end }}
 
 {{/*
-A CEL list of the policy's signer names, so only their CSRs are sent to the webhook:
-kubelet and controller-manager CSRs never depend on it.
+The policy's signer names as a single-quoted list, valid both as CEL (so only their
+CSRs are sent to the webhook: kubelet and controller-manager CSRs never depend on it)
+and as a YAML flow sequence (RBAC resourceNames).
 */}}
 {{- define "trustsync.policySignersCEL" -}}
 [{{ range $i, $s := .Values.policy.signers }}{{ if $i }}, {{ end }}{{ $s.signerName | squote }}{{ end }}]
+{{- end }}
+
+{{/* The image, tag defaulting to the chart's appVersion. */}}
+{{- define "trustsync.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The webhook's TLS Secret name. */}}
+{{- define "trustsync.webhookTLSSecret" -}}
+{{ .Values.webhook.tlsSecretName | default (printf "%s-webhook-tls" (include "trustsync.fullname" .)) }}
+{{- end }}
+
+{{/* A container securityContext that passes Pod Security "restricted". */}}
+{{- define "trustsync.securityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
 {{- end }}
