@@ -21,15 +21,53 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-// Apply server-side applies every object in a multi-document YAML stream, as
-// `kubectl apply --server-side` would, and returns them.
-func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) ([]*unstructured.Unstructured, error) {
+// resources maps objects to their dynamic client resource.
+type resources struct {
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+	client dynamic.Interface
+}
+
+func newResources(cfg *rest.Config) (*resources, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &resources{mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), client: client}, nil
+}
+
+func (r *resources) of(u *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := u.GroupVersionKind()
+	mapping, err := r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("no resource for %s: %w", gvk, err)
+	}
+	if ns := u.GetNamespace(); ns != "" {
+		return r.client.Resource(mapping.Resource).Namespace(ns), nil
+	}
+	return r.client.Resource(mapping.Resource), nil
+}
+
+// Get reads the stored version of u.
+func Get(ctx context.Context, cfg *rest.Config, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	r, err := newResources(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.of(u)
+	if err != nil {
+		return nil, err
+	}
+	return res.Get(ctx, u.GetName(), metav1.GetOptions{})
+}
+
+// Apply server-side applies every object in a multi-document YAML stream, as
+// `kubectl apply --server-side` would, and returns them.
+func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) ([]*unstructured.Unstructured, error) {
+	r, err := newResources(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -45,18 +83,13 @@ func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) ([]*unstruct
 		if len(u.Object) == 0 {
 			continue
 		}
-		gvk := u.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		res, err := r.of(u)
 		if err != nil {
-			return nil, fmt.Errorf("no resource for %s: %w", gvk, err)
-		}
-		var res dynamic.ResourceInterface = client.Resource(mapping.Resource)
-		if ns := u.GetNamespace(); ns != "" {
-			res = client.Resource(mapping.Resource).Namespace(ns)
+			return nil, err
 		}
 		out, err := res.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "trustsync-e2e", Force: true})
 		if err != nil {
-			return nil, fmt.Errorf("failed to apply %s %q: %w", gvk.Kind, u.GetName(), err)
+			return nil, fmt.Errorf("failed to apply %s %q: %w", u.GetKind(), u.GetName(), err)
 		}
 		applied = append(applied, out)
 	}
