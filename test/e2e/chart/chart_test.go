@@ -7,9 +7,13 @@ package chart
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +22,13 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
@@ -193,7 +200,9 @@ func serviceAccountKubeconfig(t *testing.T, cp *controlplane.ControlPlane, names
 	return path
 }
 
-func start(t *testing.T, name string, args ...string) *controlplane.Process {
+// startFor starts a component whose process lives as long as owner (the whole test),
+// reporting through t.
+func startFor(t, owner *testing.T, name string, args ...string) *controlplane.Process {
 	t.Helper()
 	bin, err := controlplane.BuildBinary(name)
 	if err != nil {
@@ -203,10 +212,10 @@ func start(t *testing.T, name string, args ...string) *controlplane.Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		p.Stop(5 * time.Second)
-		if t.Failed() {
-			t.Logf("%s log:\n%s", name, p.Tail())
+		if owner.Failed() {
+			owner.Logf("%s log:\n%s", name, p.Tail())
 		}
 	})
 	return p
@@ -215,7 +224,11 @@ func start(t *testing.T, name string, args ...string) *controlplane.Process {
 func eventually(t *testing.T, what string, p *controlplane.Process, cond func(context.Context) (bool, error)) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, cond); err != nil {
-		t.Fatalf("%s: %v\n%s", what, err, p.Tail())
+		tail := ""
+		if p != nil {
+			tail = p.Tail()
+		}
+		t.Fatalf("%s: %v\n%s", what, err, tail)
 	}
 }
 
@@ -251,15 +264,18 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		t.Fatalf("the webhook configuration does not point at the Service: %+v, %v", v, err)
 	}
 
+	var webhookPort int
+	parent := t
 	t.Run("the webhook manages its TLS as its ServiceAccount", func(t *testing.T) {
 		port, _ := controlplane.FreePort()
+		webhookPort = port
 		policy := filepath.Join(t.TempDir(), "policy.yaml")
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "trustsync-policy", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = os.WriteFile(policy, []byte(cm.Data["policy.yaml"]), 0o600)
-		p := start(t, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
+		p := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
 			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
 			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--policy="+policy)
 		eventually(t, "the webhook set its CA in both configurations", p, func(ctx context.Context) (bool, error) {
@@ -281,7 +297,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		policy := filepath.Join(t.TempDir(), "policy.yaml")
 		_ = os.WriteFile(policy, []byte(cm.Data["policy.yaml"]), 0o600)
 		port, _ := controlplane.FreePort()
-		p := start(t, "signer", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-signer"), "--namespace="+ns, "--policy="+policy,
+		p := startFor(t, parent, "signer", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-signer"), "--namespace="+ns, "--policy="+policy,
 			"--health-bind-address=127.0.0.1:"+strconv.Itoa(port), "--leader-elect-retry-period=500ms")
 		eventually(t, "the signer published its live bundle", p, func(ctx context.Context) (bool, error) {
 			_, err := bundle.NewStore(dyn, bundle.NativeV1).Get(ctx, "trustsync.io:workload:live")
@@ -317,5 +333,89 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		p := bundle.NewPool()
 		p.AddDER(a.Cert.Raw)
 		s.WaitFor(t, "ca.pem", p.PEM())
+	})
+
+	t.Run("the webhook asks SubjectAccessReviews and reads namespaces as its ServiceAccount", func(t *testing.T) {
+		secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(secret.Data["ca.crt"])
+		// The serving certificate names the Service; the request goes to the process.
+		https := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "trustsync-webhook.trustsync-system.svc"}}}
+		review := func(path string, kind metav1.GroupVersionKind, namespace string, obj any) *admissionv1.AdmissionResponse {
+			raw, _ := json.Marshal(obj)
+			body, _ := json.Marshal(admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+				Request: &admissionv1.AdmissionRequest{UID: "chart", Kind: kind, Operation: admissionv1.Create, Namespace: namespace,
+					UserInfo: authenticationv1.UserInfo{Username: "mallory"}, Object: runtime.RawExtension{Raw: raw}},
+			})
+			resp, err := https.Post("https://127.0.0.1:"+strconv.Itoa(webhookPort)+path, "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			out := &admissionv1.AdmissionReview{}
+			if err := json.NewDecoder(resp.Body).Decode(out); err != nil || out.Response == nil {
+				t.Fatalf("HTTP %d: %v", resp.StatusCode, err)
+			}
+			return out.Response
+		}
+		// Attest: a SubjectAccessReview for mallory, who may not attest: denied, not errored.
+		mirror := &certificatesv1.ClusterTrustBundle{TypeMeta: metav1.TypeMeta{APIVersion: "trustsync.io/v1alpha1", Kind: "ClusterTrustBundle"},
+			ObjectMeta: metav1.ObjectMeta{Name: "example.com--s--live"}, Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/s", TrustBundle: fixtures.Bundle(fixtures.CA("x"))}}
+		resp := review("/validate/clustertrustbundles", metav1.GroupVersionKind{Group: "trustsync.io", Version: "v1alpha1", Kind: "ClusterTrustBundle"}, "", mirror)
+		if resp.Allowed || !strings.Contains(resp.Result.Message, `user not permitted to attest for signerName "example.com/s"`) {
+			t.Errorf("attest review = %+v", resp.Result)
+		}
+		// Namespace defaults: the namespace is read and its annotation used.
+		if err := cp.CreateNamespace(ctx, "defaults", nil); err != nil {
+			t.Fatal(err)
+		}
+		nsObj, _ := client.CoreV1().Namespaces().Get(ctx, "defaults", metav1.GetOptions{})
+		nsObj.Annotations = map[string]string{"trustsync.io/signer-name": "example.com/from-namespace"}
+		if _, err := client.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"trustsync.io/inject": "true"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "x"}}}}
+		eventually(t, "the namespace default reached the injection", nil, func(context.Context) (bool, error) {
+			resp := review("/mutate/pods", metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, "defaults", pod)
+			return resp.Allowed && strings.Contains(string(resp.Patch), "example.com/from-namespace"), nil
+		})
+	})
+
+	t.Run("the signer approves and signs CSRs as its ServiceAccount", func(t *testing.T) {
+		// The chart's CSR webhooks have no backend in this control plane; having checked
+		// them, take them away so CSRs reach the signer.
+		if err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, release, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, release, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := cp.ServiceAccountConfig(ctx, "apps", "anyone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		requester, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uri, _ := url.Parse("spiffe://cluster.local/ns/apps/sa/anyone")
+		request, _ := fixtures.CSR("", nil, []*url.URL{uri})
+		csr, err := requester.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "anyone-"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{SignerName: "trustsync.io/workload", Request: request,
+				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a ServiceAccount could not create a CSR through the chart's sidecar role: %v", err)
+		}
+		eventually(t, "the signer approved and signed", nil, func(ctx context.Context) (bool, error) {
+			got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+			return err == nil && len(got.Status.Certificate) > 0, nil
+		})
 	})
 }
