@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -151,6 +153,11 @@ func TestCSRAdmission_Mutate(t *testing.T) {
 			if len(got) == 0 {
 				got = nil // an empty patch and no patch both change nothing
 			}
+			// The patch is a diff the admission library computes over maps, so its order
+			// varies; operations on distinct paths commute, so compare them in path order.
+			byPath := func(a, b patchOp) int { return strings.Compare(a.Path, b.Path) }
+			slices.SortFunc(got, byPath)
+			slices.SortFunc(tc.wantPatch, byPath)
 			if !jsonEqual(t, got, tc.wantPatch) {
 				t.Errorf("patch = %s, want %v", resp.Patch, tc.wantPatch)
 			}
