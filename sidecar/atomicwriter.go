@@ -32,6 +32,14 @@ type File struct {
 const (
 	dataDirName    = "..data"
 	newDataDirName = "..data_tmp"
+
+	// A replaced version stays on disk this long, and at most this many of them, so a
+	// reader whose open() resolved "..data" just before a swap still finds its file.
+	// The kubelet removes the previous version at once, which leaves that window open:
+	// a reader paused between resolving "..data" and the file in it fails with ENOENT.
+	// The cost is up to retainMax extra copies of the files during a burst of writes.
+	retainFor = 2 * time.Second
+	retainMax = 8
 )
 
 // AtomicWriter is the kubelet's atomic writer layout, written again here because the
@@ -42,8 +50,15 @@ const (
 // complete version or the next, never a mix, and never a truncated file.
 type AtomicWriter struct {
 	Dir string
-	// now names version directories; tests may fix it.
+	// now names version directories and times their retirement; tests may fix it.
 	now func() time.Time
+	// retired lists replaced versions still on disk, oldest first.
+	retired []retiredVersion
+}
+
+type retiredVersion struct {
+	name string
+	at   time.Time
 }
 
 // NewAtomicWriter returns a writer for dir, which must exist.
@@ -93,16 +108,24 @@ func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
 	if err := w.linkVisibleNames(payload, current); err != nil {
 		return true, err
 	}
-	return true, w.removeVersionsExcept(filepath.Base(version), oldVersion)
+	now := w.now()
+	if oldVersion != "" {
+		w.retired = append(w.retired, retiredVersion{name: oldVersion, at: now})
+	}
+	w.retired = slices.DeleteFunc(w.retired, func(r retiredVersion) bool { return now.Sub(r.at) > retainFor })
+	if n := len(w.retired) - retainMax; n > 0 {
+		w.retired = w.retired[n:]
+	}
+	keep := []string{filepath.Base(version)}
+	for _, r := range w.retired {
+		keep = append(keep, r.name)
+	}
+	return true, w.removeVersionsExcept(keep)
 }
 
-// removeVersionsExcept removes every version directory but the current one and the one
-// before it. The kubelet removes the previous version at once, which leaves a window: a
-// reader whose open() has resolved "..data" to the old version, but not yet the file in
-// it, fails with ENOENT. Keeping one more generation closes it unless a reader stalls
-// inside a single open() for a whole write cycle; the price is a third copy of the
-// files during a write.
-func (w *AtomicWriter) removeVersionsExcept(keep ...string) error {
+// removeVersionsExcept removes every version directory not in keep, including those a
+// previous run left behind.
+func (w *AtomicWriter) removeVersionsExcept(keep []string) error {
 	entries, err := os.ReadDir(w.Dir)
 	if err != nil {
 		return err

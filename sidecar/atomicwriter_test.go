@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func readVisible(t *testing.T, dir, name string) string {
@@ -46,8 +47,8 @@ func TestAtomicWriter_WritesReadsAndRemoves(t *testing.T) {
 		t.Errorf("identical write: changed=%v err=%v version %s -> %s", changed, err, before, after)
 	}
 
-	// A smaller payload removes what it no longer holds, and versions older than the
-	// previous one.
+	// A smaller payload removes what it no longer holds; the replaced version is kept
+	// for a moment (see TestAtomicWriter_RetainsReplacedVersionsBriefly).
 	if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte("three"), Mode: 0o600}}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,20 +58,68 @@ func TestAtomicWriter_WritesReadsAndRemoves(t *testing.T) {
 	if info, err := os.Stat(filepath.Join(dir, "ca.pem")); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("mode = %v, %v; want 0600", info.Mode(), err)
 	}
-	entries, _ := os.ReadDir(dir)
-	versions := 0
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "..20") {
-			versions++
-		}
-	}
-	if versions != 2 {
+	if versions := countVersions(t, dir); versions != 2 {
 		t.Errorf("%d version directories remain, want 2 (the current one and the one before)", versions)
 	}
 
 	got, err := w.Read()
 	if err != nil || len(got) != 1 || string(got["ca.pem"].Data) != "three" {
 		t.Errorf("Read() = %v, %v", got, err)
+	}
+}
+
+func countVersions(t *testing.T, dir string) int {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "..20") {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAtomicWriter_RetainsReplacedVersionsBriefly(t *testing.T) {
+	tests := []struct {
+		name         string
+		writes       int
+		gap          time.Duration // between writes
+		leftover     bool          // a version directory from a previous run
+		wantVersions int
+	}{
+		{name: "writes further apart than the retention keep the current and the previous version", writes: 5, gap: 3 * time.Second, wantVersions: 2},
+		{name: "a burst keeps every version it replaced", writes: 5, gap: 10 * time.Millisecond, wantVersions: 5},
+		{name: "a long burst keeps at most retainMax replaced versions", writes: 20, gap: time.Millisecond, wantVersions: 1 + retainMax},
+		{name: "a version left by a previous run is removed at the first write", writes: 1, leftover: true, wantVersions: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.leftover {
+				if err := os.Mkdir(filepath.Join(dir, "..2020_01_01_00_00_00.1"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			w := NewAtomicWriter(dir)
+			w.now = func() time.Time { return now }
+			for i := range tc.writes {
+				if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte{byte(i)}, Mode: 0o644}}); err != nil {
+					t.Fatal(err)
+				}
+				now = now.Add(tc.gap)
+			}
+			if got := countVersions(t, dir); got != tc.wantVersions {
+				t.Errorf("%d version directories remain, want %d", got, tc.wantVersions)
+			}
+			if got := readVisible(t, dir, "ca.pem"); got != string([]byte{byte(tc.writes - 1)}) {
+				t.Errorf("ca.pem = %q, want the last write", got)
+			}
+		})
 	}
 }
 
