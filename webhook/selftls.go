@@ -39,8 +39,11 @@ const (
 // written to files the certificate reloader serves, the CA patched into the webhook's
 // own configurations, the serving certificate renewed at two thirds of its life.
 //
-// Replicas agree through the Secret itself: creating it races end in AlreadyExists and
-// renewing it in a resourceVersion conflict, and the loser reads the winner's.
+// With leader election only the Lease holder creates and renews the Secret and sets
+// caBundle; the others only read the Secret. Should two ever act at once (a Lease
+// handed over mid-write, or election off), they still agree through the Secret itself:
+// a creation race ends in AlreadyExists and a renewal race in a resourceVersion
+// conflict, and the loser reads the winner's.
 type selfTLS struct {
 	client     kubernetes.Interface
 	namespace  string
@@ -49,6 +52,8 @@ type selfTLS struct {
 	configName string
 	dir        string
 	clock      clock.PassiveClock
+	// leading reports whether this replica may write; nil means always.
+	leading func() bool
 }
 
 func (s *selfTLS) certFile() string { return filepath.Join(s.dir, "tls.crt") }
@@ -62,7 +67,17 @@ func (s *selfTLS) dnsNames() []string {
 // certificate and key where the server reads them, and makes the webhook
 // configurations trust its CA.
 func (s *selfTLS) sync(ctx context.Context) error {
-	secret, err := s.ensureSecret(ctx)
+	leading := s.leading == nil || s.leading()
+	var secret *corev1.Secret
+	var err error
+	if leading {
+		secret, err = s.ensureSecret(ctx)
+	} else {
+		secret, err = s.client.CoreV1().Secrets(s.namespace).Get(ctx, s.secretName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the Secret %s/%s does not exist yet; waiting for the replica holding the Lease %s/%s to create it", s.namespace, s.secretName, s.namespace, s.secretName)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -72,12 +87,16 @@ func (s *selfTLS) sync(ctx context.Context) error {
 	if err := writeAtomically(s.keyFile(), secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
 		return err
 	}
+	if !leading {
+		return nil
+	}
 	return s.patchCABundles(ctx, secret.Data[keyCACert])
 }
 
 // run syncs every interval until ctx is done, so a renewal, or a caBundle emptied by a
-// `helm upgrade`, is put right within that time.
-func (s *selfTLS) run(ctx context.Context, interval time.Duration) {
+// `helm upgrade`, is put right within that time; a value on now (this replica has just
+// become the leader) syncs at once.
+func (s *selfTLS) run(ctx context.Context, interval time.Duration, now <-chan struct{}) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -85,9 +104,10 @@ func (s *selfTLS) run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.sync(ctx); err != nil {
-				klog.ErrorS(err, "Self-managed TLS sync failed; serving the current certificate", "secret", s.namespace+"/"+s.secretName)
-			}
+		case <-now:
+		}
+		if err := s.sync(ctx); err != nil {
+			klog.ErrorS(err, "Self-managed TLS sync failed; serving the current certificate", "secret", s.namespace+"/"+s.secretName)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"os"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -132,5 +133,59 @@ func TestSelfTLS_AForeignSecretWithoutItsCAIsReportedNotOverwritten(t *testing.T
 	}
 	if _, err := os.Stat(s.certFile()); !os.IsNotExist(err) {
 		t.Error("files were written from an unusable Secret")
+	}
+}
+
+func TestSelfTLS_AReplicaWithoutTheLeaseOnlyReads(t *testing.T) {
+	ctx := context.Background()
+	v, m := webhookConfigs()
+	client := fake.NewClientset(v, m)
+	clk := clocktesting.NewFakePassiveClock(testNow)
+	var leaderHolds bool
+	follower := selfTLSFor(t, client, clk)
+	follower.leading = func() bool { return false }
+	leader := selfTLSFor(t, client, clk)
+	leader.leading = func() bool { return leaderHolds }
+
+	// Before any leader: nothing is created, and the error says what it waits for.
+	err := follower.sync(ctx)
+	if err == nil || !strings.Contains(err.Error(), "waiting for the replica holding the Lease trustsync-system/trustsync-webhook-tls") {
+		t.Fatalf("sync without a Secret = %v, want a wait for the leader", err)
+	}
+	if secrets, _ := client.CoreV1().Secrets("trustsync-system").List(ctx, metav1.ListOptions{}); len(secrets.Items) != 0 {
+		t.Fatal("a replica without the Lease created the Secret")
+	}
+
+	leaderHolds = true
+	if err := leader.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.sync(ctx); err != nil || !servingCert(t, follower).Equal(servingCert(t, leader)) {
+		t.Fatalf("the follower does not serve the leader's certificate: %v", err)
+	}
+
+	// Renewal due and caBundle emptied: the follower serves what the Secret holds and
+	// writes nothing; the leader renews and restores.
+	clk.SetTime(testNow.Add(selfServingValidity * 2 / 3))
+	v, _ = client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "trustsync", metav1.GetOptions{})
+	v.Webhooks[0].ClientConfig.CABundle = nil
+	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := servingCert(t, follower)
+	if err := follower.sync(ctx); err != nil || !servingCert(t, follower).Equal(before) {
+		t.Errorf("the follower renewed: %v", err)
+	}
+	if b := caBundles(t, client)[0]; b != nil {
+		t.Error("the follower set caBundle")
+	}
+	if err := leader.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.sync(ctx); err != nil || servingCert(t, follower).Equal(before) {
+		t.Errorf("the follower did not take the leader's renewal: %v", err)
+	}
+	if b := caBundles(t, client)[0]; b == nil {
+		t.Error("the leader did not restore caBundle")
 	}
 }

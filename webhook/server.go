@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,7 +32,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -176,7 +180,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	certFile, keyFile := o.TLSCertFile, o.TLSPrivateKeyFile
 	if o.SelfManagedTLS {
-		if certFile, keyFile, err = startSelfManagedTLS(ctx, o, client); err != nil {
+		if certFile, keyFile, err = startSelfManagedTLS(ctx, o, restCfg, client); err != nil {
 			return err
 		}
 	}
@@ -261,15 +265,23 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 }
 
 // startSelfManagedTLS makes the serving certificate available in files (retrying while
-// the API server is unreachable) and keeps it, and the configurations' caBundle,
-// current in the background.
-func startSelfManagedTLS(ctx context.Context, o *Options, client kubernetes.Interface) (certFile, keyFile string, err error) {
+// the API server is unreachable, or while no leader has created the Secret yet) and
+// keeps it, and the configurations' caBundle, current in the background.
+func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface) (certFile, keyFile string, err error) {
 	dir, err := os.MkdirTemp("", "trustsync-webhook-tls-")
 	if err != nil {
 		return "", "", err
 	}
 	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, dir: dir, clock: clock.RealClock{}}
-	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}, func(ctx context.Context) (bool, error) {
+	elected := make(chan struct{}, 1)
+	if o.LeaderElect {
+		var leading atomic.Bool
+		st.leading = leading.Load
+		if err := campaign(ctx, o, restCfg, &leading, elected); err != nil {
+			return "", "", err
+		}
+	}
+	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
 		if err := st.sync(ctx); err != nil {
 			klog.ErrorS(err, "Cannot set up self-managed TLS yet; retrying")
 			return false, nil
@@ -279,6 +291,49 @@ func startSelfManagedTLS(ctx context.Context, o *Options, client kubernetes.Inte
 	if err != nil {
 		return "", "", err
 	}
-	go st.run(ctx, 10*time.Second)
+	go st.run(ctx, 10*time.Second, elected)
 	return st.certFile(), st.keyFile(), nil
+}
+
+// campaign runs for the Lease named after the TLS Secret until ctx is done, keeping
+// leading true while this replica holds it and signalling elected when it takes it.
+// Unlike the signer, losing the Lease is no reason to exit: every replica serves, the
+// leader only writes. The Lease has a client of its own so renewals never wait behind
+// SubjectAccessReviews.
+func campaign(ctx context.Context, o *Options, restCfg *rest.Config, leading *atomic.Bool, elected chan<- struct{}) error {
+	electionClient, err := kubernetes.NewForConfig(rest.CopyConfig(restCfg))
+	if err != nil {
+		return err
+	}
+	hostname, _ := os.Hostname()
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: o.TLSSecretName},
+		Client:     electionClient.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: hostname + "_" + uuid.NewString()},
+	}
+	config := leaderelection.LeaderElectionConfig{
+		Lock: lock, ReleaseOnCancel: true, Name: "trustsync-webhook",
+		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {
+				klog.InfoS("Took the webhook TLS Lease; this replica now manages the Secret and caBundle", "lease", o.Namespace+"/"+o.TLSSecretName)
+				leading.Store(true)
+				select {
+				case elected <- struct{}{}:
+				default:
+				}
+			},
+			OnStoppedLeading: func() { leading.Store(false) },
+		},
+	}
+	if _, err := leaderelection.NewLeaderElector(config); err != nil {
+		return fmt.Errorf("invalid leader election settings: %w", err)
+	}
+	go func() {
+		// An elector runs once; after a lost Lease, stand again.
+		for ctx.Err() == nil {
+			leaderelection.RunOrDie(ctx, config)
+		}
+	}()
+	return nil
 }

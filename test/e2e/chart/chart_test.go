@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net/http"
@@ -287,6 +288,34 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			m, _ := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
 			return bytes.Equal(v.Webhooks[0].ClientConfig.CABundle, secret.Data["ca.crt"]) && bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, secret.Data["ca.crt"]), nil
 		})
+		lease, err := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			t.Fatalf("the webhook holds no Lease for its Secret: %v, %v", lease, err)
+		}
+
+		// A second replica, without the Lease, serves the Secret's certificate.
+		port2, _ := controlplane.FreePort()
+		p2 := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
+			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port2), "--policy="+policy)
+		secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(secret.Data["ca.crt"])
+		eventually(t, "the second replica serves the Secret's certificate", p2, func(context.Context) (bool, error) {
+			conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port2), &tls.Config{RootCAs: roots, ServerName: "trustsync-webhook.trustsync-system.svc"})
+			if err != nil {
+				return false, nil
+			}
+			defer conn.Close()
+			block, _ := pem.Decode(secret.Data["tls.crt"])
+			return block != nil && bytes.Equal(conn.ConnectionState().PeerCertificates[0].Raw, block.Bytes), nil
+		})
+		if again, _ := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{}); *again.Spec.HolderIdentity != *lease.Spec.HolderIdentity {
+			t.Errorf("the Lease moved to the second replica")
+		}
 	})
 
 	t.Run("the signer creates its CA, takes its Lease and publishes as its ServiceAccount", func(t *testing.T) {
