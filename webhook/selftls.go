@@ -247,36 +247,47 @@ func createCert(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer cry
 func (s *selfTLS) patchCABundles(ctx context.Context, caPEM []byte) error {
 	admission := s.client.AdmissionregistrationV1()
 	v, err := admission.ValidatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("failed to read ValidatingWebhookConfiguration %q: %w", s.configName, err)
-	default:
+	err = s.setCAIn("ValidatingWebhookConfiguration", err, caPEM, func() []*admissionregistrationv1.WebhookClientConfig {
 		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(v.Webhooks))
 		for i := range v.Webhooks {
 			configs[i] = &v.Webhooks[i].ClientConfig
 		}
-		if setCABundle(configs, caPEM) {
-			if _, err := admission.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("failed to set the CA of ValidatingWebhookConfiguration %q: %w", s.configName, err)
-			}
-		}
+		return configs
+	}, func() error {
+		_, err := admission.ValidatingWebhookConfigurations().Update(ctx, v, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	m, err := admission.MutatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("failed to read MutatingWebhookConfiguration %q: %w", s.configName, err)
-	default:
+	return s.setCAIn("MutatingWebhookConfiguration", err, caPEM, func() []*admissionregistrationv1.WebhookClientConfig {
 		configs := make([]*admissionregistrationv1.WebhookClientConfig, len(m.Webhooks))
 		for i := range m.Webhooks {
 			configs[i] = &m.Webhooks[i].ClientConfig
 		}
-		if setCABundle(configs, caPEM) {
-			if _, err := admission.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("failed to set the CA of MutatingWebhookConfiguration %q: %w", s.configName, err)
-			}
-		}
+		return configs
+	}, func() error {
+		_, err := admission.MutatingWebhookConfigurations().Update(ctx, m, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// setCAIn finishes one configuration's patch: getErr is how reading it went (a missing
+// configuration is not an error: the chart may not install it), clientConfigs its
+// webhooks' client configs, update saves it; it is saved only when a caBundle changed.
+func (s *selfTLS) setCAIn(kind string, getErr error, caPEM []byte, clientConfigs func() []*admissionregistrationv1.WebhookClientConfig, update func() error) error {
+	switch {
+	case apierrors.IsNotFound(getErr):
+		return nil
+	case getErr != nil:
+		return fmt.Errorf("failed to read %s %q: %w", kind, s.configName, getErr)
+	}
+	if !setCABundle(clientConfigs(), caPEM) {
+		return nil
+	}
+	if err := update(); err != nil {
+		return fmt.Errorf("failed to set the CA of %s %q: %w", kind, s.configName, err)
 	}
 	return nil
 }
