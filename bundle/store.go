@@ -20,13 +20,15 @@ import (
 type Store struct {
 	api    API
 	client dynamic.ResourceInterface
+	// of is the client the store came from, which says whether it can stream lists.
+	of dynamic.Interface
 }
 
 // NewStore returns a Store for api through client. The dynamic client decodes only the
 // objects it is given, which keeps a reader's memory small: it does not pull in the
 // typed clientset's scheme of every group.
 func NewStore(client dynamic.Interface, api API) *Store {
-	return &Store{api: api, client: client.Resource(api.GroupVersionResource())}
+	return &Store{api: api, client: client.Resource(api.GroupVersionResource()), of: client}
 }
 
 // API returns the API this store reads and writes.
@@ -148,17 +150,19 @@ func (s *Store) toUnstructured(b *certificatesv1.ClusterTrustBundle) (*unstructu
 // ListWatch lists and watches the bundles selected narrows to, for a client-go
 // informer of *certificatesv1.ClusterTrustBundle. Its field and label selectors replace
 // the informer's own, so a reader receives only what it asked for.
-func (s *Store) ListWatch(selected metav1.ListOptions) *cache.ListWatch {
+func (s *Store) ListWatch(selected metav1.ListOptions) cache.ListerWatcher {
 	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
 		opts.FieldSelector, opts.LabelSelector = selected.FieldSelector, selected.LabelSelector
 		return opts
 	}
-	return &cache.ListWatch{
+	// As generated informers do: a client that cannot stream the initial list (a fake)
+	// says so, and the reflector lists instead of waiting for a bookmark.
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			return s.List(ctx, narrow(opts))
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return s.Watch(ctx, narrow(opts))
 		},
-	}
+	}, s.of)
 }

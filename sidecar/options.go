@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -28,6 +29,8 @@ type Options struct {
 	TrustDomain     string
 	StateDir        string
 	InitTimeoutSecs int
+	// APIDiscoveryInterval is how often run asks which bundle APIs are served.
+	APIDiscoveryInterval time.Duration
 
 	Certificate                  bool
 	CertificateSigner            string
@@ -44,17 +47,18 @@ type Options struct {
 // injector fills from the downward API.
 func NewOptions() *Options {
 	return &Options{
-		KubeAPIQPS:         5,
-		KubeAPIBurst:       10,
-		PodName:            os.Getenv("POD_NAME"),
-		PodNamespace:       os.Getenv("POD_NAMESPACE"),
-		PodUID:             os.Getenv("POD_UID"),
-		ServiceAccount:     os.Getenv("SERVICE_ACCOUNT"),
-		TerminationLog:     "/dev/termination-log",
-		CertificateSigner:  "trustsync.io/workload",
-		CertificateKeyType: "ECDSAP256",
-		TrustDomain:        "cluster.local",
-		InitTimeoutSecs:    60,
+		KubeAPIQPS:           5,
+		KubeAPIBurst:         10,
+		PodName:              os.Getenv("POD_NAME"),
+		PodNamespace:         os.Getenv("POD_NAMESPACE"),
+		PodUID:               os.Getenv("POD_UID"),
+		ServiceAccount:       os.Getenv("SERVICE_ACCOUNT"),
+		TerminationLog:       "/dev/termination-log",
+		CertificateSigner:    "trustsync.io/workload",
+		CertificateKeyType:   "ECDSAP256",
+		TrustDomain:          "cluster.local",
+		InitTimeoutSecs:      60,
+		APIDiscoveryInterval: 5 * time.Minute,
 	}
 }
 
@@ -70,6 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "The pod's uid, so Events show in `kubectl describe pod` (default: $POD_UID).")
 	fs.StringVar(&o.TerminationLog, "termination-log", o.TerminationLog, "File that receives the one-line reason when init fails, for `kubectl describe pod`.")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", o.MetricsAddress, "Address to serve /metrics on, e.g. :9090. Empty (the default) serves none: the pod's ports belong to the app.")
+	fs.DurationVar(&o.APIDiscoveryInterval, "api-discovery-interval", o.APIDiscoveryInterval, "How often run asks the API server which bundle APIs it serves, so a mirror CRD installed, or a native API version turned on, after the pod started is watched without a restart. 0 asks only at start.")
 	fs.IntVar(&o.InitTimeoutSecs, "init-timeout-seconds", o.InitTimeoutSecs, "How long init waits for the API server before giving up (the kubelet then restarts it).")
 
 	fs.BoolVar(&o.Certificate, "certificate", o.Certificate, "Also obtain and rotate a workload certificate (tls.crt, tls.key).")
@@ -89,6 +94,9 @@ func (o *Options) Validate(needAPI bool) error {
 	var errs []error
 	if o.Dir == "" {
 		errs = append(errs, errors.New("--dir is required: the directory to write the trust files into"))
+	}
+	if o.APIDiscoveryInterval < 0 {
+		errs = append(errs, fmt.Errorf("--api-discovery-interval %s is negative; use 0 to discover only at start", o.APIDiscoveryInterval))
 	}
 	if o.Projections == "" && !o.Certificate {
 		errs = append(errs, errors.New("--projections is required (or --certificate): nothing to write otherwise"))

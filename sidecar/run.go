@@ -37,6 +37,8 @@ const resyncPeriod = 5 * time.Minute
 // sidecar is a set of watches feeding one syncer.
 type sidecar struct {
 	syncer      *syncer
+	bundles     *bundleWatches // nil when no source selects bundles
+	core        rest.Interface
 	cert        *certManager // nil without --certificate
 	controllers []cache.Controller
 	changed     chan struct{}
@@ -56,17 +58,17 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &sidecar{changed: make(chan struct{}, 1)}
+	s := &sidecar{changed: make(chan struct{}, 1), core: core}
 	groups := groupByPath(o.sources)
+	var served tsbundle.Served
 	if needsBundles(o.sources) {
-		served, err := discover(ctx, core)
-		if err != nil {
+		if served, err = discover(ctx, core); err != nil {
 			return nil, err
 		}
 		if len(served.APIs()) == 0 {
-			klog.InfoS("Neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; bundle sources will match nothing")
+			klog.InfoS("Neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served yet; bundle sources match nothing until one is", "rediscoveryInterval", o.APIDiscoveryInterval)
 		}
-		if err := s.watchBundles(groups, dyn, served); err != nil {
+		if s.bundles, err = s.bundleSources(groups, dyn); err != nil {
 			return nil, err
 		}
 	}
@@ -78,6 +80,12 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	writer := NewAtomicWriter(o.Dir)
 	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, clock: clk}, m, clk); err != nil {
 		return nil, err
+	}
+	if s.bundles != nil {
+		s.bundles.lock = &s.syncer.mu
+		if _, err := s.bundles.update(ctx, served); err != nil {
+			return nil, err
+		}
 	}
 	if o.Certificate {
 		csrs, err := csrClient(cfg)
@@ -127,9 +135,12 @@ func discover(ctx context.Context, core rest.Interface) (tsbundle.Served, error)
 	return served, err
 }
 
-// watchBundles gives each bundle item one watch per served API, narrowed on the server
-// by its selector.
-func (s *sidecar) watchBundles(groups []pathGroup, dyn dynamic.Interface, served tsbundle.Served) error {
+// bundleSources makes each name or signerName item a bundle source; bundleWatches
+// then watches them in every served API.
+func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bundleWatches, error) {
+	w := &bundleWatches{dyn: dyn, apis: map[string]*apiWatch{}, newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
+		return s.newInformer(lw, &certificatesv1.ClusterTrustBundle{})
+	}}
 	for gi := range groups {
 		for ii := range groups[gi].items {
 			it := &groups[gi].items[ii]
@@ -139,24 +150,29 @@ func (s *sidecar) watchBundles(groups []pathGroup, dyn dynamic.Interface, served
 			}
 			match, err := sel.Matcher()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			src := &bundleSource{selector: sel, match: match}
-			for _, api := range served.APIs() {
-				opts, ok, err := sel.ListOptions(api.Form)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					continue
-				}
-				store := s.informer(tsbundle.NewStore(dyn, api).ListWatch(opts), &certificatesv1.ClusterTrustBundle{})
-				src.stores = append(src.stores, store)
-			}
+			w.sources = append(w.sources, src)
 			it.from = src
 		}
 	}
-	return nil
+	return w, nil
+}
+
+// rediscover asks which bundle APIs are served now and adjusts the watches; a failure
+// leaves them as they are until the next time.
+func (s *sidecar) rediscover(ctx context.Context) bool {
+	served, err := tsbundle.Discover(tsbundle.RESTResourceLister{Client: s.core})
+	if err != nil {
+		klog.ErrorS(err, "Cannot rediscover the bundle APIs; keeping the current watches")
+		return false
+	}
+	changed, err := s.bundles.update(ctx, served)
+	if err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "Cannot watch a newly served bundle API; retrying at the next rediscovery")
+	}
+	return changed
 }
 
 // watchObjects gives each ConfigMap and Secret item a watch on its one object, and the
@@ -179,8 +195,15 @@ func (s *sidecar) watchObjects(groups []pathGroup, core rest.Interface, namespac
 	}
 }
 
-// informer creates a watch whose every change asks for a sync.
+// informer creates a watch whose every change asks for a sync, started by start.
 func (s *sidecar) informer(lw cache.ListerWatcher, obj runtime.Object) cache.Store {
+	store, controller := s.newInformer(lw, obj)
+	s.controllers = append(s.controllers, controller)
+	return store
+}
+
+// newInformer creates a watch whose every change asks for a sync; the caller runs it.
+func (s *sidecar) newInformer(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, cache.Controller) {
 	poke := func() {
 		select {
 		case s.changed <- struct{}{}:
@@ -196,8 +219,7 @@ func (s *sidecar) informer(lw cache.ListerWatcher, obj runtime.Object) cache.Sto
 			DeleteFunc: func(any) { poke() },
 		},
 	})
-	s.controllers = append(s.controllers, controller)
-	return store
+	return store, controller
 }
 
 func (s *sidecar) start(ctx context.Context) {
@@ -241,6 +263,12 @@ func Run(ctx context.Context, o *Options) error {
 	if s.cert != nil {
 		go s.cert.run(ctx)
 	}
+	var rediscovery <-chan time.Time
+	if s.bundles != nil && o.APIDiscoveryInterval > 0 {
+		t := time.NewTicker(o.APIDiscoveryInterval)
+		defer t.Stop()
+		rediscovery = t.C
+	}
 	for first := true; ; first = false {
 		s.syncer.sync()
 		if first {
@@ -249,11 +277,29 @@ func Run(ctx context.Context, o *Options) error {
 			// scavenger gets to it, since this process idles in every pod.
 			debug.FreeOSMemory()
 		}
+		if !s.waitForChange(ctx, rediscovery) {
+			return nil
+		}
+	}
+}
+
+// waitForChange returns when a sync is due: a watched object changed, the resync
+// period passed, or the served bundle APIs changed. It returns false when ctx is done.
+func (s *sidecar) waitForChange(ctx context.Context, rediscovery <-chan time.Time) bool {
+	resync := time.NewTimer(resyncPeriod)
+	defer resync.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-s.changed:
-		case <-time.After(resyncPeriod):
+			return true
+		case <-resync.C:
+			return true
+		case <-rediscovery:
+			if s.rediscover(ctx) {
+				return true
+			}
 		}
 	}
 }

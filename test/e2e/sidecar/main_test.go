@@ -34,6 +34,11 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	if err := cp.InstallMirrorCRD(ctx); err != nil {
 		return err
 	}
+	return setupIdentities(ctx, cp)
+}
+
+// setupIdentities creates the namespace, the ServiceAccounts and their RBAC.
+func setupIdentities(ctx context.Context, cp *controlplane.ControlPlane) error {
 	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
 		return err
 	}

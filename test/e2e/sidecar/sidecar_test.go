@@ -218,3 +218,33 @@ func TestSidecar_WorksWithoutEventsPermission(t *testing.T) {
 	}
 	s.WaitFor(t, "ca.pem", merged(a))
 }
+
+// The mirror CRD installed after the sidecar started (trustsync installed into a
+// running cluster, say): the sidecar starts watching it at its next discovery, without
+// a restart, and the file becomes the union of both kinds.
+func TestSidecar_WatchesABundleAPIServedAfterItStarted(t *testing.T) {
+	cp, err := controlplane.Start(controlplane.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	ctx := context.Background()
+	if err := setupIdentities(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	native, mirror := stores(t, cp, true)
+	a, b := fixtures.CA("native, from the start"), fixtures.CA("mirror, installed later")
+	if _, err := native.Create(ctx, ctb("late-root", "", nil, a), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s := runSidecar(t, cp, "run", podFor(t, cp, "late"), `[{"name": "late-root", "path": "ca.pem"}]`, "--api-discovery-interval=1s")
+	s.WaitFor(t, "ca.pem", merged(a))
+
+	if err := cp.InstallMirrorCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mirror.Create(ctx, ctb("late-root", "", nil, b), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitFor(t, "ca.pem", merged(a, b))
+}

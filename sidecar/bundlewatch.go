@@ -1,0 +1,106 @@
+package sidecar
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+)
+
+// bundleWatches keeps every bundle source watched in exactly the APIs the server
+// serves now, so a pod started before the mirror CRD was installed, or before the
+// native API was turned on, picks the new API up without a restart, and a version no
+// longer served stops contributing stale bundles.
+type bundleWatches struct {
+	dyn     dynamic.Interface
+	sources []*bundleSource
+	// lock guards the sources' stores, which syncs read from other goroutines.
+	lock sync.Locker
+	// newInformer makes a watch whose changes ask for a sync.
+	newInformer func(cache.ListerWatcher) (cache.Store, cache.Controller)
+
+	apis map[string]*apiWatch
+}
+
+type apiWatch struct {
+	stores map[*bundleSource]cache.Store
+	stop   context.CancelFunc
+}
+
+// update makes the watched APIs match served: it starts watches for new APIs, waits
+// for their first list, then adds them to the sources; and it drops and stops those of
+// APIs no longer served. It reports whether anything changed.
+func (w *bundleWatches) update(ctx context.Context, served tsbundle.Served) (bool, error) {
+	want := map[string]tsbundle.API{}
+	for _, api := range served.APIs() {
+		want[api.String()] = api
+	}
+	changed := false
+	for key, api := range want {
+		if _, ok := w.apis[key]; ok {
+			continue
+		}
+		aw, synced, err := w.watch(ctx, api)
+		if err != nil {
+			return changed, err
+		}
+		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+			aw.stop()
+			return changed, ctx.Err()
+		}
+		w.lock.Lock()
+		for src, store := range aw.stores {
+			src.stores = append(src.stores, store)
+		}
+		w.lock.Unlock()
+		w.apis[key] = aw
+		changed = true
+		klog.InfoS("Watching bundles in a newly served API", "api", key)
+	}
+	for key, aw := range w.apis {
+		if _, ok := want[key]; ok {
+			continue
+		}
+		w.lock.Lock()
+		for src, store := range aw.stores {
+			for i, s := range src.stores {
+				if s == store {
+					src.stores = append(src.stores[:i:i], src.stores[i+1:]...)
+					break
+				}
+			}
+		}
+		w.lock.Unlock()
+		aw.stop()
+		delete(w.apis, key)
+		changed = true
+		klog.InfoS("Stopped watching bundles in an API no longer served", "api", key)
+	}
+	return changed, nil
+}
+
+// watch starts one watch per source in api, narrowed on the server by its selector.
+func (w *bundleWatches) watch(ctx context.Context, api tsbundle.API) (*apiWatch, []cache.InformerSynced, error) {
+	ctx, stop := context.WithCancel(ctx)
+	aw := &apiWatch{stores: map[*bundleSource]cache.Store{}, stop: stop}
+	var synced []cache.InformerSynced
+	for _, src := range w.sources {
+		opts, ok, err := src.selector.ListOptions(api.Form)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		if !ok {
+			continue
+		}
+		store, controller := w.newInformer(tsbundle.NewStore(w.dyn, api).ListWatch(opts))
+		go controller.RunWithContext(ctx)
+		aw.stores[src] = store
+		synced = append(synced, controller.HasSynced)
+	}
+	return aw, synced, nil
+}

@@ -1,0 +1,91 @@
+package sidecar
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/tools/cache"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+func ctbObject(api tsbundle.API, name, pem string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": api.GroupVersion.String(), "kind": "ClusterTrustBundle",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"trustBundle": pem},
+	}}
+}
+
+// The served APIs change under a running sidecar: each change is followed, and the
+// anchors are exactly those of the APIs served now.
+func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
+	nativeCA, mirrorCA := fixtures.CA("native"), fixtures.CA("mirror")
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		tsbundle.NativeV1.GroupVersionResource(): "ClusterTrustBundleList",
+		tsbundle.Mirror.GroupVersionResource():   "ClusterTrustBundleList",
+	}, ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)), ctbObject(tsbundle.Mirror, "root", fixtures.Bundle(mirrorCA)))
+
+	sel := tsbundle.Selector{Name: "root"}
+	match, err := sel.Matcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &bundleSource{selector: sel, match: match}
+	w := &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
+		newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
+			return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &certificatesv1.ClusterTrustBundle{}, Handler: cache.ResourceEventHandlerFuncs{}})
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	native := tsbundle.NativeV1
+
+	steps := []struct {
+		name        string
+		served      tsbundle.Served
+		wantChanged bool
+		want        []*fixtures.Cert
+	}{
+		{name: "nothing served matches nothing", served: tsbundle.Served{}, wantChanged: false},
+		{name: "the native API turned on is watched", served: tsbundle.Served{Native: &native}, wantChanged: true, want: []*fixtures.Cert{nativeCA}},
+		{name: "the same APIs again change nothing", served: tsbundle.Served{Native: &native}, wantChanged: false, want: []*fixtures.Cert{nativeCA}},
+		{name: "the mirror CRD installed is added to the union", served: tsbundle.Served{Native: &native, Mirror: true}, wantChanged: true, want: []*fixtures.Cert{nativeCA, mirrorCA}},
+		{name: "an API no longer served stops contributing", served: tsbundle.Served{Mirror: true}, wantChanged: true, want: []*fixtures.Cert{mirrorCA}},
+	}
+	for _, step := range steps {
+		changed, err := w.update(ctx, step.served)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if changed != step.wantChanged {
+			t.Errorf("%s: changed = %v, want %v", step.name, changed, step.wantChanged)
+		}
+		got, err := src.anchors(newDecoder())
+		if len(step.want) == 0 {
+			if err == nil {
+				t.Errorf("%s: anchors %d, want a not-found error", step.name, len(got))
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		wantPool, gotPool := tsbundle.NewPool(), tsbundle.NewPool()
+		for _, c := range step.want {
+			wantPool.AddDER(c.Cert.Raw)
+		}
+		for _, der := range got {
+			gotPool.AddDER(der)
+		}
+		if string(gotPool.PEM()) != string(wantPool.PEM()) {
+			t.Errorf("%s: anchors =\n%s\nwant\n%s", step.name, gotPool.PEM(), wantPool.PEM())
+		}
+	}
+}
