@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -54,6 +55,14 @@ type selfTLS struct {
 	clock      clock.PassiveClock
 	// leading reports whether this replica may write; nil means always.
 	leading func() bool
+	// events records, on the Secret, what was generated or renewed; nil records none.
+	events record.EventRecorder
+}
+
+func (s *selfTLS) event(secret *corev1.Secret, reason, messageFmt string, args ...any) {
+	if s.events != nil {
+		s.events.Eventf(secret, corev1.EventTypeNormal, reason, messageFmt, args...)
+	}
 }
 
 func (s *selfTLS) certFile() string { return filepath.Join(s.dir, "tls.crt") }
@@ -125,6 +134,7 @@ func (s *selfTLS) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 		}
 		if err == nil {
 			klog.InfoS("Generated the webhook's CA and serving certificate", "secret", s.namespace+"/"+s.secretName)
+			s.event(created, "WebhookCertificateGenerated", "Generated the webhook's CA and a serving certificate for Service %s.%s, valid until %s", s.service, s.namespace, s.clock.Now().Add(selfServingValidity).UTC().Format(time.RFC3339))
 		}
 		return created, err
 	}
@@ -144,6 +154,7 @@ func (s *selfTLS) ensureSecret(ctx context.Context) (*corev1.Secret, error) {
 	}
 	if err == nil {
 		klog.InfoS("Renewed the webhook's serving certificate", "secret", s.namespace+"/"+s.secretName)
+		s.event(updated, "WebhookCertificateRenewed", "Renewed the webhook's serving certificate for Service %s.%s; the new one is valid until %s", s.service, s.namespace, s.clock.Now().Add(selfServingValidity).UTC().Format(time.RFC3339))
 	}
 	return updated, err
 }

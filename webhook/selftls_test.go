@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -59,9 +60,12 @@ func TestSelfTLS(t *testing.T) {
 	// First start: a CA and a serving certificate for the Service, in a Secret, in
 	// files, and trusted by every webhook of both configurations.
 	first := selfTLSFor(t, client, clk)
+	events := record.NewFakeRecorder(10)
+	first.events = events
 	if err := first.sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	expectEvent(t, events, "Normal WebhookCertificateGenerated Generated the webhook's CA and a serving certificate for Service trustsync-webhook.trustsync-system")
 	secret, err := client.CoreV1().Secrets("trustsync-system").Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
 	if err != nil || secret.Type != corev1.SecretTypeTLS {
 		t.Fatalf("Secret = %v, %v", secret, err)
@@ -80,9 +84,11 @@ func TestSelfTLS(t *testing.T) {
 
 	// A second replica serves the same certificate: it reads, it does not regenerate.
 	second := selfTLSFor(t, client, clk)
+	second.events = events
 	if err := second.sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	expectEvent(t, events, "")
 	if !servingCert(t, second).Equal(cert) {
 		t.Error("a second replica made its own certificate")
 	}
@@ -96,6 +102,7 @@ func TestSelfTLS(t *testing.T) {
 	if renewed.Equal(cert) {
 		t.Fatal("the serving certificate was not renewed")
 	}
+	expectEvent(t, events, "Normal WebhookCertificateRenewed Renewed the webhook's serving certificate for Service trustsync-webhook.trustsync-system; the new one is valid until")
 	if _, err := renewed.Verify(x509.VerifyOptions{Roots: roots, DNSName: "trustsync-webhook.trustsync-system.svc", CurrentTime: clk.Now()}); err != nil {
 		t.Errorf("the renewed certificate is not from the same CA: %v", err)
 	}
@@ -187,5 +194,21 @@ func TestSelfTLS_AReplicaWithoutTheLeaseOnlyReads(t *testing.T) {
 	}
 	if b := caBundles(t, client)[0]; b == nil {
 		t.Error("the leader did not restore caBundle")
+	}
+}
+
+// expectEvent takes the next recorded Event and checks it starts with want; an empty
+// want means none was recorded.
+func expectEvent(t *testing.T, events *record.FakeRecorder, want string) {
+	t.Helper()
+	select {
+	case got := <-events.Events:
+		if want == "" || !strings.HasPrefix(got, want) {
+			t.Errorf("Event %q, want one starting %q", got, want)
+		}
+	default:
+		if want != "" {
+			t.Errorf("no Event, want one starting %q", want)
+		}
 	}
 }

@@ -32,10 +32,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -272,7 +275,11 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 	if err != nil {
 		return "", "", err
 	}
-	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, dir: dir, clock: clock.RealClock{}}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
+	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
+	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, dir: dir, clock: clock.RealClock{},
+		events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-webhook"})}
 	elected := make(chan struct{}, 1)
 	if o.LeaderElect {
 		var leading atomic.Bool

@@ -288,6 +288,10 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			m, _ := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
 			return bytes.Equal(v.Webhooks[0].ClientConfig.CABundle, secret.Data["ca.crt"]) && bytes.Equal(m.Webhooks[0].ClientConfig.CABundle, secret.Data["ca.crt"]), nil
 		})
+		eventually(t, "the webhook recorded generating its certificate on the Secret", p, func(ctx context.Context) (bool, error) {
+			events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Secret,involvedObject.name=trustsync-webhook-tls,reason=WebhookCertificateGenerated"})
+			return err == nil && len(events.Items) == 1, nil
+		})
 		lease, err := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
 		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 			t.Fatalf("the webhook holds no Lease for its Secret: %v, %v", lease, err)
