@@ -2,7 +2,9 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -32,9 +34,11 @@ type apiWatch struct {
 }
 
 // update makes the watched APIs match served: it starts watches for new APIs, waits
-// for their first list, then adds them to the sources; and it drops and stops those of
-// APIs no longer served. It reports whether anything changed.
-func (w *bundleWatches) update(ctx context.Context, served tsbundle.Served) (bool, error) {
+// up to syncWait (0: as long as ctx lasts) for their first list, then adds them to the
+// sources; and it drops and stops those of APIs no longer served. It reports whether
+// anything changed. A new API that does not list in time (the pod's ServiceAccount may
+// not read it, say) is left out, to be tried again at the next update.
+func (w *bundleWatches) update(ctx context.Context, served tsbundle.Served, syncWait time.Duration) (bool, error) {
 	want := map[string]tsbundle.API{}
 	for _, api := range served.APIs() {
 		want[api.String()] = api
@@ -48,9 +52,18 @@ func (w *bundleWatches) update(ctx context.Context, served tsbundle.Served) (boo
 		if err != nil {
 			return changed, err
 		}
-		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		if syncWait > 0 {
+			waitCtx, cancel = context.WithTimeout(ctx, syncWait)
+		}
+		ok := cache.WaitForCacheSync(waitCtx.Done(), synced...)
+		cancel()
+		if !ok {
 			aw.stop()
-			return changed, ctx.Err()
+			if ctx.Err() != nil {
+				return changed, ctx.Err()
+			}
+			return changed, fmt.Errorf("the bundle API %s did not list within %s; check that the pod's ServiceAccount may list and watch it", key, syncWait)
 		}
 		w.lock.Lock()
 		for src, store := range aw.stores {

@@ -2,14 +2,19 @@ package sidecar
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
@@ -60,7 +65,7 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 		{name: "an API no longer served stops contributing", served: tsbundle.Served{Mirror: true}, wantChanged: true, want: []*fixtures.Cert{mirrorCA}},
 	}
 	for _, step := range steps {
-		changed, err := w.update(ctx, step.served)
+		changed, err := w.update(ctx, step.served, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
@@ -87,5 +92,44 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 		if string(gotPool.PEM()) != string(wantPool.PEM()) {
 			t.Errorf("%s: anchors =\n%s\nwant\n%s", step.name, gotPool.PEM(), wantPool.PEM())
 		}
+	}
+}
+
+// A newly served API the pod may not list is left out with an error that says so, and
+// the bundles already watched keep contributing.
+func TestBundleWatches_AnAPIThatCannotListIsLeftOut(t *testing.T) {
+	nativeCA := fixtures.CA("native")
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		tsbundle.NativeV1.GroupVersionResource(): "ClusterTrustBundleList",
+		tsbundle.Mirror.GroupVersionResource():   "ClusterTrustBundleList",
+	}, ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)))
+	dyn.PrependReactor("list", "clustertrustbundles", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetResource().Group == tsbundle.Mirror.GroupVersion.Group {
+			return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", errors.New("RBAC: no"))
+		}
+		return false, nil, nil
+	})
+	sel := tsbundle.Selector{Name: "root"}
+	match, _ := sel.Matcher()
+	src := &bundleSource{selector: sel, match: match}
+	w := &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
+		newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
+			return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &certificatesv1.ClusterTrustBundle{}, Handler: cache.ResourceEventHandlerFuncs{}})
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	native := tsbundle.NativeV1
+	if _, err := w.update(ctx, tsbundle.Served{Native: &native}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.update(ctx, tsbundle.Served{Native: &native, Mirror: true}, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "clustertrustbundles.v1alpha1.trustsync.io did not list within 200ms; check that the pod's ServiceAccount may list and watch it") {
+		t.Fatalf("update = %v, want the API named and the likely cause", err)
+	}
+	if len(w.apis) != 1 || len(src.stores) != 1 {
+		t.Errorf("watching %d APIs with %d stores, want the native one alone", len(w.apis), len(src.stores))
+	}
+	if got, err := src.anchors(newDecoder()); err != nil || len(got) != 1 {
+		t.Errorf("anchors = %d, %v; want the native bundle's", len(got), err)
 	}
 }

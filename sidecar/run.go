@@ -83,7 +83,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	}
 	if s.bundles != nil {
 		s.bundles.lock = &s.syncer.mu
-		if _, err := s.bundles.update(ctx, served); err != nil {
+		if _, err := s.bundles.update(ctx, served, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -168,7 +168,8 @@ func (s *sidecar) rediscover(ctx context.Context) bool {
 		klog.ErrorS(err, "Cannot rediscover the bundle APIs; keeping the current watches")
 		return false
 	}
-	changed, err := s.bundles.update(ctx, served)
+	// Syncs wait while a new API lists, so the wait is bounded.
+	changed, err := s.bundles.update(ctx, served, 30*time.Second)
 	if err != nil && ctx.Err() == nil {
 		klog.ErrorS(err, "Cannot watch a newly served bundle API; retrying at the next rediscovery")
 	}
