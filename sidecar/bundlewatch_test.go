@@ -29,25 +29,36 @@ func ctbObject(api tsbundle.API, name, pem string) *unstructured.Unstructured {
 	}}
 }
 
-// The served APIs change under a running sidecar: each change is followed, and the
-// anchors are exactly those of the APIs served now.
-func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
-	nativeCA, mirrorCA := fixtures.CA("native"), fixtures.CA("mirror")
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+// fakeBundleClient serves both bundle APIs holding objects.
+func fakeBundleClient(objects ...runtime.Object) *dynamicfake.FakeDynamicClient {
+	return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		tsbundle.NativeV1.GroupVersionResource(): "ClusterTrustBundleList",
 		tsbundle.Mirror.GroupVersionResource():   "ClusterTrustBundleList",
-	}, ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)), ctbObject(tsbundle.Mirror, "root", fixtures.Bundle(mirrorCA)))
+	}, objects...)
+}
 
+// watchesOfRoot watches the one source {"name": "root"} through dyn.
+func watchesOfRoot(t *testing.T, dyn *dynamicfake.FakeDynamicClient) (*bundleWatches, *bundleSource) {
+	t.Helper()
 	sel := tsbundle.Selector{Name: "root"}
 	match, err := sel.Matcher()
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := &bundleSource{selector: sel, match: match}
-	w := &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
+	return &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
 		newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
 			return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &certificatesv1.ClusterTrustBundle{}, Handler: cache.ResourceEventHandlerFuncs{}})
-		}}
+		}}, src
+}
+
+// The served APIs change under a running sidecar: each change is followed, and the
+// anchors are exactly those of the APIs served now.
+func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
+	nativeCA, mirrorCA := fixtures.CA("native"), fixtures.CA("mirror")
+	dyn := fakeBundleClient(ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)), ctbObject(tsbundle.Mirror, "root", fixtures.Bundle(mirrorCA)))
+
+	w, src := watchesOfRoot(t, dyn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	native := tsbundle.NativeV1
@@ -99,23 +110,14 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 // the bundles already watched keep contributing.
 func TestBundleWatches_AnAPIThatCannotListIsLeftOut(t *testing.T) {
 	nativeCA := fixtures.CA("native")
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		tsbundle.NativeV1.GroupVersionResource(): "ClusterTrustBundleList",
-		tsbundle.Mirror.GroupVersionResource():   "ClusterTrustBundleList",
-	}, ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)))
+	dyn := fakeBundleClient(ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)))
 	dyn.PrependReactor("list", "clustertrustbundles", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if action.GetResource().Group == tsbundle.Mirror.GroupVersion.Group {
 			return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", errors.New("RBAC: no"))
 		}
 		return false, nil, nil
 	})
-	sel := tsbundle.Selector{Name: "root"}
-	match, _ := sel.Matcher()
-	src := &bundleSource{selector: sel, match: match}
-	w := &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
-		newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
-			return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &certificatesv1.ClusterTrustBundle{}, Handler: cache.ResourceEventHandlerFuncs{}})
-		}}
+	w, src := watchesOfRoot(t, dyn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	native := tsbundle.NativeV1
