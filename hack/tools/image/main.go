@@ -1,0 +1,225 @@
+// Command image writes the container images trustsync's real-node tests and demo use,
+// as tarballs that `ctr images import` takes, without a container engine:
+//
+//	image trustsync --bin DIR --ref REF --out FILE   the three binaries, as the Dockerfile
+//	image shell --busybox FILE --ref REF --out FILE  a static busybox shell, any uid
+//	image pause --pause FILE --ref REF --out FILE    the pod sandbox process
+//
+// Layers carry fixed timestamps and owners, so the same inputs give the same image ID.
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The Dockerfile's final stage, stated once for the image built here; image_test.go
+// checks that the Dockerfile still says the same.
+const (
+	NonRootUser = "65532:65532"
+	Entrypoint  = "/trustsync-webhook"
+)
+
+// Binaries are the files the Dockerfile copies to the image's root.
+var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer"}
+
+// epoch is every file's and the image's time, for reproducible digests.
+var epoch = time.Unix(0, 0).UTC()
+
+type entry struct {
+	name string
+	mode int64
+	uid  int
+	data []byte
+	dir  bool
+	link string
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: image trustsync|shell|pause [flags]; see the package comment")
+		os.Exit(2)
+	}
+	kind := os.Args[1]
+	fs := flag.NewFlagSet(kind, flag.ExitOnError)
+	ref := fs.String("ref", "", "image reference to tag the tarball with (required)")
+	out := fs.String("out", "", "tarball to write (required)")
+	bin := fs.String("bin", "", "trustsync: directory holding the three binaries")
+	busybox := fs.String("busybox", "/bin/busybox", "shell: a static busybox binary")
+	pause := fs.String("pause", "", "pause: the pause binary")
+	_ = fs.Parse(os.Args[2:])
+	if *ref == "" || *out == "" {
+		fs.Usage()
+		os.Exit(2)
+	}
+
+	var (
+		files []entry
+		cfg   v1.Config
+		err   error
+	)
+	switch kind {
+	case "trustsync":
+		files, cfg, err = trustsyncImage(*bin)
+	case "shell":
+		files, cfg, err = shellImage(*busybox)
+	case "pause":
+		files, cfg, err = pauseImage(*pause)
+	default:
+		err = fmt.Errorf("unknown image kind %q: want trustsync, shell or pause", kind)
+	}
+	if err == nil {
+		err = write(*ref, *out, files, cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+}
+
+// trustsyncImage matches the Dockerfile's final stage: distroless/static's nonroot
+// user and layout, the three static binaries at the root, the webhook as entrypoint.
+func trustsyncImage(bin string) ([]entry, v1.Config, error) {
+	if bin == "" {
+		return nil, v1.Config{}, fmt.Errorf("--bin is required")
+	}
+	files := baseFiles()
+	for _, b := range Binaries {
+		data, err := os.ReadFile(filepath.Join(bin, b))
+		if err != nil {
+			return nil, v1.Config{}, fmt.Errorf("read %s (run `make build` first): %w", b, err)
+		}
+		files = append(files, entry{name: b, mode: 0o755, data: data})
+	}
+	return files, v1.Config{
+		User:       NonRootUser,
+		Entrypoint: []string{Entrypoint},
+		WorkingDir: "/home/nonroot",
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+	}, nil
+}
+
+// baseFiles is the part of distroless/static a Go binary can notice: users, groups,
+// a home and a writable /tmp.
+func baseFiles() []entry {
+	return []entry{
+		{name: "etc", dir: true, mode: 0o755},
+		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
+		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n")},
+		{name: "home", dir: true, mode: 0o755},
+		{name: "home/nonroot", dir: true, mode: 0o700, uid: 65532},
+		{name: "tmp", dir: true, mode: 0o1777},
+	}
+}
+
+// shellImage is busybox with a link per applet, readable and runnable by any uid.
+func shellImage(busybox string) ([]entry, v1.Config, error) {
+	data, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, v1.Config{}, fmt.Errorf("read busybox (install Debian's busybox-static): %w", err)
+	}
+	list, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return nil, v1.Config{}, fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	files := append(baseFiles(), entry{name: "bin", dir: true, mode: 0o755}, entry{name: "bin/busybox", mode: 0o755, data: data})
+	for _, applet := range strings.Fields(string(list)) {
+		if applet != "busybox" {
+			files = append(files, entry{name: "bin/" + applet, link: "busybox"})
+		}
+	}
+	return files, v1.Config{
+		Cmd: []string{"/bin/sh"},
+		Env: []string{"PATH=/bin"},
+	}, nil
+}
+
+func pauseImage(pause string) ([]entry, v1.Config, error) {
+	data, err := os.ReadFile(pause)
+	if err != nil {
+		return nil, v1.Config{}, fmt.Errorf("read pause binary: %w", err)
+	}
+	return []entry{{name: "pause", mode: 0o755, data: data}}, v1.Config{
+		Entrypoint: []string{"/pause"},
+		User:       "65535:65535",
+	}, nil
+}
+
+func write(ref, out string, files []entry, cfg v1.Config) error {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("image reference %q: %w", ref, err)
+	}
+	layerTar, err := tarOf(files)
+	if err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = cfg
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		return fmt.Errorf("write %s: %w", out, err)
+	}
+	return os.Rename(tmp, out)
+}
+
+func tarOf(files []entry) ([]byte, error) {
+	sort.SliceStable(files, func(i, j int) bool { return files[i].name < files[j].name })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode, Uid: f.uid, Gid: f.uid, ModTime: epoch, Format: tar.FormatPAX}
+		switch {
+		case f.dir:
+			h.Typeflag, h.Name = tar.TypeDir, f.name+"/"
+		case f.link != "":
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, f.link, 0o777
+		default:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(f.data))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
