@@ -29,6 +29,8 @@ type goldenOutput struct {
 	Skipped string      `json:"skipped,omitempty"`
 	Refused string      `json:"refused,omitempty"`
 	Pod     *corev1.Pod `json:"pod,omitempty"`
+	// Warnings are what the pod's author is told at admission.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 var goldenPolicy = func() *policy.Policy {
@@ -112,5 +114,5 @@ func run(t *testing.T, pod *corev1.Pod, namespace string, nsAnnotations map[stri
 	if err != nil || again.Skipped != SkipAlreadyInjected {
 		t.Fatalf("injecting the injected pod again = %+v, %v; want it left alone", again, err)
 	}
-	return goldenOutput{Pod: injected}
+	return goldenOutput{Pod: injected, Warnings: res.Warnings}
 }

@@ -32,6 +32,8 @@ type Result struct {
 	Skipped string
 	// Patch injects the pod. It only adds.
 	Patch []PatchOp
+	// Warnings tell the pod's author what the injection cannot do for this pod.
+	Warnings []string
 }
 
 // RefusalError says why a pod that asked for trust cannot get it: a bad annotation, or
@@ -90,7 +92,8 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	if len(errs) > 0 {
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
-	return &Result{Patch: build(pod, req, targets, cfg)}, nil
+	ops, warnings := build(pod, req, targets, cfg)
+	return &Result{Patch: ops, Warnings: warnings}, nil
 }
 
 // reinvoke handles a pod injected before: the API server calls again (reinvocation)
@@ -218,7 +221,8 @@ func containerNames(all []target) []string {
 
 // build assembles the patch. Edits to existing containers come before the sidecar is
 // inserted at the front of initContainers, so their indices are still right.
-func build(pod *corev1.Pod, req *request, targets []target, cfg Config) []PatchOp {
+func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]PatchOp, []string) {
+	var warnings []string
 	names := newNamer(pod)
 	volume := names.volume("trustsync-anchors")
 	sidecar := names.container("trustsync")
@@ -233,6 +237,10 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) []PatchO
 	}
 
 	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
+	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
+		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the sidecar writes %s (mode 0600) as uid %d, which an app running as another uid (its image's USER, say) cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids",
+			targets[0].c.Name, "tls.key", defaultUID))
+	}
 	volumes := []corev1.Volume{{Name: volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		Medium: corev1.StorageMediumMemory, SizeLimit: &req.volumeSizeLimit,
 	}}}}
@@ -257,13 +265,27 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) []PatchO
 			p.add("/spec/initContainers/0", c)
 		}
 	}
-	if req.mode == Native {
+	switch {
+	case req.mode == Native:
 		first(s.container(sidecar, "run", true))
-	} else {
+	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever || pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure:
+		// A regular sidecar container never exits, so a pod that should run to
+		// completion (a Job's) never would: the files are written once, at start.
+		first(s.container(sidecar, "init", false))
+		warnings = append(warnings, fmt.Sprintf("trustsync: sidecar mode legacy with restartPolicy %s: the trust files are written once at start and not kept current, since a running sidecar would keep the pod from completing; use sidecar mode native (Kubernetes 1.29 or later) to keep them current", pod.Spec.RestartPolicy))
+	default:
 		first(s.container(names.container("trustsync-init"), "init", false))
 		p.add("/spec/containers/-", s.container(sidecar, "run", false))
 	}
-	return p.ops
+	return p.ops, warnings
+}
+
+// runsAs reports whether the pod or its first target container sets runAsUser to uid.
+func runsAs(pod *corev1.Pod, targets []target, uid int64) bool {
+	if len(targets) > 0 && targets[0].c.SecurityContext != nil && targets[0].c.SecurityContext.RunAsUser != nil {
+		return *targets[0].c.SecurityContext.RunAsUser == uid
+	}
+	return pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsUser != nil && *pod.Spec.SecurityContext.RunAsUser == uid
 }
 
 func hasEnv(c *corev1.Container, name string) bool {

@@ -43,6 +43,12 @@ type Options struct {
 	// ShutdownGracePeriod is how long in-flight reviews may take to finish after
 	// SIGTERM before the server closes their connections.
 	ShutdownGracePeriod time.Duration
+	// ShutdownDelay is how long the server keeps accepting reviews after SIGTERM, with
+	// /readyz failing, so the API server stops sending before the listener closes.
+	ShutdownDelay time.Duration
+	// HealthPort serves /healthz and /readyz over plain HTTP from the first moment, so
+	// probes work while the serving certificate is still being obtained; 0 turns it off.
+	HealthPort int
 }
 
 // NewOptions returns the defaults.
@@ -53,6 +59,8 @@ func NewOptions() *Options {
 		KubeAPIQPS:               20,
 		KubeAPIBurst:             30,
 		ShutdownGracePeriod:      15 * time.Second,
+		ShutdownDelay:            5 * time.Second,
+		HealthPort:               8081,
 		SidecarImage:             injector.DefaultImage,
 		TLSSecretName:            "trustsync-webhook-tls",
 		ServiceName:              "trustsync-webhook",
@@ -89,7 +97,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", o.SidecarImagePullPolicy, "Pull policy of the injected sidecar: Always, IfNotPresent or Never.")
 	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
-	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish after SIGTERM.")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
+	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "The port on which to serve /healthz and /readyz over plain HTTP, open from start-up, for probes; 0 turns it off.")
 }
 
 // Validate reports flag combinations that cannot work.

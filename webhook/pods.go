@@ -66,6 +66,7 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	if err != nil {
 		return nil, err
 	}
+	warnings = append(warnings, res.Warnings...)
 	a.metrics.injections.WithLabelValues(ar.Namespace, outcomeInjected, "").Inc()
 	a.metrics.outcome(routeMutatePods, outcomeInjected)
 	logger.V(2).Info("Injected pod")

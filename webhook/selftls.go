@@ -15,6 +15,8 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -57,6 +59,17 @@ type selfTLS struct {
 	leading func() bool
 	// events records, on the Secret, what was generated or renewed; nil records none.
 	events record.EventRecorder
+
+	// released is closed once the leader election has ended and released the Lease;
+	// nil without leader election.
+	released <-chan struct{}
+	// served is the CA of the certificate last written for serving.
+	served atomic.Pointer[[]byte]
+	// trusted caches caTrusted's answer for a moment: readiness probes of every
+	// replica would otherwise read both configurations each time.
+	trustedMu   sync.Mutex
+	trustedAt   time.Time
+	trustedLast bool
 }
 
 func (s *selfTLS) event(secret *corev1.Secret, reason, messageFmt string, args ...any) {
@@ -96,10 +109,58 @@ func (s *selfTLS) sync(ctx context.Context) error {
 	if err := writeAtomically(s.keyFile(), secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
 		return err
 	}
+	ca := secret.Data[keyCACert]
+	s.served.Store(&ca)
 	if !leading {
 		return nil
 	}
 	return s.patchCABundles(ctx, secret.Data[keyCACert])
+}
+
+// caTrusted reports whether every webhook of both configurations trusts the CA of the
+// certificate this replica serves. Until then the API server would refuse this
+// replica's answers (x509: unknown authority), so it is not ready.
+func (s *selfTLS) caTrusted(ctx context.Context) bool {
+	s.trustedMu.Lock()
+	defer s.trustedMu.Unlock()
+	if !s.trustedAt.IsZero() && s.clock.Since(s.trustedAt) < 2*time.Second {
+		return s.trustedLast
+	}
+	ca := s.served.Load()
+	if ca == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var configs []admissionregistrationv1.WebhookClientConfig
+	admission := s.client.AdmissionregistrationV1()
+	if v, err := admission.ValidatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{}); err == nil {
+		for _, w := range v.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		klog.V(2).InfoS("Cannot read the webhook configuration for readiness", "err", err)
+		return false
+	}
+	if m, err := admission.MutatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{}); err == nil {
+		for _, w := range m.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		klog.V(2).InfoS("Cannot read the webhook configuration for readiness", "err", err)
+		return false
+	}
+	trusted := true
+	for _, c := range configs {
+		if !bytes.Contains(c.CABundle, bytes.TrimSpace(*ca)) {
+			trusted = false
+		}
+	}
+	if !trusted {
+		klog.V(2).InfoS("Not ready: the webhook configurations do not trust the served certificate's CA yet", "configuration", s.configName)
+	}
+	s.trustedAt, s.trustedLast = s.clock.Now(), trusted
+	return trusted
 }
 
 // run syncs every interval until ctx is done, so a renewal, or a caBundle emptied by a

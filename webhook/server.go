@@ -181,11 +181,23 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	certFile, keyFile := o.TLSCertFile, o.TLSPrivateKeyFile
-	if o.SelfManagedTLS {
-		if certFile, keyFile, err = startSelfManagedTLS(ctx, o, restCfg, client); err != nil {
+	// Probes must answer while the certificate is still being obtained (the API server
+	// may be unreachable for minutes): liveness must not restart a replica that waits.
+	var ready atomic.Pointer[func() bool]
+	if o.HealthPort != 0 {
+		stopHealth, err := serveHealth(net.JoinHostPort(o.BindAddress, strconv.Itoa(o.HealthPort)), &ready)
+		if err != nil {
 			return err
 		}
+		defer stopHealth()
+	}
+	certFile, keyFile := o.TLSCertFile, o.TLSPrivateKeyFile
+	var st *selfTLS
+	if o.SelfManagedTLS {
+		if st, err = startSelfManagedTLS(ctx, o, restCfg, client); err != nil {
+			return err
+		}
+		certFile, keyFile = st.certFile(), st.keyFile()
 	}
 	reloader, err := newCertReloader(certFile, keyFile, time.Second, clock.RealClock{})
 	if err != nil {
@@ -197,14 +209,21 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
+	var shuttingDown atomic.Bool
+	// Ready once the namespace cache has synced and, with self-managed TLS, once the
+	// API server trusts the certificate served: `helm install --wait` then returns
+	// only when pods can be admitted.
+	readyFn := func() bool {
+		return synced() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
+	}
+	ready.Store(&readyFn)
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var shuttingDown atomic.Bool
 	handler, err := NewHandler(Config{
 		Policy:     pol,
 		Authorizer: SubjectAccessReviewer{Client: client.AuthorizationV1().SubjectAccessReviews()},
 		Registry:   registry,
-		Ready:      func() bool { return synced() && !shuttingDown.Load() },
+		Ready:      readyFn,
 		Injector: injector.Config{
 			Image: o.SidecarImage, ImagePullPolicy: corev1.PullPolicy(o.SidecarImagePullPolicy),
 			DefaultMode: injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
@@ -236,12 +255,26 @@ func Run(ctx context.Context, o *Options) error {
 		return fmt.Errorf("HTTPS server stopped: %w", err)
 	case <-ctx.Done():
 	}
-	klog.InfoS("Shutting down", "gracePeriod", o.ShutdownGracePeriod)
+	// Keep serving while the API server notices: the endpoint goes when the pod is
+	// deleted or unready, and reviews already routed here must still be answered.
 	shuttingDown.Store(true)
+	klog.InfoS("Shutting down: still serving while the API server stops sending", "delay", o.ShutdownDelay, "gracePeriod", o.ShutdownGracePeriod)
+	select {
+	case err := <-served:
+		return fmt.Errorf("HTTPS server stopped: %w", err)
+	case <-time.After(o.ShutdownDelay):
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.ShutdownGracePeriod)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("graceful shutdown did not finish: %w", err)
+	}
+	if st != nil && st.released != nil {
+		select {
+		case <-st.released:
+		case <-time.After(5 * time.Second):
+			klog.InfoS("Exiting before the Lease was released; the next leader waits for it to expire")
+		}
 	}
 	return nil
 }
@@ -270,10 +303,10 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 // startSelfManagedTLS makes the serving certificate available in files (retrying while
 // the API server is unreachable, or while no leader has created the Secret yet) and
 // keeps it, and the configurations' caBundle, current in the background.
-func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface) (certFile, keyFile string, err error) {
+func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface) (*selfTLS, error) {
 	dir, err := os.MkdirTemp("", "trustsync-webhook-tls-")
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
@@ -284,8 +317,10 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 	if o.LeaderElect {
 		var leading atomic.Bool
 		st.leading = leading.Load
-		if err := campaign(ctx, o, restCfg, &leading, elected); err != nil {
-			return "", "", err
+		released := make(chan struct{})
+		st.released = released
+		if err := campaign(ctx, o, restCfg, &leading, elected, released); err != nil {
+			return nil, err
 		}
 	}
 	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
@@ -296,10 +331,10 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 		return true, nil
 	})
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	go st.run(ctx, 10*time.Second, elected)
-	return st.certFile(), st.keyFile(), nil
+	return st, nil
 }
 
 // campaign runs for the Lease named after the TLS Secret until ctx is done, keeping
@@ -307,7 +342,7 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 // Unlike the signer, losing the Lease is no reason to exit: every replica serves, the
 // leader only writes. The Lease has a client of its own so renewals never wait behind
 // SubjectAccessReviews.
-func campaign(ctx context.Context, o *Options, restCfg *rest.Config, leading *atomic.Bool, elected chan<- struct{}) error {
+func campaign(ctx context.Context, o *Options, restCfg *rest.Config, leading *atomic.Bool, elected chan<- struct{}, released chan<- struct{}) error {
 	electionClient, err := kubernetes.NewForConfig(rest.CopyConfig(restCfg))
 	if err != nil {
 		return err
@@ -337,10 +372,36 @@ func campaign(ctx context.Context, o *Options, restCfg *rest.Config, leading *at
 		return fmt.Errorf("invalid leader election settings: %w", err)
 	}
 	go func() {
-		// An elector runs once; after a lost Lease, stand again.
+		defer close(released)
+		// An elector runs once; after a lost Lease, stand again. On shutdown it
+		// releases the Lease (ReleaseOnCancel) before returning, so the next leader (a
+		// new rollout's, or a reinstall's) takes it at once instead of waiting out
+		// a Lease that names a dead holder.
 		for ctx.Err() == nil {
 			leaderelection.RunOrDie(ctx, config)
 		}
 	}()
 	return nil
+}
+
+// serveHealth serves /healthz (the process is alive) and /readyz (ready holds, once it
+// is set) over plain HTTP on addr until the returned stop is called.
+func serveHealth(addr string, ready *atomic.Pointer[func() bool]) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if f := ready.Load(); f == nil || !(*f)() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %s for health probes: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(listener) }()
+	klog.InfoS("Serving health probes", "address", listener.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }

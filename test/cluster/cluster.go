@@ -76,6 +76,13 @@ func Up(dir string, o Options) (err error) {
 	if err := takeMachine(dir, o.Log); err != nil {
 		return err
 	}
+	// A cluster starts empty: state from an earlier `up` in the same directory would
+	// not match the certificates made anew (images/, written by the caller, stays).
+	for _, d := range []string{"logs", "run", "pki", "etcd", "containerd", "kubelet", "pod-logs", "cni"} {
+		if err := os.RemoveAll(filepath.Join(dir, d)); err != nil {
+			return fmt.Errorf("clear %s from an earlier run: %w", d, err)
+		}
+	}
 	for _, d := range []string{"logs", "run", "pki", "etcd", "containerd", "kubelet", "pod-logs", "cni/net.d"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err

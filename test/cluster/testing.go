@@ -1,0 +1,206 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Node is a cluster started through hack/cluster.sh for one e2e package.
+type Node struct {
+	Dir    string
+	Root   string
+	Config *rest.Config
+	Client *kubernetes.Clientset
+}
+
+// StartNode runs `hack/cluster.sh up` in a new directory, as a user would. A failure
+// carries the script's output, which ends with the failing component's log tail.
+func StartNode() (*Node, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "trustsync-node-")
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{Dir: dir, Root: root}
+	out, err := exec.Command(filepath.Join(root, "hack", "cluster.sh"), "up", dir).CombinedOutput()
+	if err != nil {
+		return n, fmt.Errorf("hack/cluster.sh up %s failed: %w\n%s", dir, err, lastBytes(out, 6000))
+	}
+	if n.Config, err = clientcmd.BuildConfigFromFlags("", n.Kubeconfig()); err != nil {
+		return n, err
+	}
+	n.Config.QPS, n.Config.Burst = 50, 100
+	n.Client, err = kubernetes.NewForConfig(n.Config)
+	return n, err
+}
+
+// Stop runs `hack/cluster.sh down` and removes the directory unless
+// TRUSTSYNC_KEEP_NODE is set (to read the logs after a failure).
+func (n *Node) Stop() error {
+	out, err := exec.Command(filepath.Join(n.Root, "hack", "cluster.sh"), "down", n.Dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("hack/cluster.sh down: %w\n%s", err, out)
+	}
+	if os.Getenv("TRUSTSYNC_KEEP_NODE") == "" {
+		return os.RemoveAll(n.Dir)
+	}
+	return nil
+}
+
+// Crash kills components with SIGKILL, as an OOM kill or a power cut would.
+func (n *Node) Crash(names ...string) {
+	for _, name := range names {
+		if pid, ok := readPid(n.Dir, name); ok {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			waitGone([]int{pid}, 5*time.Second)
+		}
+	}
+}
+
+// Kubeconfig is the cluster-admin kubeconfig.
+func (n *Node) Kubeconfig() string { return filepath.Join(n.Dir, "kubeconfig") }
+
+// Run runs one of bin/'s tools (kubectl, helm, ctr) against the node.
+func (n *Node) Run(ctx context.Context, tool string, args ...string) (string, error) {
+	switch tool {
+	case "kubectl", "helm":
+		args = append([]string{"--kubeconfig", n.Kubeconfig()}, args...)
+	case "ctr":
+		args = append([]string{"--address", filepath.Join(n.Dir, "containerd", "containerd.sock"), "-n", "k8s.io"}, args...)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(n.Root, "bin", tool), args...)
+	cmd.Dir = n.Root
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(n.Dir, "kubectl-cache"), "HELM_CACHE_HOME="+filepath.Join(n.Dir, "helm-cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(n.Dir, "helm-config"), "HELM_DATA_HOME="+filepath.Join(n.Dir, "helm-data"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Exec runs command in a pod's container, as that container's user.
+func (n *Node) Exec(ctx context.Context, namespace, pod, container string, command ...string) (string, error) {
+	return n.Run(ctx, "kubectl", append([]string{"exec", "-n", namespace, pod, "-c", container, "--"}, command...)...)
+}
+
+// Logs returns a container's log.
+func (n *Node) Logs(ctx context.Context, namespace, pod, container string) (string, error) {
+	return n.Run(ctx, "kubectl", "logs", "-n", namespace, pod, "-c", container)
+}
+
+// Namespace creates a namespace with labels for one test, deleted when it ends, and
+// waits for its default ServiceAccount (kube-controller-manager's work).
+func (n *Node) Namespace(t testing.TB, name string, labels map[string]string) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if _, err := n.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = n.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := n.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s has no default ServiceAccount after 30s", name)
+	}
+	return name
+}
+
+// WaitPod waits until cond holds for the pod, failing with its status and events.
+func (n *Node) WaitPod(t testing.TB, namespace, name string, timeout time.Duration, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := n.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s not %s after %s: %s", namespace, name, what, timeout, n.describe(namespace, name, last))
+	}
+	return last
+}
+
+// PodReady reports whether every container of the pod is ready.
+func PodReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (n *Node) describe(namespace, name string, p *corev1.Pod) string {
+	var b strings.Builder
+	if p != nil {
+		fmt.Fprintf(&b, "phase %s", p.Status.Phase)
+		for _, s := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, "; %s ready=%v restarts=%d state=%+v", s.Name, s.Ready, s.RestartCount, s.State)
+		}
+	}
+	events, err := n.Client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err == nil {
+		for _, e := range events.Items {
+			fmt.Fprintf(&b, "\n  event %s %s: %s", e.Type, e.Reason, e.Message)
+		}
+	}
+	return b.String()
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "cluster.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("cannot find hack/cluster.sh above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func lastBytes(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

@@ -1,0 +1,336 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+const (
+	mountPath = "/var/run/trust-anchors"
+	liveLabel = "kubernetes.io/cluster-trust-bundle-version"
+)
+
+// restricted labels a namespace so Pod Security admission enforces the restricted
+// profile: anything injected that breaks it makes the pod's creation fail.
+var restricted = map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}
+
+// appPod is a restricted-compliant pod whose app container runs script in the shell
+// image as uid:uid (0 leaves the uid to the image).
+func appPod(name string, annotations map[string]string, uid int64, script string) *corev1.Pod {
+	psc := &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if uid != 0 {
+		psc.RunAsUser, psc.RunAsGroup = ptr.To(uid), ptr.To(uid)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			SecurityContext:               psc,
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "app", Image: cluster.ShellImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", script},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+}
+
+func createPod(t *testing.T, namespace string, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	created, err := theNode(t).Client.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s/%s: %v", namespace, pod.Name, err)
+	}
+	return created
+}
+
+// createBundle creates a native ClusterTrustBundle without a signer holding anchors,
+// deleted when the test ends.
+func createBundle(t *testing.T, name string, anchors ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+	t.Helper()
+	ctb := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: pemOf(anchors...)}}
+	client := theNode(t).Client.CertificatesV1().ClusterTrustBundles()
+	created, err := client.Create(context.Background(), ctb, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create ClusterTrustBundle %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = client.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return created
+}
+
+func pemOf(certs ...*fixtures.Cert) string {
+	var b strings.Builder
+	for _, c := range certs {
+		b.Write(c.CertPEM())
+	}
+	return b.String()
+}
+
+// anchorSet is the set of certificates (by SHA-256 of their DER) in PEM text.
+func anchorSet(t testing.TB, text string) []string {
+	t.Helper()
+	var set []string
+	rest := []byte(text)
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			t.Fatalf("unexpected PEM block %q in a trust file", block.Type)
+		}
+		set = append(set, fmt.Sprintf("%x", sha256.Sum256(block.Bytes)))
+	}
+	sort.Strings(set)
+	return set
+}
+
+// liveAnchors are the anchors the chart's signer publishes in its live bundle.
+func liveAnchors(t *testing.T) string {
+	t.Helper()
+	var text string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := theNode(t).Client.CertificatesV1().ClusterTrustBundles().List(ctx, metav1.ListOptions{LabelSelector: liveLabel + "=live"})
+		if err != nil {
+			return false, nil
+		}
+		for _, b := range list.Items {
+			if b.Spec.SignerName == "trustsync.io/workload" {
+				text = b.Spec.TrustBundle
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal("the signer published no live bundle within a minute")
+	}
+	return text
+}
+
+func bundlesJSON(t *testing.T, items ...map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// The app's first act is to read the trust file: it must find the complete merged
+// file (the native sidecar started first), with SSL_CERT_FILE pointing at it, in a
+// namespace enforcing the restricted Pod Security profile.
+func TestPod_RestrictedAppFindsTheCompleteMergedFileOnItsFirstRead(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "first-read", restricted)
+	root := fixtures.CA("first-read root")
+	createBundle(t, "e2e-first-read", root)
+	pod := appPod("reader", map[string]string{
+		"trustsync.io/inject":        "true",
+		"trustsync.io/ssl-cert-file": "true",
+		"trustsync.io/bundles": bundlesJSON(t,
+			map[string]any{"name": "e2e-first-read", "path": "ca.pem"},
+			map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}, "path": "ca.pem"}),
+	}, 1000, `cat "$SSL_CERT_FILE" || echo READ-FAILED; echo "READ-DONE SSL_CERT_FILE=$SSL_CERT_FILE"; exec sleep 3600`)
+	createPod(t, ns, pod)
+	n.WaitPod(t, ns, "reader", 2*time.Minute, "Ready", cluster.PodReady)
+
+	logs, err := n.Logs(context.Background(), ns, "reader", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs, "READ-FAILED") || !strings.Contains(logs, "READ-DONE SSL_CERT_FILE="+mountPath+"/ca.pem") {
+		t.Fatalf("the app's first read failed or SSL_CERT_FILE is wrong; its log:\n%s", logs)
+	}
+	got := anchorSet(t, logs[:strings.Index(logs, "READ-DONE")])
+	want := anchorSet(t, pemOf(root)+liveAnchors(t))
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("first read held anchors %v, want the merge of both sources %v", got, want)
+	}
+}
+
+// A bundle edit reaches the file as the app container sees it; the time from the
+// update call is logged (the benchmark compares it with the native projection).
+func TestPod_BundleEditReachesTheFileTheAppReads(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "edit", restricted)
+	oldRoot, newRoot := fixtures.CA("edit old root"), fixtures.CA("edit new root")
+	ctb := createBundle(t, "e2e-edit", oldRoot)
+	createPod(t, ns, appPod("app", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "e2e-edit"}, 1000, "exec sleep 3600"))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	ctb.Spec.TrustBundle = pemOf(oldRoot, newRoot)
+	start := time.Now()
+	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(context.Background(), ctb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(anchorSet(t, ctb.Spec.TrustBundle), ",")
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/ca_certificates.pem")
+		if err != nil {
+			return false, nil
+		}
+		last = out
+		return strings.Join(anchorSet(t, out), ",") == want, nil
+	})
+	if err != nil {
+		t.Fatalf("the app container did not see the edited bundle within a minute; it last read:\n%s", last)
+	}
+	t.Logf("the app container saw the edit %.2fs after the update call began (kubectl exec polling included)", time.Since(start).Seconds())
+}
+
+// An app running as a non-root uid opens tls.key itself, and the certificate's chain
+// verifies against the trust file it reads.
+func TestPod_NonRootAppOpensItsKeyAndTheChainVerifiesAgainstItsTrustFile(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "workload-cert", restricted)
+	createPod(t, ns, appPod("app", map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/signer-name": "trustsync.io/workload", "trustsync.io/certificate": "true",
+	}, 1234, "exec sleep 3600"))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	ctx := context.Background()
+	key, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/tls.key")
+	if err != nil {
+		t.Fatalf("the app (uid 1234) cannot read its key: %v", err)
+	}
+	if b, _ := pem.Decode([]byte(key)); b == nil || !strings.Contains(b.Type, "PRIVATE KEY") {
+		t.Fatalf("tls.key as the app reads it is no private key:\n%s", key)
+	}
+	crt, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/tls.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/ca_certificates.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(trust)) {
+		t.Fatalf("the trust file holds no certificate:\n%s", trust)
+	}
+	b, _ := pem.Decode([]byte(crt))
+	if b == nil {
+		t.Fatalf("tls.crt holds no PEM:\n%s", crt)
+	}
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("the workload certificate does not verify against the trust file the app reads: %v", err)
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/default" {
+		t.Fatalf("certificate URIs = %v, want the pod's ServiceAccount SPIFFE ID", leaf.URIs)
+	}
+}
+
+// The runtime kills the sidecar: the kubelet restarts it, and the app, reading the
+// file in a tight loop throughout, never finds it missing or different.
+func TestPod_SidecarKilledByTheRuntimeIsRestartedAndTheAppNeverLosesItsFile(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "sidecar-kill", restricted)
+	createBundle(t, "e2e-kill", fixtures.CA("kill root a"), fixtures.CA("kill root b"))
+	f := mountPath + "/ca_certificates.pem"
+	// Every read is compared with the first; a missing or partial file prints GAP.
+	script := `first=$(md5sum < ` + f + `); n=0
+while true; do
+  cur=$(md5sum < ` + f + ` 2>/dev/null) || cur=missing
+  [ "$cur" = "$first" ] || echo "GAP $cur"
+  n=$((n+1)); [ $((n % 500)) -eq 0 ] && echo "READS $n"
+done`
+	createPod(t, ns, appPod("app", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "e2e-kill"}, 1000, script))
+	pod := n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	var sidecarID string
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.Name == "trustsync" {
+			sidecarID = strings.TrimPrefix(s.ContainerID, "containerd://")
+		}
+	}
+	if sidecarID == "" {
+		t.Fatalf("no running trustsync sidecar in %+v", pod.Status.InitContainerStatuses)
+	}
+	if _, err := n.Run(context.Background(), "ctr", "tasks", "kill", "--signal", "SIGKILL", sidecarID); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitPod(t, ns, "app", time.Minute, "restarted and Ready", func(p *corev1.Pod) bool {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == "trustsync" {
+				return s.RestartCount >= 1 && s.Ready && cluster.PodReady(p)
+			}
+		}
+		return false
+	})
+	time.Sleep(2 * time.Second) // reads go on after the restart, too
+	logs, err := n.Logs(context.Background(), ns, "app", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs, "GAP") {
+		t.Fatalf("the app found its file missing or changed while the sidecar was down:\n%s", logs)
+	}
+	if !strings.Contains(logs, "READS") {
+		t.Fatalf("the app's read loop did not run:\n%s", logs)
+	}
+}
+
+// Legacy mode runs on the same node: a long-running pod gets the file from the init
+// container and keeps it current from a regular container; a Job completes (its files
+// are written once, with a warning at admission saying so).
+func TestPod_LegacyModeServesLongRunningPodsAndLetsJobsComplete(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "legacy", restricted)
+	root, added := fixtures.CA("legacy root"), fixtures.CA("legacy added")
+	ctb := createBundle(t, "e2e-legacy", root)
+	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "e2e-legacy", "trustsync.io/sidecar-mode": "legacy"}
+	createPod(t, ns, appPod("app", annotations, 1000, "cat "+mountPath+"/ca_certificates.pem && exec sleep 3600"))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	ctb.Spec.TrustBundle = pemOf(root, added)
+	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(context.Background(), ctb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(anchorSet(t, ctb.Spec.TrustBundle), ",")
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/ca_certificates.pem")
+		return err == nil && strings.Join(anchorSet(t, out), ",") == want, nil
+	})
+	if err != nil {
+		t.Fatal("the legacy sidecar did not bring the edit to the app within a minute")
+	}
+
+	job := appPod("job", annotations, 1000, "grep -q CERTIFICATE "+mountPath+"/ca_certificates.pem")
+	job.Spec.RestartPolicy = corev1.RestartPolicyNever
+	createPod(t, ns, job)
+	n.WaitPod(t, ns, "job", 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
