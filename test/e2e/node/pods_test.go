@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -322,15 +322,28 @@ func TestPod_LegacyModeServesLongRunningPodsAndLetsJobsComplete(t *testing.T) {
 		t.Fatal("the legacy sidecar did not bring the edit to the app within a minute")
 	}
 
-	job := appPod("job", annotations, 1000, "grep -q CERTIFICATE "+mountPath+"/ca_certificates.pem")
-	job.Spec.RestartPolicy = corev1.RestartPolicyNever
-	createPod(t, ns, job)
-	n.WaitPod(t, ns, "job", 2*time.Minute, "Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
+	tmpl := appPod("", annotations, 1000, "grep -q CERTIFICATE "+mountPath+"/ca_certificates.pem")
+	tmpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "job"},
+		Spec:       batchv1.JobSpec{BackoffLimit: ptr.To(int32(0)), Template: corev1.PodTemplateSpec{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}},
 	}
-	return err
+	if _, err := n.Client.BatchV1().Jobs(ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		j, err := n.Client.BatchV1().Jobs(ns).Get(ctx, "job", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range j.Status.Conditions {
+			if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+				return false, fmt.Errorf("the Job failed: %s", c.Message)
+			}
+		}
+		return j.Status.Succeeded == 1 && j.Status.CompletionTime != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the legacy-mode Job did not complete: %v", err)
+	}
 }
