@@ -132,22 +132,9 @@ func (s *selfTLS) caTrusted(ctx context.Context) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var configs []admissionregistrationv1.WebhookClientConfig
-	admission := s.client.AdmissionregistrationV1()
-	if v, err := admission.ValidatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{}); err == nil {
-		for _, w := range v.Webhooks {
-			configs = append(configs, w.ClientConfig)
-		}
-	} else if !apierrors.IsNotFound(err) {
-		klog.V(2).InfoS("Cannot read the webhook configuration for readiness", "err", err)
-		return false
-	}
-	if m, err := admission.MutatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{}); err == nil {
-		for _, w := range m.Webhooks {
-			configs = append(configs, w.ClientConfig)
-		}
-	} else if !apierrors.IsNotFound(err) {
-		klog.V(2).InfoS("Cannot read the webhook configuration for readiness", "err", err)
+	configs, err := s.clientConfigs(ctx)
+	if err != nil {
+		klog.V(2).InfoS("Cannot read the webhook configurations for readiness", "err", err)
 		return false
 	}
 	trusted := true
@@ -161,6 +148,32 @@ func (s *selfTLS) caTrusted(ctx context.Context) bool {
 	}
 	s.trustedAt, s.trustedLast = s.clock.Now(), trusted
 	return trusted
+}
+
+// clientConfigs returns the client configs of every webhook of both configurations; a
+// configuration the chart did not install has none.
+func (s *selfTLS) clientConfigs(ctx context.Context) ([]admissionregistrationv1.WebhookClientConfig, error) {
+	var configs []admissionregistrationv1.WebhookClientConfig
+	admission := s.client.AdmissionregistrationV1()
+	v, err := admission.ValidatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, w := range v.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	m, err := admission.MutatingWebhookConfigurations().Get(ctx, s.configName, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, w := range m.Webhooks {
+			configs = append(configs, w.ClientConfig)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, err
+	}
+	return configs, nil
 }
 
 // run syncs every interval until ctx is done, so a renewal, or a caBundle emptied by a

@@ -494,7 +494,7 @@ func (c *node) startContainerd() error {
 func (c *node) importImages() error {
 	for _, img := range c.o.Images {
 		out, err := exec.Command(c.bin("ctr"), "--address", c.containerdSocket(), "-n", "k8s.io",
-			"images", "import", "--no-unpack=false", img).CombinedOutput()
+			"images", "import", img).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("import %s: %w: %s", img, err, out)
 		}
@@ -506,16 +506,12 @@ func (c *node) startKubelet() error {
 	if err := os.WriteFile(c.path("kubelet/config.yaml"), []byte(kubeletConfig(c.dir)), 0o644); err != nil {
 		return err
 	}
-	p, err := c.start("kubelet", c.hostEnv(),
+	_, err := c.start("kubelet", c.hostEnv(),
 		"--config="+c.path("kubelet/config.yaml"),
 		"--kubeconfig="+c.path("pki/kubelet.kubeconfig"),
 		"--root-dir="+c.path("kubelet"), "--cert-dir="+c.path("kubelet/pki"),
 		"--hostname-override="+NodeName, "--node-ip="+NodeIP, "--v=2")
-	if err != nil {
-		return err
-	}
-	c.procs["kubelet"] = p
-	return nil
+	return err
 }
 
 func (c *node) waitNodeReady() error {
@@ -549,13 +545,4 @@ func Tail(path string, n int64) string {
 	b := make([]byte, n)
 	k, _ := f.Read(b)
 	return string(b[:k])
-}
-
-// Logs lists the components' log files in dir, in start order.
-func Logs(dir string) []string {
-	var logs []string
-	for _, name := range components {
-		logs = append(logs, filepath.Join(dir, "logs", name+".log"))
-	}
-	return logs
 }

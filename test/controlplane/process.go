@@ -3,12 +3,13 @@ package controlplane
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"runtime"
 	"syscall"
 	"time"
+
+	"github.com/trustsync/trustsync/test/cluster"
 )
 
 // Process is one child binary with its log file.
@@ -101,17 +102,6 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 func (p *Process) Tail() string { return tail(p.LogPath, 4000) }
 
 // tail returns the last n bytes of a log file, for error messages.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
-}
+func tail(path string, n int64) string { return cluster.Tail(path, n) }
 
 var errExited = errors.New("process exited")
