@@ -1,6 +1,6 @@
 # trustsync — build, test and benchmark.
 #
-#   make demo          trustsync's whole loop on a local control plane, narrated
+#   make demo          trustsync's whole loop on a real one-node cluster, narrated (root)
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver and a real node (kubelet,
 #                      containerd), building both first
@@ -9,6 +9,8 @@
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks
+#   make bench-node    the kubelet's native projection against trustsync's sidecar, on
+#                      the real node (root; about 5 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
 #   make image         the container image as a tarball in _output/, without a daemon
 
@@ -22,7 +24,7 @@ BENCHTIME ?= 1s
 
 IMAGE ?= ghcr.io/trustsync/trustsync:v0.1.0
 
-.PHONY: image all build demo test test-unit test-e2e controlplane node lint bench fuzz clean help
+.PHONY: image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -75,6 +77,11 @@ bench: controlplane
 	$(GO) test -run='^$$' -bench=IdleRSS -benchtime=1x -count=5 ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=Signing -benchtime=1x -count=2 -timeout 30m ./test/e2e/signer/
 	$(GO) test -run='^$$' -bench=CertificateStartup -benchtime=7x ./test/e2e/signer/
+
+# Each native edit waits for the kubelet's periodic sync (about a minute): 3 edits, after
+# the discarded first run testing makes.
+bench-node: controlplane node build
+	$(GO) test -run='^$$' -bench=NativeVsTrustsync -benchtime=3x -timeout 40m ./test/e2e/node/
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/

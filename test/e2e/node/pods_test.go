@@ -56,7 +56,7 @@ func appPod(name string, annotations map[string]string, uid int64, script string
 	}
 }
 
-func createPod(t *testing.T, namespace string, pod *corev1.Pod) *corev1.Pod {
+func createPod(t testing.TB, namespace string, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	created, err := theNode(t).Client.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
@@ -67,7 +67,7 @@ func createPod(t *testing.T, namespace string, pod *corev1.Pod) *corev1.Pod {
 
 // createBundle creates a native ClusterTrustBundle without a signer holding anchors,
 // deleted when the test ends.
-func createBundle(t *testing.T, name string, anchors ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+func createBundle(t testing.TB, name string, anchors ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
 	t.Helper()
 	ctb := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: pemOf(anchors...)}}
 	client := theNode(t).Client.CertificatesV1().ClusterTrustBundles()
