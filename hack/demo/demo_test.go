@@ -1,10 +1,10 @@
-// Package demo shows trustsync's whole loop on a local control plane, narrated: it is
-// what `make demo` runs (TestDemo, with TRUSTSYNC_DEMO=1; `go test ./...` skips it). It starts etcd and kube-apiserver, runs the signer and the
-// webhook (registered with the API server), creates a bundle and an annotated pod,
-// shows the injected spec, runs the pod's sidecar as a local process, shows the trust
-// file, forces a CA rotation and shows the file follow it within seconds, and verifies
-// the pod's workload certificate against the trust file. It exits non-zero if any step
-// fails, and cleans up either way.
+// Package demo shows trustsync's whole loop on a real one-node cluster, narrated: it is
+// what `make demo` runs (TestDemo, with TRUSTSYNC_DEMO=1; `go test ./...` skips it). It
+// starts the node (hack/cluster.sh up), installs the chart with helm as a user would,
+// publishes a bundle, creates an annotated pod, shows what the webhook injected, reads
+// the trust file and the workload certificate from inside the running app container,
+// forces a CA rotation and shows the app's file follow it. It exits non-zero if any step
+// fails, and stops the node either way (hack/cluster.sh down).
 package demo
 
 import (
@@ -18,10 +18,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/cluster"
 )
 
 func TestDemo(t *testing.T) {
@@ -37,73 +36,76 @@ func show(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) 
 func run(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	began := time.Now()
 
-	say("Starting a local control plane: etcd and kube-apiserver v1.37.1, on loopback")
-	cp, err := controlplane.Start(controlplane.Options{})
+	say("Starting a one-node cluster (hack/cluster.sh up): etcd, kube-apiserver, kube-controller-manager,")
+	show("kube-scheduler, containerd and a kubelet v1.37.1, with trustsync's image built from this tree")
+	start := time.Now()
+	node, err := cluster.StartNode()
+	if node != nil {
+		defer func() {
+			say("Done in %s: stopping the cluster (hack/cluster.sh down)", time.Since(began).Round(time.Second))
+			if err := node.Stop(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cp.Stop()
-	show("API server at %s, serving certificates.k8s.io/v1 ClusterTrustBundles", cp.Host)
+	show("node %s Ready in %s", cluster.NodeName, time.Since(start).Round(100*time.Millisecond))
+	d := &demo{t: t, node: node}
 
-	say("Starting trustsync-signer (trustsync.io/workload, a 5-second CA propagation window for the demo)")
-	if err := cp.CreateNamespace(ctx, "trustsync-system", nil); err != nil {
-		t.Fatal(err)
-	}
-	signer, err := cp.StartSigner("--namespace=trustsync-system", "--signer-name=trustsync.io/workload", "--ca-propagation-window=5s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer signer.Stop(10 * time.Second)
-	d := newDemo(t, cp)
-	live := d.waitForBundle(ctx, "trustsync.io:workload:live", 1)
-	show("the signer generated its CA and published it as ClusterTrustBundle trustsync.io:workload:live:")
+	say("Installing the chart as a user would (a 5-second CA propagation window, for the demo)")
+	show("$ helm install trustsync charts/trustsync -n trustsync-system --create-namespace \\")
+	show("      --set signer.caPropagationWindow=5s --wait")
+	start = time.Now()
+	d.run(ctx, "helm", "install", "trustsync", "charts/trustsync", "-n", "trustsync-system", "--create-namespace",
+		"--set", "signer.caPropagationWindow=5s", "--wait", "--timeout", "3m")
+	show("installed in %s:", time.Since(start).Round(100*time.Millisecond))
+	d.kubectl(ctx, "get", "pods", "-n", "trustsync-system")
+	live := d.liveBundle(ctx, 1)
+	show("the signer generated its CA and published it as ClusterTrustBundle %s:", liveBundle)
 	showAnchors(live)
-
-	say("Starting trustsync-webhook, registered through the chart's own webhook configurations")
-	webhook, err := cp.StartWebhook(ctx, "policy:\n  signers:\n  - signerName: trustsync.io/workload\n    approval: {trustDomain: cluster.local}\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer webhook.Stop()
-	show("serving %s; every pod annotated trustsync.io/inject is sent to /mutate/pods", webhook.URL(""))
 
 	say("Publishing a corporate root CA as ClusterTrustBundle corp-root")
 	d.createCorpRoot(ctx)
 
-	say("Creating pod demo/web, annotated to trust the signer and the corporate root, and to get a certificate")
+	say("Creating pod demo/web (Pod Security: restricted), annotated to trust the signer and the")
+	show("corporate root and to get a certificate; its app's first act is to read $SSL_CERT_FILE")
 	pod := d.createPod(ctx)
-	sidecar := pod.Spec.InitContainers[0]
-	out, _ := yaml.Marshal(sidecar)
 	show("the webhook injected a native sidecar (an init container with restartPolicy: Always):")
-	fmt.Println(indent(string(out), "      "))
-	show("and the volume %q, mounted read-only into %q at /var/run/trust-anchors", pod.Spec.Volumes[len(pod.Spec.Volumes)-2].Name, pod.Spec.Containers[0].Name)
+	sidecar := pod.Spec.InitContainers[0]
+	show("  %s  image %s", sidecar.Name, sidecar.Image)
+	for _, a := range sidecar.Args {
+		show("    %s", a)
+	}
+	show("and the volume %q, mounted read-only into %q at %s", anchorsVolume, pod.Spec.Containers[0].Name, mountPath)
 
-	say("Running the pod's sidecar as a local process, with the injected flags and the pod's ServiceAccount")
-	start := time.Now()
-	s := d.runSidecar(pod)
-	trust := s.WaitForContent(t, "ca_certificates.pem")
-	s.WaitForContent(t, "tls.crt")
-	show("trust file and certificate written in %s:", time.Since(start).Round(time.Millisecond))
-	show("%s/ca_certificates.pem:", s.Dir)
-	showAnchors(string(trust))
+	start = time.Now()
+	d.waitReady(ctx)
+	show("running and Ready %s after creation:", time.Since(start).Round(100*time.Millisecond))
+	d.kubectl(ctx, "get", "pod", "-n", namespace, "web")
+	first := d.firstRead(ctx)
+	show("the app's first read of %s/ca_certificates.pem found all %d anchors:", mountPath, first)
+	show("the sidecar had written the complete file before the app started")
 
-	say("Verifying the pod's workload certificate against the trust file")
-	leaf := d.verify(s)
-	show("verified: %s, issued by %q, valid until %s", leaf.URIs[0], leaf.Issuer.CommonName, leaf.NotAfter.Format(time.RFC3339))
+	say("Reading the trust file and the certificate inside the app container (kubectl exec, uid 1000)")
+	trust := d.exec(ctx, "cat", mountPath+"/ca_certificates.pem")
+	showAnchors(trust)
+	leaf := d.verify(ctx, trust)
+	show("verified tls.crt against it: %s, issued by %q, valid until %s", leaf.URIs[0], leaf.Issuer.CommonName, leaf.NotAfter.Format(time.RFC3339))
+	show("and the app opened tls.key itself")
 
 	say("Forcing a CA rotation (annotating the signer's CA Secret trustsync.io/rotate-requested-at)")
 	requested := time.Now()
 	d.rotate(ctx)
-	d.waitForFile(s, 3)
-	show("%s after the request, the trust file holds the old and the new CA, before the new one signs anything:", time.Since(requested).Round(time.Millisecond))
-	rotated, _ := s.Read("ca_certificates.pem")
-	showAnchors(string(rotated))
-	d.verify(s)
+	rotated := d.waitForAnchors(ctx, 3)
+	show("%s after the request, the app's trust file holds the old and the new CA,", time.Since(requested).Round(time.Millisecond))
+	show("before the new one signs anything:")
+	showAnchors(rotated)
+	d.verify(ctx, rotated)
 	show("the certificate issued by the old CA still verifies against it")
-
-	say("Done: cleaning up (sidecar, webhook, signer, kube-apiserver, etcd)")
-	s.Process.Stop(5 * time.Second)
 }
 
 // showAnchors prints each certificate of a PEM bundle: subject, expiry, fingerprint.
@@ -127,10 +129,10 @@ func indent(s, prefix string) string {
 	return strings.Join(lines, "\n")
 }
 
-// poll waits for cond, failing the demo after a minute.
+// poll waits for cond, failing the demo after two minutes.
 func poll(t *testing.T, what string, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, cond); err != nil {
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, cond); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
