@@ -1,7 +1,6 @@
 package injector
 
 import (
-	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // The annotations a pod (or, as defaults, its namespace) asks for trust with.
@@ -48,12 +49,7 @@ const (
 const (
 	DefaultMountPath = "/var/run/trust-anchors"
 	DefaultPath      = "ca_certificates.pem"
-	DefaultSigner    = "trustsync.io/workload"
-	DefaultKeyType   = "ECDSAP256"
 )
-
-// KeyTypes are the workload certificate key types the sidecar can generate.
-var KeyTypes = []string{"ECDSAP256", "ECDSAP384", "RSA2048", "RSA3072", "ED25519"}
 
 // sourceAnnotations pick the sources; a pod that sets any of them takes none of its
 // namespace's, so a namespace default never mixes into a pod's own choice.
@@ -84,7 +80,7 @@ func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
 
 // request is what the annotations ask for, parsed and checked.
 type request struct {
-	sources         []bundle.Source
+	sources         []contract.Source
 	mountPath       string
 	containers      []string // nil: every app container
 	sslCertFile     string   // relative to the volume; "" for none
@@ -191,7 +187,7 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 }
 
 // sources reads either the JSON list or the one-item shorthand.
-func (p *annotationParser) sources(certificateRequested bool) []bundle.Source {
+func (p *annotationParser) sources(certificateRequested bool) []contract.Source {
 	_, hasList := p.a[AnnotationBundles]
 	_, hasSigner := p.a[AnnotationSignerName]
 	_, hasName := p.a[AnnotationBundleName]
@@ -200,7 +196,7 @@ func (p *annotationParser) sources(certificateRequested bool) []bundle.Source {
 		p.invalid(AnnotationBundles, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", AnnotationBundles, AnnotationSignerName, AnnotationBundleName))
 		return nil
 	case hasList:
-		sources, err := bundle.ParseSources([]byte(p.a[AnnotationBundles]))
+		sources, err := contract.ParseSources([]byte(p.a[AnnotationBundles]))
 		if err != nil {
 			p.invalid(AnnotationBundles, err.Error())
 		}
@@ -218,12 +214,12 @@ func (p *annotationParser) sources(certificateRequested bool) []bundle.Source {
 
 // shorthand builds the one item the single-source annotations describe. Unlike the
 // JSON form, a signer without a label selector means all of that signer's bundles.
-func (p *annotationParser) shorthand() []bundle.Source {
+func (p *annotationParser) shorthand() []contract.Source {
 	if _, both := p.a[AnnotationBundleName]; both && p.a[AnnotationSignerName] != "" {
 		p.invalid(AnnotationBundleName, fmt.Sprintf("set either %s or %s, not both", AnnotationSignerName, AnnotationBundleName))
 		return nil
 	}
-	s := bundle.Source{
+	s := contract.Source{
 		Name:       p.a[AnnotationBundleName],
 		SignerName: p.a[AnnotationSignerName],
 		Path:       DefaultPath,
@@ -258,11 +254,11 @@ func (p *annotationParser) shorthand() []bundle.Source {
 		}
 		p.errs = append(p.errs, &field.Error{Type: e.Type, Field: annotationPath(key).String(), BadValue: p.a[key], Detail: e.Detail})
 	}
-	return []bundle.Source{s}
+	return []contract.Source{s}
 }
 
 // sslCertFile resolves trustsync.io/ssl-cert-file to a file in the volume.
-func (p *annotationParser) sslCertFile(sources []bundle.Source) string {
+func (p *annotationParser) sslCertFile(sources []contract.Source) string {
 	v, ok := p.a[AnnotationSSLCertFile]
 	if !ok || v == "false" {
 		return ""
@@ -291,8 +287,8 @@ func (p *annotationParser) certificate() *certificateRequest {
 		return nil
 	}
 	c := &certificateRequest{
-		signer:           DefaultSigner,
-		keyType:          p.choice(AnnotationCertificateKeyType, DefaultKeyType, KeyTypes),
+		signer:           policy.DefaultSignerName,
+		keyType:          p.choice(AnnotationCertificateKeyType, contract.DefaultKeyType, contract.KeyTypes),
 		credentialBundle: p.bool(AnnotationCertificateCredentialBundle, false),
 	}
 	if v, ok := p.a[AnnotationCertificateSigner]; ok {
@@ -325,16 +321,4 @@ func splitList(v string) []string {
 		}
 	}
 	return out
-}
-
-// projectionsJSON is the sources list as the sidecar's --projections flag takes it.
-func projectionsJSON(sources []bundle.Source) string {
-	if len(sources) == 0 {
-		return "[]"
-	}
-	b, err := json.Marshal(sources)
-	if err != nil {
-		panic(err) // plain structs always marshal
-	}
-	return string(b)
 }

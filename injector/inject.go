@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Why a pod is left alone.
@@ -239,7 +241,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
 	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
 		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the sidecar writes %s (mode 0600) as uid %d, which an app running as another uid (its image's USER, say) cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids",
-			targets[0].c.Name, "tls.key", defaultUID))
+			targets[0].c.Name, contract.FileKey, defaultUID))
 	}
 	volumes := []corev1.Volume{{Name: volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		Medium: corev1.StorageMediumMemory, SizeLimit: &req.volumeSizeLimit,

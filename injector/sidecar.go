@@ -1,12 +1,11 @@
 package injector
 
 import (
-	"strconv"
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // sidecarSpec builds the sidecar containers for one pod.
@@ -31,10 +30,10 @@ func (s sidecarSpec) container(name, subcommand string, native bool) corev1.Cont
 		Command:         []string{sidecarBinary},
 		Args:            append([]string{subcommand}, args...),
 		Env: []corev1.EnvVar{
-			fieldEnv("POD_NAME", "metadata.name"),
-			fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-			fieldEnv("POD_UID", "metadata.uid"),
-			fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+			fieldEnv(contract.EnvPodName, "metadata.name"),
+			fieldEnv(contract.EnvPodNamespace, "metadata.namespace"),
+			fieldEnv(contract.EnvPodUID, "metadata.uid"),
+			fieldEnv(contract.EnvServiceAccount, "spec.serviceAccountName"),
 		},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: s.req.resources.cpuRequest, corev1.ResourceMemory: s.req.resources.memoryRequest},
@@ -56,25 +55,17 @@ func (s sidecarSpec) container(name, subcommand string, native bool) corev1.Cont
 	return c
 }
 
-// args are the sidecar's flags, exactly as docs/design.md fixes them. Pod name,
+// args are the sidecar's flags, as package contract renders them. Pod name,
 // namespace, uid and ServiceAccount come from the environment (the downward API).
 func (s sidecarSpec) args() []string {
-	args := []string{"--dir=" + s.req.mountPath, "--projections=" + projectionsJSON(s.req.sources)}
-	c := s.req.certificate
-	if c == nil {
-		return args
+	spec := contract.Spec{Dir: s.req.mountPath, Sources: s.req.sources}
+	if c := s.req.certificate; c != nil {
+		spec.Certificate = &contract.Certificate{
+			Signer: c.signer, KeyType: c.keyType, ExpirationSeconds: c.expirationSeconds, DNSNames: c.dnsNames,
+			CredentialBundle: c.credentialBundle, TrustDomain: s.cfg.trustDomain(c.signer), StateDir: stateMountPath,
+		}
 	}
-	args = append(args, "--certificate", "--certificate-signer="+c.signer, "--certificate-key-type="+c.keyType)
-	if c.expirationSeconds != 0 {
-		args = append(args, "--certificate-expiration-seconds="+strconv.Itoa(int(c.expirationSeconds)))
-	}
-	if len(c.dnsNames) > 0 {
-		args = append(args, "--certificate-dns-names="+strings.Join(c.dnsNames, ","))
-	}
-	if c.credentialBundle {
-		args = append(args, "--certificate-credential-bundle")
-	}
-	return append(args, "--trust-domain="+s.cfg.trustDomain(c.signer), "--state-dir="+stateMountPath)
+	return spec.Args()
 }
 
 func (s sidecarSpec) mounts() []corev1.VolumeMount {

@@ -25,13 +25,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
-// The workload certificate's files, reserved in every sources list.
+// The workload certificate's files (contract.File*), and the pending key's in the
+// state directory.
 const (
-	fileCert       = "tls.crt"
-	fileKey        = "tls.key"
-	fileCredential = "credential.pem"
+	fileCert       = contract.FileCertificate
+	fileKey        = contract.FileKey
+	fileCredential = contract.FileCredentialBundle
 	pendingKeyFile = "pending.key"
 
 	reasonCertIssued  = "CertificateIssued"
@@ -320,15 +323,15 @@ func (m *certManager) request(key crypto.Signer) (string, *certificatesv1.Certif
 
 func generateKey(keyType string) (crypto.Signer, error) {
 	switch keyType {
-	case "ECDSAP256":
+	case contract.KeyECDSAP256:
 		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case "ECDSAP384":
+	case contract.KeyECDSAP384:
 		return ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case "RSA2048":
+	case contract.KeyRSA2048:
 		return rsa.GenerateKey(rand.Reader, 2048)
-	case "RSA3072":
+	case contract.KeyRSA3072:
 		return rsa.GenerateKey(rand.Reader, 3072)
-	case "ED25519":
+	case contract.KeyED25519:
 		_, key, err := ed25519.GenerateKey(rand.Reader)
 		return key, err
 	}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // resyncPeriod re-renders the files even without a change, as a safety net; changes
@@ -59,9 +60,9 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 		return nil, err
 	}
 	s := &sidecar{changed: make(chan struct{}, 1), core: core}
-	groups := groupByPath(o.sources)
+	groups := groupByPath(o.Spec.Sources)
 	var served tsbundle.Served
-	if needsBundles(o.sources) {
+	if needsBundles(o.Spec.Sources) {
 		if served, err = discover(ctx, core); err != nil {
 			return nil, err
 		}
@@ -77,7 +78,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	events, stop := newPodEvents(ctx, core, o)
 	s.stopEvents = stop
 	clk := clock.RealClock{}
-	writer := NewAtomicWriter(o.Dir)
+	writer := NewAtomicWriter(o.Spec.Dir)
 	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, clock: clk}, m, clk); err != nil {
 		return nil, err
 	}
@@ -87,16 +88,16 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 			return nil, err
 		}
 	}
-	if o.Certificate {
+	if c := o.Spec.Certificate; c != nil {
 		csrs, err := csrClient(cfg)
 		if err != nil {
 			return nil, err
 		}
 		s.cert = &certManager{
 			opts: certOptions{
-				signer: o.CertificateSigner, expirationSeconds: o.CertificateExpirationSeconds, dnsNames: o.CertificateDNSNames,
-				keyType: o.CertificateKeyType, credentialBundle: o.CertificateCredentialBundle, spiffeID: o.spiffeID(),
-				podName: o.PodName, podUID: o.PodUID, stateDir: o.StateDir,
+				signer: c.Signer, expirationSeconds: c.ExpirationSeconds, dnsNames: c.DNSNames,
+				keyType: c.KeyType, credentialBundle: c.CredentialBundle, spiffeID: o.spiffeID(),
+				podName: o.PodName, podUID: o.PodUID, stateDir: c.StateDir,
 			},
 			api: restCSRs{c: csrs}, clock: clk, jitter: rand.Float64, events: events, metrics: m,
 			write: func() error { return s.syncer.sync().writeErr },
@@ -111,7 +112,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	return s, nil
 }
 
-func needsBundles(sources []tsbundle.Source) bool {
+func needsBundles(sources []contract.Source) bool {
 	for _, src := range sources {
 		if _, ok := src.Selector(); ok {
 			return true
@@ -260,7 +261,7 @@ func Run(ctx context.Context, o *Options) error {
 	if !s.waitSynced(ctx) {
 		return nil // shutting down before the first sync
 	}
-	klog.InfoS("Watching trust sources", "dir", o.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers), "certificate", o.Certificate)
+	klog.InfoS("Watching trust sources", "dir", o.Spec.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers), "certificate", o.Spec.Certificate != nil)
 	if s.cert != nil {
 		go s.cert.run(ctx)
 	}
@@ -358,7 +359,7 @@ func Probe(o *Options) error {
 		return err
 	}
 	for _, p := range o.requiredPaths() {
-		info, err := os.Stat(filepath.Join(o.Dir, p))
+		info, err := os.Stat(filepath.Join(o.Spec.Dir, p))
 		switch {
 		case err != nil:
 			return fmt.Errorf("%s is not written yet: %w", p, err)

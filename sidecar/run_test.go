@@ -6,6 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 func TestProbe(t *testing.T) {
@@ -29,8 +33,7 @@ func TestProbe(t *testing.T) {
 			if _, err := NewAtomicWriter(dir).Write(payload); err != nil {
 				t.Fatal(err)
 			}
-			o := NewOptions()
-			o.Dir, o.Projections = dir, projections
+			o := parsed(t, contract.Flag(contract.FlagDir, dir), contract.Flag(contract.FlagProjections, projections))
 			err := Probe(o)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("Probe() = %v, want %q", err, tc.wantErr)
@@ -40,9 +43,8 @@ func TestProbe(t *testing.T) {
 }
 
 func TestProbe_RefusesBadFlags(t *testing.T) {
-	o := NewOptions()
-	o.Dir, o.Projections = t.TempDir(), `[{"name": "corp"}]`
-	if err := Probe(o); err == nil || !strings.Contains(err.Error(), "--projections: sources[0].path: Required value") {
+	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, `[{"name": "corp"}]`))
+	if err := Probe(o); err == nil || !strings.Contains(err.Error(), "--"+contract.FlagProjections+": sources[0].path: Required value") {
 		t.Errorf("Probe() = %v", err)
 	}
 }
@@ -61,9 +63,8 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := NewOptions()
-	o.Dir, o.Kubeconfig, o.PodNamespace = t.TempDir(), kubeconfig, "apps"
-	o.Projections = `[{"name": "corp", "path": "ca.pem"}]`
+	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, `[{"name": "corp", "path": "ca.pem"}]`))
+	o.Kubeconfig, o.PodNamespace = kubeconfig, "apps"
 	o.TerminationLog = filepath.Join(dir, "termination-log")
 	o.InitTimeoutSecs = 2
 	err := Init(context.Background(), o)
@@ -77,13 +78,26 @@ current-context: c
 }
 
 func TestOptions_CertificateNeedsItsIdentity(t *testing.T) {
-	o := NewOptions()
-	o.Dir, o.Certificate, o.PodNamespace, o.PodName, o.ServiceAccount = t.TempDir(), true, "apps", "web-1", ""
-	if err := o.Validate(true); err == nil || !strings.Contains(err.Error(), "--service-account is required with --certificate") || !strings.Contains(err.Error(), "--state-dir is required") {
+	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), "--"+contract.FlagCertificate)
+	o.PodNamespace, o.PodName, o.ServiceAccount = "apps", "web-1", ""
+	err := o.Validate(true)
+	if err == nil || !strings.Contains(err.Error(), "--"+contract.FlagServiceAccount+" is required with --"+contract.FlagCertificate) || !strings.Contains(err.Error(), "--"+contract.FlagStateDir+" is required") {
 		t.Errorf("Validate(true) = %v", err)
 	}
 	// The probe needs no identity: it only checks files.
 	if err := o.Validate(false); err != nil {
 		t.Errorf("Validate(false) = %v", err)
 	}
+}
+
+// parsed is the Options a command line gives, parsed as the binary parses it.
+func parsed(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	fs := pflag.NewFlagSet("trustsync-sidecar", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // notFoundError says a source matched nothing. For an optional source that is fine;
@@ -41,7 +42,7 @@ type pathGroup struct {
 }
 
 type item struct {
-	source tsbundle.Source
+	source contract.Source
 	from   anchorSource
 }
 
@@ -56,7 +57,7 @@ func (g pathGroup) optional() bool {
 }
 
 // groupByPath groups sources by path, in order of first appearance.
-func groupByPath(sources []tsbundle.Source) []pathGroup {
+func groupByPath(sources []contract.Source) []pathGroup {
 	var groups []pathGroup
 	for _, s := range sources {
 		i := slices.IndexFunc(groups, func(g pathGroup) bool { return g.path == s.Path })

@@ -16,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -57,7 +58,7 @@ func ctb(name, signer string, labels map[string]string, anchors ...*fixtures.Cer
 // newTestSyncer wires the sources of projections to w's stores.
 func newTestSyncer(t *testing.T, w *world, writer Writer, projections string) (*syncer, *fakeEvents) {
 	t.Helper()
-	sources, err := tsbundle.ParseSources([]byte(projections))
+	sources, err := contract.ParseSources([]byte(projections))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bundle
+package contract
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // MaxSources bounds one pod's source list: each source is a watch, and a pod asking
@@ -20,7 +22,7 @@ const MaxSources = 32
 
 // ReservedPaths are the files the sidecar writes for a workload certificate; no
 // source may use them.
-var ReservedPaths = sets.New("tls.crt", "tls.key", "credential.pem")
+var ReservedPaths = sets.New(FileCertificate, FileKey, FileCredentialBundle)
 
 // Source is one item of the sources list, the JSON shape the trustsync.io/bundles
 // annotation and the sidecar's --projections flag share. It names exactly one source
@@ -51,11 +53,11 @@ type KeyRef struct {
 }
 
 // Selector returns the bundle selector of a name or signerName source.
-func (s Source) Selector() (Selector, bool) {
+func (s Source) Selector() (bundle.Selector, bool) {
 	if s.Name == "" && s.SignerName == "" {
-		return Selector{}, false
+		return bundle.Selector{}, false
 	}
-	return Selector{Name: s.Name, SignerName: s.SignerName, LabelSelector: s.LabelSelector}, true
+	return bundle.Selector{Name: s.Name, SignerName: s.SignerName, LabelSelector: s.LabelSelector}, true
 }
 
 // kinds names the kinds of source an item sets, for the exactly-one rule.
@@ -172,4 +174,17 @@ func ValidatePath(fldPath *field.Path, p string) field.ErrorList {
 		}
 	}
 	return nil
+}
+
+// EncodeSources is a sources list as the trustsync.io/bundles annotation and the
+// --projections flag take it; ParseSources reads it back.
+func EncodeSources(sources []Source) string {
+	if len(sources) == 0 {
+		return "[]"
+	}
+	b, err := json.Marshal(sources)
+	if err != nil {
+		panic(err) // plain structs always marshal
+	}
+	return string(b)
 }

@@ -1,8 +1,10 @@
-package bundle
+package contract
 
 import (
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 func TestParseSources(t *testing.T) {
@@ -59,7 +61,7 @@ func TestValidatePath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {
-			errs := ValidatePath(trustBundlePath, tc.path)
+			errs := ValidatePath(field.NewPath("path"), tc.path)
 			switch {
 			case tc.want == "" && len(errs) > 0:
 				t.Errorf("ValidatePath(%q) = %v, want valid", tc.path, errs)

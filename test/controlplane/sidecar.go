@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Sidecar is a trustsync-sidecar run as a process for a pod, as the pod's
@@ -49,9 +51,10 @@ func (cp *ControlPlane) StartSidecar(t testing.TB, namespace, serviceAccount str
 	}
 	// The subcommand first, then these, then the caller's flags, which win over them
 	// (a restart passing the previous --state-dir, say).
-	all := append([]string{args[0], "--dir=" + s.Dir, "--state-dir=" + s.StateDir, "--kubeconfig=" + kubeconfig,
-		"--pod-name=" + pod.Name, "--pod-namespace=" + namespace, "--pod-uid=" + string(pod.UID), "--service-account=" + serviceAccount,
-		"--termination-log=" + s.TerminationLog(), "-v=2"}, args[1:]...)
+	all := append([]string{args[0], contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagStateDir, s.StateDir),
+		contract.Flag(contract.FlagKubeconfig, kubeconfig), contract.Flag(contract.FlagPodName, pod.Name), contract.Flag(contract.FlagPodNamespace, namespace),
+		contract.Flag(contract.FlagPodUID, string(pod.UID)), contract.Flag(contract.FlagServiceAccount, serviceAccount),
+		contract.Flag(contract.FlagTerminationLog, s.TerminationLog()), "-v=2"}, args[1:]...)
 	if s.Process, err = StartProcess("trustsync-sidecar", bin, all, filepath.Join(s.Work, "sidecar.log")); err != nil {
 		t.Fatal(err)
 	}

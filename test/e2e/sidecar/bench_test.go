@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/sidecar"
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -70,8 +71,8 @@ func benchPropagation(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		o := sidecar.NewOptions()
-		o.Dir, o.Kubeconfig, o.PodNamespace = dirs[i], kubeconfig, namespace
-		o.Projections = fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name)
+		o.Kubeconfig, o.PodNamespace = kubeconfig, namespace
+		o.Spec = contract.Spec{Dir: dirs[i], Sources: []contract.Source{{Name: name, Path: "ca.pem"}}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

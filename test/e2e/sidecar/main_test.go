@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -110,7 +111,7 @@ func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *co
 // runSidecarAs starts the sidecar as ServiceAccount apps/<sa>.
 func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, projections string, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	return cp.StartSidecar(t, namespace, sa, pod, append([]string{sub, "--projections=" + projections}, extra...)...)
+	return cp.StartSidecar(t, namespace, sa, pod, append([]string{sub, contract.Flag(contract.FlagProjections, projections)}, extra...)...)
 }
 
 // merged is the exact file the sidecar must write for these anchors.

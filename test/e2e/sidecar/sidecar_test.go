@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -189,11 +190,11 @@ func TestSidecar_InitWritesOnceAndProbePasses(t *testing.T) {
 		t.Errorf("ca.pem = %q", got)
 	}
 	bin, _ := controlplane.BuildBinary("sidecar")
-	probe := exec.Command(bin, "probe", "--dir="+s.Dir, "--projections="+projections)
+	probe := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagProjections, projections))
 	if out, err := probe.CombinedOutput(); err != nil {
 		t.Errorf("probe after init: %v: %s", err, out)
 	}
-	probe = exec.Command(bin, "probe", "--dir="+t.TempDir(), "--projections="+projections)
+	probe = exec.Command(bin, "probe", contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, projections))
 	if out, err := probe.CombinedOutput(); err == nil || !strings.Contains(string(out), "ca.pem is not written yet") {
 		t.Errorf("probe of an empty directory: %v: %s", err, out)
 	}
@@ -237,7 +238,7 @@ func TestSidecar_WatchesABundleAPIServedAfterItStarted(t *testing.T) {
 	if _, err := native.Create(ctx, ctb("late-root", "", nil, a), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s := runSidecar(t, cp, "run", podFor(t, cp, "late"), `[{"name": "late-root", "path": "ca.pem"}]`, "--api-discovery-interval=1s")
+	s := runSidecar(t, cp, "run", podFor(t, cp, "late"), `[{"name": "late-root", "path": "ca.pem"}]`, contract.Flag(contract.FlagAPIDiscoveryInterval, "1s"))
 	s.WaitFor(t, "ca.pem", merged(a))
 
 	if err := cp.InstallMirrorCRD(ctx); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 )
 
@@ -78,7 +79,7 @@ func injectedSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Po
 	}
 	var args []string
 	for _, a := range injected.Spec.InitContainers[0].Args {
-		if !strings.HasPrefix(a, "--dir=") && !strings.HasPrefix(a, "--state-dir=") {
+		if !strings.HasPrefix(a, contract.Flag(contract.FlagDir, "")) && !strings.HasPrefix(a, contract.Flag(contract.FlagStateDir, "")) {
 			args = append(args, a)
 		}
 	}
@@ -87,7 +88,7 @@ func injectedSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Po
 
 func certSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	args := append([]string{"run", "--projections=" + liveProjection, "--certificate", "--trust-domain=cluster.local"}, extra...)
+	args := append([]string{"run", contract.Flag(contract.FlagProjections, liveProjection), "--" + contract.FlagCertificate, contract.Flag(contract.FlagTrustDomain, "cluster.local")}, extra...)
 	return cp.StartSidecar(t, appNamespace, pod.Spec.ServiceAccountName, pod, args...)
 }
 
@@ -141,7 +142,7 @@ func TestWorkloadCertificate_VerifiesAgainstTheTrustFile(t *testing.T) {
 				t.Error("credential.pem is not the key followed by the chain")
 			}
 			bin, _ := controlplane.BuildBinary("sidecar")
-			if out, err := exec.Command(bin, "probe", "--dir="+s.Dir, "--projections="+injectedProjections(t, pod), "--certificate").CombinedOutput(); err != nil {
+			if out, err := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagProjections, injectedProjections(t, pod)), "--"+contract.FlagCertificate).CombinedOutput(); err != nil {
 				t.Errorf("probe with the certificate written: %v %s", err, out)
 			}
 		})
@@ -156,7 +157,7 @@ func injectedProjections(t testing.TB, pod *corev1.Pod) string {
 	}
 	injected, _ := res.Apply(pod)
 	for _, a := range injected.Spec.InitContainers[0].Args {
-		if v, ok := strings.CutPrefix(a, "--projections="); ok {
+		if v, ok := strings.CutPrefix(a, contract.Flag(contract.FlagProjections, "")); ok {
 			return v
 		}
 	}
@@ -187,7 +188,7 @@ func TestWorkloadCertificate_RestartWhilePendingMakesNoSecondCSR(t *testing.T) {
 	sidecarRBAC(t, cp)
 	pod := podAs(t, cp, "cert-restart", "web")
 	// No signer serves example.com/nobody: the request stays pending.
-	first := certSidecar(t, cp, pod, "--certificate-signer=example.com/nobody")
+	first := certSidecar(t, cp, pod, contract.Flag(contract.FlagCertificateSigner, "example.com/nobody"))
 	var names []string
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		names = csrsOf(t, cp, pod)
@@ -197,7 +198,7 @@ func TestWorkloadCertificate_RestartWhilePendingMakesNoSecondCSR(t *testing.T) {
 	}
 	first.Process.Kill()
 
-	second := certSidecar(t, cp, pod, "--certificate-signer=example.com/nobody", "--state-dir="+first.StateDir)
+	second := certSidecar(t, cp, pod, contract.Flag(contract.FlagCertificateSigner, "example.com/nobody"), contract.Flag(contract.FlagStateDir, first.StateDir))
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return strings.Contains(second.Process.Tail(), "Resuming the pending certificate request"), nil
 	}); err != nil {
@@ -214,7 +215,7 @@ func TestWorkloadCertificate_DeniedLeavesNothingAndRecordsAnEvent(t *testing.T) 
 	cp := planes.Get(t, true)
 	sidecarRBAC(t, cp)
 	pod := podAs(t, cp, "cert-denied", "web")
-	s := certSidecar(t, cp, pod, "--certificate-dns-names=web.payments.svc")
+	s := certSidecar(t, cp, pod, contract.Flag(contract.FlagCertificateDNSNames, "web.payments.svc"))
 	var message string
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(appNamespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID) + ",reason=CertificateRequestDenied"})

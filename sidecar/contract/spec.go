@@ -1,0 +1,260 @@
+// Package contract is the one agreement between the injector, which writes the
+// sidecar's command line into a pod, and the sidecar, which parses it: the flags and
+// their defaults, the sources list they carry, the files the sidecar reserves and the
+// key types it generates. The injector builds a Spec and renders it with Args; the
+// sidecar registers the same flags with AddFlags and reads them back with
+// Flags.Spec. A round-trip test keeps the two halves equal, and no flag name is
+// spelled outside this package.
+//
+// It links no client-go, so the injector stays a pure function of (pod, config).
+package contract
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/policy"
+)
+
+// The sidecar's flags. The first group is what the injector sets per pod (a Spec);
+// the second is how the sidecar reaches the API server and who it is (a Runtime),
+// mostly left to defaults and the downward API's environment.
+const (
+	FlagDir                          = "dir"
+	FlagProjections                  = "projections"
+	FlagCertificate                  = "certificate"
+	FlagCertificateSigner            = "certificate-signer"
+	FlagCertificateKeyType           = "certificate-key-type"
+	FlagCertificateExpirationSeconds = "certificate-expiration-seconds"
+	FlagCertificateDNSNames          = "certificate-dns-names"
+	FlagCertificateCredentialBundle  = "certificate-credential-bundle"
+	FlagTrustDomain                  = "trust-domain"
+	FlagStateDir                     = "state-dir"
+
+	FlagKubeconfig           = "kubeconfig"
+	FlagKubeAPIQPS           = "kube-api-qps"
+	FlagKubeAPIBurst         = "kube-api-burst"
+	FlagPodName              = "pod-name"
+	FlagPodNamespace         = "pod-namespace"
+	FlagPodUID               = "pod-uid"
+	FlagServiceAccount       = "service-account"
+	FlagTerminationLog       = "termination-log"
+	FlagMetricsBindAddress   = "metrics-bind-address"
+	FlagAPIDiscoveryInterval = "api-discovery-interval"
+	FlagInitTimeoutSeconds   = "init-timeout-seconds"
+)
+
+// Flag renders one flag with its value ("--name=value").
+func Flag(name, value string) string { return "--" + name + "=" + value }
+
+// The files the sidecar writes for a workload certificate, next to the trust files.
+const (
+	FileCertificate      = "tls.crt"
+	FileKey              = "tls.key"
+	FileCredentialBundle = "credential.pem"
+)
+
+// Key types the sidecar generates for a workload certificate.
+const (
+	KeyECDSAP256 = "ECDSAP256"
+	KeyECDSAP384 = "ECDSAP384"
+	KeyRSA2048   = "RSA2048"
+	KeyRSA3072   = "RSA3072"
+	KeyED25519   = "ED25519"
+
+	DefaultKeyType = KeyECDSAP256
+)
+
+// KeyTypes lists every key type, in the order the docs give them.
+var KeyTypes = []string{KeyECDSAP256, KeyECDSAP384, KeyRSA2048, KeyRSA3072, KeyED25519}
+
+// Spec is what the injector decides for one pod's sidecar.
+type Spec struct {
+	// Dir is the shared volume, as mounted into the sidecar.
+	Dir string
+	// Sources are the trust files to write and where their anchors come from.
+	Sources []Source
+	// Certificate asks for a rotating workload certificate; nil asks for none.
+	Certificate *Certificate
+}
+
+// Certificate is the workload certificate a sidecar obtains and rotates.
+type Certificate struct {
+	Signer  string
+	KeyType string
+	// ExpirationSeconds is the lifetime to request; 0 leaves it to the signer.
+	ExpirationSeconds int32
+	DNSNames          []string
+	// CredentialBundle also writes credential.pem (key, then chain).
+	CredentialBundle bool
+	// TrustDomain is the SPIFFE trust domain of the identity requested.
+	TrustDomain string
+	// StateDir is a sidecar-only directory keeping a pending key across restarts.
+	StateDir string
+}
+
+// Args renders the spec as the sidecar's flags, in a fixed order.
+func (s Spec) Args() []string {
+	args := []string{Flag(FlagDir, s.Dir), Flag(FlagProjections, EncodeSources(s.Sources))}
+	c := s.Certificate
+	if c == nil {
+		return args
+	}
+	args = append(args, "--"+FlagCertificate, Flag(FlagCertificateSigner, c.Signer), Flag(FlagCertificateKeyType, c.KeyType))
+	if c.ExpirationSeconds != 0 {
+		args = append(args, Flag(FlagCertificateExpirationSeconds, strconv.Itoa(int(c.ExpirationSeconds))))
+	}
+	if len(c.DNSNames) > 0 {
+		args = append(args, Flag(FlagCertificateDNSNames, strings.Join(c.DNSNames, ",")))
+	}
+	if c.CredentialBundle {
+		args = append(args, "--"+FlagCertificateCredentialBundle)
+	}
+	return append(args, Flag(FlagTrustDomain, c.TrustDomain), Flag(FlagStateDir, c.StateDir))
+}
+
+// Validate checks what every subcommand needs: a directory, something to write, and
+// a certificate the sidecar can ask for.
+func (s Spec) Validate() error {
+	var errs []error
+	if s.Dir == "" {
+		errs = append(errs, fmt.Errorf("--%s is required: the directory to write the trust files into", FlagDir))
+	}
+	if len(s.Sources) == 0 && s.Certificate == nil {
+		errs = append(errs, fmt.Errorf("--%s is required (or --%s): nothing to write otherwise", FlagProjections, FlagCertificate))
+	}
+	if c := s.Certificate; c != nil {
+		if !slices.Contains(KeyTypes, c.KeyType) {
+			errs = append(errs, fmt.Errorf("--%s %q is not one of %s", FlagCertificateKeyType, c.KeyType, strings.Join(KeyTypes, ", ")))
+		}
+		if c.ExpirationSeconds < 0 {
+			errs = append(errs, fmt.Errorf("--%s %d is negative; use 0 for the signer's default", FlagCertificateExpirationSeconds, c.ExpirationSeconds))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Runtime is how the sidecar reaches the API server and who it runs for: defaults,
+// the environment the injector fills from the downward API, and flags for running it
+// by hand.
+type Runtime struct {
+	Kubeconfig     string
+	KubeAPIQPS     float32
+	KubeAPIBurst   int
+	PodName        string
+	PodNamespace   string
+	PodUID         string
+	ServiceAccount string
+	TerminationLog string
+	MetricsAddress string
+	// APIDiscoveryInterval is how often run asks which bundle APIs are served.
+	APIDiscoveryInterval time.Duration
+	InitTimeoutSecs      int
+}
+
+// Environment variables the injector sets from the downward API.
+const (
+	EnvPodName        = "POD_NAME"
+	EnvPodNamespace   = "POD_NAMESPACE"
+	EnvPodUID         = "POD_UID"
+	EnvServiceAccount = "SERVICE_ACCOUNT"
+)
+
+// DefaultRuntime returns the defaults, with the pod's identity from the environment.
+func DefaultRuntime() Runtime {
+	return Runtime{
+		KubeAPIQPS:           5,
+		KubeAPIBurst:         10,
+		PodName:              os.Getenv(EnvPodName),
+		PodNamespace:         os.Getenv(EnvPodNamespace),
+		PodUID:               os.Getenv(EnvPodUID),
+		ServiceAccount:       os.Getenv(EnvServiceAccount),
+		TerminationLog:       "/dev/termination-log",
+		InitTimeoutSecs:      60,
+		APIDiscoveryInterval: 5 * time.Minute,
+	}
+}
+
+// Flags are the sidecar's registered flags; Spec reads the parsed Spec back.
+type Flags struct {
+	dir         string
+	projections string
+	certificate bool
+	cert        Certificate
+}
+
+// AddFlags registers every flag of the sidecar on fs: the Spec's, read back with
+// Flags.Spec after parsing, and rt's, parsed into rt (whose values are the defaults).
+func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
+	f := &Flags{cert: Certificate{Signer: policy.DefaultSignerName, KeyType: DefaultKeyType, TrustDomain: policy.DefaultTrustDomain}}
+	fs.StringVar(&f.dir, FlagDir, "", "Directory (the shared volume) to write the trust files into.")
+	fs.StringVar(&f.projections, FlagProjections, "", `The sources to write, as the JSON list of the trustsync.io/bundles annotation, e.g. [{"signerName":"example.com/s","labelSelector":{},"path":"ca_certificates.pem"}].`)
+	fs.BoolVar(&f.certificate, FlagCertificate, false, "Also obtain and rotate a workload certificate ("+FileCertificate+", "+FileKey+").")
+	fs.StringVar(&f.cert.Signer, FlagCertificateSigner, f.cert.Signer, "Signer to request the workload certificate from.")
+	fs.Int32Var(&f.cert.ExpirationSeconds, FlagCertificateExpirationSeconds, 0, "Lifetime to request; 0 means the signer's default.")
+	fs.StringSliceVar(&f.cert.DNSNames, FlagCertificateDNSNames, nil, "DNS names for the workload certificate, comma-separated.")
+	fs.StringVar(&f.cert.KeyType, FlagCertificateKeyType, f.cert.KeyType, "Key type: "+strings.Join(KeyTypes, ", ")+".")
+	fs.BoolVar(&f.cert.CredentialBundle, FlagCertificateCredentialBundle, false, "Also write "+FileCredentialBundle+" (key, then chain).")
+	fs.StringVar(&f.cert.TrustDomain, FlagTrustDomain, f.cert.TrustDomain, "SPIFFE trust domain of the workload identity.")
+	fs.StringVar(&f.cert.StateDir, FlagStateDir, "", "Sidecar-only directory that keeps a pending private key across sidecar restarts.")
+
+	fs.StringVar(&rt.Kubeconfig, FlagKubeconfig, rt.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration (the pod's ServiceAccount).")
+	fs.Float32Var(&rt.KubeAPIQPS, FlagKubeAPIQPS, rt.KubeAPIQPS, "Queries per second to the API server.")
+	fs.IntVar(&rt.KubeAPIBurst, FlagKubeAPIBurst, rt.KubeAPIBurst, "Burst of queries to the API server.")
+	fs.StringVar(&rt.PodName, FlagPodName, rt.PodName, "The pod's name, for Events (default: $"+EnvPodName+").")
+	fs.StringVar(&rt.PodNamespace, FlagPodNamespace, rt.PodNamespace, "The pod's namespace: where ConfigMap and Secret sources are read, and Events go (default: $"+EnvPodNamespace+").")
+	fs.StringVar(&rt.PodUID, FlagPodUID, rt.PodUID, "The pod's uid, so Events show in `kubectl describe pod` (default: $"+EnvPodUID+").")
+	fs.StringVar(&rt.ServiceAccount, FlagServiceAccount, rt.ServiceAccount, "The pod's ServiceAccount, for the certificate's SPIFFE ID (default: $"+EnvServiceAccount+").")
+	fs.StringVar(&rt.TerminationLog, FlagTerminationLog, rt.TerminationLog, "File that receives the one-line reason when init fails, for `kubectl describe pod`.")
+	fs.StringVar(&rt.MetricsAddress, FlagMetricsBindAddress, rt.MetricsAddress, "Address to serve /metrics on, e.g. :9090. Empty (the default) serves none: the pod's ports belong to the app.")
+	fs.DurationVar(&rt.APIDiscoveryInterval, FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval, "How often run asks the API server which bundle APIs it serves, so a mirror CRD installed, or a native API version turned on, after the pod started is watched without a restart. 0 asks only at start.")
+	fs.IntVar(&rt.InitTimeoutSecs, FlagInitTimeoutSeconds, rt.InitTimeoutSecs, "How long init waits for the API server before giving up (the kubelet then restarts it).")
+	return f
+}
+
+// Spec returns the parsed Spec, with its sources decoded and validated.
+func (f *Flags) Spec() (Spec, error) {
+	s := Spec{Dir: f.dir}
+	if f.projections != "" && f.projections != "[]" {
+		sources, err := ParseSources([]byte(f.projections))
+		if err != nil {
+			return s, fmt.Errorf("--%s: %w", FlagProjections, err)
+		}
+		s.Sources = sources
+	}
+	if f.certificate {
+		c := f.cert
+		s.Certificate = &c
+	}
+	return s, s.Validate()
+}
+
+// Validate checks what run and init need on top of the spec: the pod's namespace for
+// namespaced sources, and its identity and a state directory for a certificate.
+func (rt Runtime) Validate(s Spec) error {
+	var errs []error
+	if rt.APIDiscoveryInterval < 0 {
+		errs = append(errs, fmt.Errorf("--%s %s is negative; use 0 to discover only at start", FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval))
+	}
+	if rt.PodNamespace == "" && slices.ContainsFunc(s.Sources, func(src Source) bool { return src.ConfigMap != nil || src.Secret != nil }) {
+		errs = append(errs, fmt.Errorf("--%s (or $%s) is required for ConfigMap and Secret sources", FlagPodNamespace, EnvPodNamespace))
+	}
+	if c := s.Certificate; c != nil {
+		for _, req := range []struct{ flag, value string }{
+			{FlagPodName, rt.PodName}, {FlagPodNamespace, rt.PodNamespace}, {FlagServiceAccount, rt.ServiceAccount},
+			{FlagStateDir, c.StateDir}, {FlagTrustDomain, c.TrustDomain},
+		} {
+			if req.value == "" {
+				errs = append(errs, fmt.Errorf("--%s is required with --%s: it names the certificate's identity or keeps its pending key", req.flag, FlagCertificate))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

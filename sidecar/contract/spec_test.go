@@ -1,0 +1,173 @@
+package contract
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// parse parses args exactly as the sidecar does.
+func parse(t *testing.T, args []string) (Spec, Runtime, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("trustsync-sidecar", pflag.ContinueOnError)
+	rt := DefaultRuntime()
+	f := AddFlags(fs, &rt)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	s, err := f.Spec()
+	return s, rt, err
+}
+
+// What the injector renders, the sidecar parses back to the same Spec: the contract
+// cannot drift between the two halves without this failing.
+func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
+	live := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}}
+	tests := []struct {
+		name string
+		spec Spec
+	}{
+		{name: "one named bundle", spec: Spec{Dir: "/var/run/trust-anchors", Sources: []Source{{Name: "corp-root", Path: "ca_certificates.pem"}}}},
+		{name: "every kind of source, optional and nested paths", spec: Spec{Dir: "/trust", Sources: []Source{
+			{SignerName: "example.com/server-tls", LabelSelector: live, Path: "ca_certificates.pem"},
+			{SignerName: "example.com/all", LabelSelector: &metav1.LabelSelector{}, Path: "ca_certificates.pem"},
+			{Name: "corp-root", Path: "ca_certificates.pem"},
+			{ConfigMap: &KeyRef{Name: "extra-cas", Key: "ca.crt"}, Path: "ca_certificates.pem", Optional: true},
+			{Secret: &KeyRef{Name: "partner-ca", Key: "ca.crt"}, Path: "partner.pem"},
+			{DefaultCAs: true, Path: "nested/dir/public.pem"},
+		}}},
+		{name: "a certificate alone, with defaults", spec: Spec{Dir: "/trust", Certificate: &Certificate{
+			Signer: "trustsync.io/workload", KeyType: DefaultKeyType, TrustDomain: "cluster.local", StateDir: "/var/run/trustsync-state",
+		}}},
+		{name: "trust and a certificate with every option", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, Certificate: &Certificate{
+			Signer: "example.com/workload", KeyType: KeyRSA3072, ExpirationSeconds: 3600, DNSNames: []string{"web.apps.svc", "*.web.apps.svc"},
+			CredentialBundle: true, TrustDomain: "prod.example.com", StateDir: "/state",
+		}}},
+	}
+	for _, kt := range KeyTypes {
+		tests = append(tests, struct {
+			name string
+			spec Spec
+		}{name: "key type " + kt, spec: Spec{Dir: "/trust", Certificate: &Certificate{Signer: "s.example/w", KeyType: kt, TrustDomain: "td", StateDir: "/s"}}})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.spec.Args()
+			got, _, err := parse(t, args)
+			if err != nil {
+				t.Fatalf("the sidecar refuses what the injector renders, %q: %v", args, err)
+			}
+			if !reflect.DeepEqual(got, tc.spec) {
+				t.Fatalf("round trip changed the spec\n args: %q\n got:  %#v\n want: %#v", args, got, tc.spec)
+			}
+			if again := got.Args(); !reflect.DeepEqual(again, args) {
+				t.Fatalf("rendering the parsed spec gives other args:\n%q\n%q", again, args)
+			}
+		})
+	}
+}
+
+func TestSpec_FlagsRefuseWhatTheSidecarCannotDo(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"no directory", []string{Flag(FlagProjections, `[{"name": "a", "path": "a.pem"}]`)}, "--dir is required"},
+		{"nothing to write", []string{Flag(FlagDir, "/d")}, "--projections is required (or --certificate)"},
+		{"an empty list and no certificate", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, "[]")}, "nothing to write"},
+		{"sources that do not parse", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, `[{"signer": "x"}]`)}, `--projections: not a JSON list of sources: json: unknown field "signer"`},
+		{"a source writing the certificate's file", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, `[{"name": "a", "path": "tls.key"}]`)}, "is reserved for the workload certificate"},
+		{"an unknown key type", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateKeyType, "DSA1024")}, `--certificate-key-type "DSA1024" is not one of ECDSAP256, ECDSAP384, RSA2048, RSA3072, ED25519`},
+		{"a negative lifetime", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateExpirationSeconds, "-1")}, "is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := parse(t, tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
+	cert := Spec{Dir: "/d", Certificate: &Certificate{Signer: "s", KeyType: DefaultKeyType, TrustDomain: "td"}}
+	namespaced := Spec{Dir: "/d", Sources: []Source{{ConfigMap: &KeyRef{Name: "cm", Key: "ca.crt"}, Path: "a.pem"}}}
+	tests := []struct {
+		name    string
+		rt      Runtime
+		spec    Spec
+		wantErr []string
+	}{
+		{"a certificate names its identity and keeps its pending key", Runtime{PodName: "web-1", PodNamespace: "apps"}, cert,
+			[]string{"--service-account is required with --certificate", "--state-dir is required with --certificate"}},
+		{"ConfigMap sources are read from the pod's namespace", Runtime{}, namespaced, []string{"--pod-namespace (or $POD_NAMESPACE) is required"}},
+		{"a negative discovery interval", Runtime{PodNamespace: "a", APIDiscoveryInterval: -1}, namespaced, []string{"--api-discovery-interval -1ns is negative"}},
+		{"bundle sources need no identity", Runtime{}, Spec{Dir: "/d", Sources: []Source{{Name: "a", Path: "a.pem"}}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.rt.Validate(tc.spec)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			for _, want := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Validate() = %v, want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Only this package spells the sidecar's flags: code that invokes the sidecar renders
+// a Spec or uses Flag with these constants, so renaming a flag is one edit. Flags the
+// other binaries share (kubeconfig, kube-api-qps, kube-api-burst, trust-domain) are
+// left out: their spelling elsewhere is the other binaries'.
+func TestFlags_NoSidecarFlagIsSpelledOutsideTheContract(t *testing.T) {
+	own := []string{FlagDir, FlagProjections, FlagCertificate, FlagCertificateSigner, FlagCertificateKeyType, FlagCertificateExpirationSeconds,
+		FlagCertificateDNSNames, FlagCertificateCredentialBundle, FlagStateDir, FlagPodName, FlagPodNamespace, FlagPodUID,
+		FlagServiceAccount, FlagTerminationLog, FlagMetricsBindAddress, FlagAPIDiscoveryInterval, FlagInitTimeoutSeconds}
+	literal := regexp.MustCompile(`"--(` + strings.Join(own, "|") + `)[=" :]`)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	here, _ := os.Getwd()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (path == here || d.Name() == "_output" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if m := literal.FindString(line); m != "" {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s:%d spells the sidecar's flag %s; use package contract", rel, i+1, strings.Trim(m, `=" :`))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
