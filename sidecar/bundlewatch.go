@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 )
 
 // bundleWatches keeps every bundle source watched in exactly the APIs the server
@@ -110,7 +111,7 @@ func (w *bundleWatches) watch(ctx context.Context, api tsbundle.API) (*apiWatch,
 		if !ok {
 			continue
 		}
-		store, controller := w.newInformer(tsbundle.NewStore(w.dyn, api).ListWatch(opts))
+		store, controller := w.newInformer(bundleapi.NewStore(w.dyn, api).ListWatch(opts))
 		go controller.RunWithContext(ctx)
 		aw.stores[src] = store
 		synced = append(synced, controller.HasSynced)

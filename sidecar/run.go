@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
@@ -126,7 +127,7 @@ func discover(ctx context.Context, core rest.Interface) (tsbundle.Served, error)
 	var served tsbundle.Served
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}, func(context.Context) (bool, error) {
 		var err error
-		served, err = tsbundle.Discover(tsbundle.RESTResourceLister{Client: core})
+		served, err = bundleapi.Discover(bundleapi.RESTResourceLister{Client: core})
 		if err != nil {
 			klog.ErrorS(err, "Cannot discover the bundle APIs yet; retrying")
 			return false, nil
@@ -164,7 +165,7 @@ func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bun
 // rediscover asks which bundle APIs are served now and adjusts the watches; a failure
 // leaves them as they are until the next time.
 func (s *sidecar) rediscover(ctx context.Context) bool {
-	served, err := tsbundle.Discover(tsbundle.RESTResourceLister{Client: s.core})
+	served, err := bundleapi.Discover(bundleapi.RESTResourceLister{Client: s.core})
 	if err != nil {
 		klog.ErrorS(err, "Cannot rediscover the bundle APIs; keeping the current watches")
 		return false

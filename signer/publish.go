@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 )
 
 // LiveLabel marks the bundle holding a signer's current anchors, the convention the
@@ -24,7 +25,7 @@ const (
 // kept identical, so an anchor retired from one never lingers in a reader's union.
 type publisher struct {
 	signer string
-	stores []*bundle.Store
+	stores []*bundleapi.Store
 }
 
 // liveName is the live bundle's name in upstream form.
@@ -48,7 +49,7 @@ func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate) er
 	return nil
 }
 
-func (p *publisher) publishTo(ctx context.Context, s *bundle.Store, trustBundle string) error {
+func (p *publisher) publishTo(ctx context.Context, s *bundleapi.Store, trustBundle string) error {
 	name := liveName(p.signer)
 	got, err := s.Get(ctx, name)
 	if apierrors.IsNotFound(err) {

@@ -39,6 +39,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -122,7 +123,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
 func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, ready *atomic.Bool) error {
-	served, err := bundle.Discover(client.Discovery())
+	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			publisher: &publisher{signer: name},
 		}
 		for _, api := range writers {
-			mgr.publisher.stores = append(mgr.publisher.stores, bundle.NewStore(dyn, api))
+			mgr.publisher.stores = append(mgr.publisher.stores, bundleapi.NewStore(dyn, api))
 		}
 		managers[name] = mgr
 

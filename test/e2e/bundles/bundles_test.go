@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -23,20 +24,20 @@ func discover(t *testing.T, cfg *rest.Config) bundle.Served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served, err := bundle.Discover(dc)
+	served, err := bundleapi.Discover(dc)
 	if err != nil {
 		t.Fatalf("Discover: %v", err)
 	}
 	return served
 }
 
-func store(t *testing.T, cfg *rest.Config, api bundle.API) *bundle.Store {
+func store(t *testing.T, cfg *rest.Config, api bundle.API) *bundleapi.Store {
 	t.Helper()
 	client, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle.NewStore(client, api)
+	return bundleapi.NewStore(client, api)
 }
 
 func newBundle(name, signer string, labels map[string]string, anchors ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
@@ -48,7 +49,7 @@ func newBundle(name, signer string, labels map[string]string, anchors ...*fixtur
 
 // storeFor returns the store a mode's bundles live in, installing the mirror CRD in
 // the mode without the native API.
-func storeFor(t *testing.T, cp *controlplane.ControlPlane, native bool) *bundle.Store {
+func storeFor(t *testing.T, cp *controlplane.ControlPlane, native bool) *bundleapi.Store {
 	t.Helper()
 	if !native {
 		if err := cp.InstallMirrorCRD(controlplane.Context(t)); err != nil {

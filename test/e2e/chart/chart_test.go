@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -257,7 +258,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			t.Errorf("%s %s was not stored: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
-	if _, err := bundle.NewStore(dyn, bundle.Mirror).List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := bundleapi.NewStore(dyn, bundle.Mirror).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("the mirror CRD from crds/ is not served: %v", err)
 	}
 	v, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
@@ -333,7 +334,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		p := startFor(t, parent, "signer", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-signer"), "--namespace="+ns, "--policy="+policy,
 			"--health-bind-address=127.0.0.1:"+strconv.Itoa(port), "--leader-elect-retry-period=500ms")
 		eventually(t, "the signer published its live bundle", p, func(ctx context.Context) (bool, error) {
-			_, err := bundle.NewStore(dyn, bundle.NativeV1).Get(ctx, "trustsync.io:workload:live")
+			_, err := bundleapi.NewStore(dyn, bundle.NativeV1).Get(ctx, "trustsync.io:workload:live")
 			return err == nil, nil
 		})
 		if _, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-ca-trustsync.io-workload", metav1.GetOptions{}); err != nil {
@@ -349,7 +350,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := fixtures.CA("chart test")
-		if _, err := bundle.NewStore(dyn, bundle.NativeV1).Create(ctx, &certificatesv1.ClusterTrustBundle{
+		if _, err := bundleapi.NewStore(dyn, bundle.NativeV1).Create(ctx, &certificatesv1.ClusterTrustBundle{
 			ObjectMeta: metav1.ObjectMeta{Name: "chart-root"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(a)},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -132,15 +133,15 @@ func kube(t testing.TB, cp *controlplane.ControlPlane) kubernetes.Interface {
 	return c
 }
 
-func stores(t testing.TB, cp *controlplane.ControlPlane, native bool) (primary, mirror *bundle.Store) {
+func stores(t testing.TB, cp *controlplane.ControlPlane, native bool) (primary, mirror *bundleapi.Store) {
 	t.Helper()
 	c, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	mirror = bundle.NewStore(c, bundle.Mirror)
+	mirror = bundleapi.NewStore(c, bundle.Mirror)
 	if native {
-		return bundle.NewStore(c, bundle.NativeV1), mirror
+		return bundleapi.NewStore(c, bundle.NativeV1), mirror
 	}
 	return mirror, mirror
 }

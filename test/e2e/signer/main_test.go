@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -96,16 +97,16 @@ func kube(t testing.TB, cfg *rest.Config) kubernetes.Interface {
 }
 
 // liveStore is where the signer publishes: the native API when served, else the mirror.
-func liveStore(t testing.TB, cp *controlplane.ControlPlane, native bool) *bundle.Store {
+func liveStore(t testing.TB, cp *controlplane.ControlPlane, native bool) *bundleapi.Store {
 	t.Helper()
 	c, err := dynamic.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if native {
-		return bundle.NewStore(c, bundle.NativeV1)
+		return bundleapi.NewStore(c, bundle.NativeV1)
 	}
-	return bundle.NewStore(c, bundle.Mirror)
+	return bundleapi.NewStore(c, bundle.Mirror)
 }
 
 // requestAs creates a CSR as ServiceAccount apps/<sa> for uris and dns names.
@@ -170,7 +171,7 @@ func leaf(t testing.TB, csr *certificatesv1.CertificateSigningRequest) *x509.Cer
 }
 
 // livePool returns the anchors of the signer's live bundle.
-func livePool(t testing.TB, s *bundle.Store) *x509.CertPool {
+func livePool(t testing.TB, s *bundleapi.Store) *x509.CertPool {
 	t.Helper()
 	b, err := s.Get(context.Background(), "trustsync.io:workload:live")
 	if err != nil {

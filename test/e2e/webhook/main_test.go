@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 )
 
@@ -118,7 +119,7 @@ func (w *webhookServer) waitEffective(ctx context.Context, cp *controlplane.Cont
 	if err != nil {
 		return err
 	}
-	s := bundle.NewStore(client, bundle.Mirror)
+	s := bundleapi.NewStore(client, bundle.Mirror)
 	probe := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"}}
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := dryRunCreate(ctx, s, probe)

@@ -15,20 +15,21 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
-func mirrorStore(t *testing.T, cfg *rest.Config) *bundle.Store {
+func mirrorStore(t *testing.T, cfg *rest.Config) *bundleapi.Store {
 	t.Helper()
 	c, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bundle.NewStore(c, bundle.Mirror)
+	return bundleapi.NewStore(c, bundle.Mirror)
 }
 
-func dryRunCreate(ctx context.Context, s *bundle.Store, b *certificatesv1.ClusterTrustBundle) (*certificatesv1.ClusterTrustBundle, error) {
+func dryRunCreate(ctx context.Context, s *bundleapi.Store, b *certificatesv1.ClusterTrustBundle) (*certificatesv1.ClusterTrustBundle, error) {
 	return s.Create(ctx, b, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 }
 
@@ -171,7 +172,7 @@ func TestNative_ExpiringAnchorIsAdmittedWithAWarning(t *testing.T) {
 		t.Fatal(err)
 	}
 	soon := fixtures.MustNew(fixtures.Options{CommonName: "expiring corp root", NotAfter: time.Now().Add(10*24*time.Hour + time.Hour)})
-	if _, err := bundle.NewStore(c, bundle.NativeV1).Create(ctx, ctb("expiring-corp-root", "", fixtures.Bundle(fixtures.CA("fine"), soon)), metav1.CreateOptions{}); err != nil {
+	if _, err := bundleapi.NewStore(c, bundle.NativeV1).Create(ctx, ctb("expiring-corp-root", "", fixtures.Bundle(fixtures.CA("fine"), soon)), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the bundle was refused: %v", err)
 	}
 	if got := seen.all(); !strings.Contains(got, "(CN=expiring corp root) expires on") || !strings.Contains(got, "in 10 days") {

@@ -1,4 +1,4 @@
-package bundle
+package bundleapi
 
 import (
 	"errors"
@@ -8,10 +8,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // fakeLister serves the group versions it holds; anything else is NotFound, as the
-// API server answers for a group version it does not serve.
+// bundle.API server answers for a group version it does not serve.
 type fakeLister map[string][]string
 
 func (f fakeLister) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
@@ -30,20 +32,20 @@ func TestDiscover(t *testing.T) {
 	tests := []struct {
 		name       string
 		lister     fakeLister
-		wantNative *API
+		wantNative *bundle.API
 		wantMirror bool
-		wantWriter API
+		wantWriter bundle.API
 		wantOK     bool
 	}{
-		{name: "v1 wins over older versions", lister: fakeLister{"certificates.k8s.io/v1": {Resource}, "certificates.k8s.io/v1beta1": {Resource}}, wantNative: &NativeV1, wantWriter: NativeV1, wantOK: true},
-		{name: "v1beta1 when v1 is not served", lister: fakeLister{"certificates.k8s.io/v1beta1": {Resource}, "certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1beta1, wantWriter: NativeV1beta1, wantOK: true},
-		{name: "v1alpha1 as the last resort", lister: fakeLister{"certificates.k8s.io/v1alpha1": {Resource}}, wantNative: &NativeV1alpha1, wantWriter: NativeV1alpha1, wantOK: true},
+		{name: "v1 wins over older versions", lister: fakeLister{"certificates.k8s.io/v1": {bundle.Resource}, "certificates.k8s.io/v1beta1": {bundle.Resource}}, wantNative: &bundle.NativeV1, wantWriter: bundle.NativeV1, wantOK: true},
+		{name: "v1beta1 when v1 is not served", lister: fakeLister{"certificates.k8s.io/v1beta1": {bundle.Resource}, "certificates.k8s.io/v1alpha1": {bundle.Resource}}, wantNative: &bundle.NativeV1beta1, wantWriter: bundle.NativeV1beta1, wantOK: true},
+		{name: "v1alpha1 as the last resort", lister: fakeLister{"certificates.k8s.io/v1alpha1": {bundle.Resource}}, wantNative: &bundle.NativeV1alpha1, wantWriter: bundle.NativeV1alpha1, wantOK: true},
 		{
 			name:       "a served group version without the resource does not count",
-			lister:     fakeLister{"certificates.k8s.io/v1": {"certificatesigningrequests"}, "trustsync.io/v1alpha1": {Resource}},
-			wantMirror: true, wantWriter: Mirror, wantOK: true,
+			lister:     fakeLister{"certificates.k8s.io/v1": {"certificatesigningrequests"}, "trustsync.io/v1alpha1": {bundle.Resource}},
+			wantMirror: true, wantWriter: bundle.Mirror, wantOK: true,
 		},
-		{name: "both served: writers use the native API", lister: fakeLister{"certificates.k8s.io/v1": {Resource}, "trustsync.io/v1alpha1": {Resource}}, wantNative: &NativeV1, wantMirror: true, wantWriter: NativeV1, wantOK: true},
+		{name: "both served: writers use the native API", lister: fakeLister{"certificates.k8s.io/v1": {bundle.Resource}, "trustsync.io/v1alpha1": {bundle.Resource}}, wantNative: &bundle.NativeV1, wantMirror: true, wantWriter: bundle.NativeV1, wantOK: true},
 		{name: "neither served: no writer", lister: fakeLister{}},
 	}
 	for _, tc := range tests {
@@ -67,7 +69,7 @@ func TestDiscover_ErrorsOtherThanNotFoundAreReported(t *testing.T) {
 	broken := errLister{}
 	_, err := Discover(broken)
 	if err == nil || !strings.Contains(err.Error(), "clustertrustbundles.v1.certificates.k8s.io") || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("err = %v, want it to name the API and the cause", err)
+		t.Fatalf("err = %v, want it to name the bundle.API and the cause", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package bundle
+package bundleapi
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // Store reads and writes bundles of one API. Every bundle it returns or takes is a
@@ -18,7 +20,7 @@ import (
 // serves it: the native versions and the mirror share one spec, and only the name
 // form differs, so callers never see the difference.
 type Store struct {
-	api    API
+	api    bundle.API
 	client dynamic.ResourceInterface
 	// of is the client the store came from, which says whether it can stream lists.
 	of dynamic.Interface
@@ -27,12 +29,12 @@ type Store struct {
 // NewStore returns a Store for api through client. The dynamic client decodes only the
 // objects it is given, which keeps a reader's memory small: it does not pull in the
 // typed clientset's scheme of every group.
-func NewStore(client dynamic.Interface, api API) *Store {
+func NewStore(client dynamic.Interface, api bundle.API) *Store {
 	return &Store{api: api, client: client.Resource(api.GroupVersionResource()), of: client}
 }
 
 // API returns the API this store reads and writes.
-func (s *Store) API() API { return s.api }
+func (s *Store) API() bundle.API { return s.api }
 
 // Get returns the bundle with the given upstream-form name.
 func (s *Store) Get(ctx context.Context, name string) (*certificatesv1.ClusterTrustBundle, error) {
@@ -117,8 +119,8 @@ func (s *Store) Delete(ctx context.Context, name string, opts metav1.DeleteOptio
 
 // objectName maps an upstream-form name to this API's form.
 func (s *Store) objectName(name string) string {
-	if s.api.Form == MirrorForm {
-		return MirrorName(name)
+	if s.api.Form == bundle.MirrorForm {
+		return bundle.MirrorName(name)
 	}
 	return name
 }
@@ -128,8 +130,8 @@ func (s *Store) fromUnstructured(u *unstructured.Unstructured) (*certificatesv1.
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, b); err != nil {
 		return nil, fmt.Errorf("failed to decode %s %q: %w", s.api, u.GetName(), err)
 	}
-	if s.api.Form == MirrorForm {
-		b.Name = UpstreamName(b.Name, b.Spec.SignerName)
+	if s.api.Form == bundle.MirrorForm {
+		b.Name = bundle.UpstreamName(b.Name, b.Spec.SignerName)
 	}
 	b.TypeMeta = metav1.TypeMeta{}
 	return b, nil
