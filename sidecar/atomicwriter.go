@@ -10,6 +10,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Writer puts a set of files into a directory so that readers never see a partial
@@ -32,6 +36,8 @@ type File struct {
 const (
 	dataDirName    = "..data"
 	newDataDirName = "..data_tmp"
+	// newLinkPrefix names a visible link while it is made; hidden like the versions.
+	newLinkPrefix = "..link_tmp."
 
 	// A replaced version stays on disk this long, and at most this many of them, so a
 	// reader whose open() resolved "..data" just before a swap still finds its file.
@@ -66,14 +72,22 @@ func NewAtomicWriter(dir string) *AtomicWriter {
 	return &AtomicWriter{Dir: dir, now: time.Now}
 }
 
-// Write implements Writer.
+// Write implements Writer. A payload it cannot write (a path the kubelet's writer
+// would refuse, or one file under another) is refused whole before anything on disk
+// changes. Whatever a previous process left half done, a Write leaves every visible
+// name linked, even when the content is unchanged.
 func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
+	if err := validatePayload(payload); err != nil {
+		return false, err
+	}
 	current, err := w.Read()
 	if err != nil {
 		return false, err
 	}
 	if samePayload(current, payload) {
-		return false, nil
+		// A crash between the ..data swap and the links leaves names unlinked that
+		// no later content change may come to repair.
+		return false, w.linkVisibleNames(payload, current)
 	}
 	oldVersion, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -142,6 +156,22 @@ func (w *AtomicWriter) removeVersionsExcept(keep []string) error {
 	return nil
 }
 
+func validatePayload(payload map[string]File) error {
+	var errs []error
+	paths := make([]string, 0, len(payload))
+	for p := range payload {
+		if fieldErrs := contract.ValidateFilePath(field.NewPath("file"), p); len(fieldErrs) > 0 {
+			errs = append(errs, fmt.Errorf("cannot write %q: %w", p, fieldErrs.ToAggregate()))
+			continue
+		}
+		paths = append(paths, p)
+	}
+	if file, under, ok := contract.FileDirectoryConflict(paths); ok {
+		errs = append(errs, fmt.Errorf("cannot write both %q and %q: the first would have to be a file and a directory", file, under))
+	}
+	return errors.Join(errs...)
+}
+
 func writeVersion(dir string, payload map[string]File) error {
 	for name, f := range payload {
 		p := filepath.Join(dir, name)
@@ -170,7 +200,15 @@ func (w *AtomicWriter) linkVisibleNames(payload, previous map[string]File) error
 		if got, err := os.Readlink(link); err == nil && got == target {
 			continue
 		}
-		if err := os.Symlink(target, link); err != nil {
+		// Through a temporary link and a rename, so a wrong entry left by an earlier
+		// process is replaced in one step.
+		tmp := filepath.Join(w.Dir, newLinkPrefix+name)
+		_ = os.Remove(tmp)
+		if err := os.Symlink(target, tmp); err != nil {
+			return fmt.Errorf("cannot link %s: %w", name, err)
+		}
+		if err := os.Rename(tmp, link); err != nil {
+			_ = os.Remove(tmp)
 			return fmt.Errorf("cannot link %s: %w", name, err)
 		}
 	}

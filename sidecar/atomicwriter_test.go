@@ -181,3 +181,82 @@ func TestAtomicWriter_ConcurrentReaderNeverSeesAPartialFile(t *testing.T) {
 	}
 	t.Logf("%d reads during 1000 rewrites", reads.Load())
 }
+
+// A process that died between the ..data swap and its links left names missing or
+// wrong; the next Write, though its content is unchanged, links every name again.
+func TestAtomicWriter_UnchangedWriteRepairsTheVisibleLinks(t *testing.T) {
+	payload := map[string]File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/b.pem": {Data: []byte("two"), Mode: 0o644}}
+	tests := []struct {
+		name   string
+		break_ func(dir string) error
+	}{
+		{"a link never made", func(dir string) error { return os.Remove(filepath.Join(dir, "ca.pem")) }},
+		{"a nested file's directory link never made", func(dir string) error { return os.Remove(filepath.Join(dir, "nested")) }},
+		{"a link pointing elsewhere", func(dir string) error {
+			if err := os.Remove(filepath.Join(dir, "ca.pem")); err != nil {
+				return err
+			}
+			return os.Symlink("..data/nested", filepath.Join(dir, "ca.pem"))
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := NewAtomicWriter(dir)
+			if _, err := w.Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.break_(dir); err != nil {
+				t.Fatal(err)
+			}
+			changed, err := NewAtomicWriter(dir).Write(payload)
+			if err != nil || changed {
+				t.Fatalf("Write of unchanged content = %v, %v; want no change and no error", changed, err)
+			}
+			if got := readVisible(t, dir, "ca.pem"); got != "one" {
+				t.Errorf("ca.pem = %q, want %q", got, "one")
+			}
+			if got := readVisible(t, dir, "nested/b.pem"); got != "two" {
+				t.Errorf("nested/b.pem = %q, want %q", got, "two")
+			}
+			entries, _ := os.ReadDir(dir)
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), newLinkPrefix) {
+					t.Errorf("temporary link %s left behind", e.Name())
+				}
+			}
+		})
+	}
+}
+
+// The writer refuses what it cannot write instead of trusting its caller, and the
+// files already there stay as they were.
+func TestAtomicWriter_RefusesUnwritablePayloadsAndKeepsTheCurrentFiles(t *testing.T) {
+	tests := []struct {
+		name    string
+		payload map[string]File
+		wantErr string
+	}{
+		{"a file under another file", map[string]File{"a": {Data: []byte("x")}, "a/b": {Data: []byte("y")}}, `cannot write both "a" and "a/b"`},
+		{"a NUL byte", map[string]File{"ca\x00.pem": {Data: []byte("x")}}, "must not contain a NUL byte"},
+		{"an element over 255 bytes", map[string]File{strings.Repeat("n", 256): {Data: []byte("x")}}, "at most 255"},
+		{"an escape from the directory", map[string]File{"../ca.pem": {Data: []byte("x")}}, "must not contain '..'"},
+		{"the writer's own names", map[string]File{"..data": {Data: []byte("x")}}, "must not have an element starting with '..'"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := NewAtomicWriter(dir)
+			if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte("good"), Mode: 0o644}}); err != nil {
+				t.Fatal(err)
+			}
+			changed, err := w.Write(tc.payload)
+			if err == nil || changed || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Write() = %v, %v; want a refusal containing %q", changed, err, tc.wantErr)
+			}
+			if got := readVisible(t, dir, "ca.pem"); got != "good" {
+				t.Errorf("ca.pem = %q after a refused write, want the good content", got)
+			}
+		})
+	}
+}

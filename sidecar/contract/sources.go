@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -109,8 +110,19 @@ func ValidateSources(sources []Source, fldPath *field.Path) field.ErrorList {
 	if len(sources) > MaxSources {
 		errs = append(errs, field.TooMany(fldPath, len(sources), MaxSources))
 	}
+	var paths []string
 	for i, s := range sources {
-		errs = append(errs, s.Validate(fldPath.Index(i))...)
+		itemErrs := s.Validate(fldPath.Index(i))
+		if len(itemErrs) == 0 {
+			paths = append(paths, s.Path)
+		}
+		errs = append(errs, itemErrs...)
+	}
+	// One item's file cannot be another's directory: the pod's files are written in one
+	// step, so such a pair would leave every file of the pod unwritten.
+	if file, under, ok := FileDirectoryConflict(paths); ok {
+		i := slices.IndexFunc(sources, func(s Source) bool { return s.Path == under })
+		errs = append(errs, field.Invalid(fldPath.Index(i).Child("path"), under, fmt.Sprintf("needs %q to be a directory, but another item writes the file %q", file, file)))
 	}
 	return errs
 }
@@ -148,19 +160,40 @@ func (r *KeyRef) validate(fldPath *field.Path) field.ErrorList {
 	return errs
 }
 
-// ValidatePath checks a file path inside the volume: relative, no ".." element, no
-// element starting with ".." (the atomic writer keeps its own "..data" entries
-// there), and not one of the certificate files.
+// ValidatePath checks a source's file path: a path the sidecar can write (see
+// ValidateFilePath) and not one of the certificate files.
 func ValidatePath(fldPath *field.Path, p string) field.ErrorList {
+	if errs := ValidateFilePath(fldPath, p); len(errs) > 0 {
+		return errs
+	}
+	// A directory named like a certificate file would collide with it just the same.
+	if ReservedPaths.Has(strings.SplitN(p, "/", 2)[0]) {
+		return field.ErrorList{field.Invalid(fldPath, p, fmt.Sprintf("is reserved for the workload certificate (%s)", strings.Join(sets.List(ReservedPaths), ", ")))}
+	}
+	return nil
+}
+
+// The limits of the kubelet's atomic writer, which the sidecar's follows: a path of at
+// most 4096 bytes, each element at most 255 (what Linux file systems allow).
+const (
+	maxPathLength    = 4096
+	maxElementLength = 255
+)
+
+// ValidateFilePath checks a file path inside the volume by the kubelet's atomic writer
+// rules: relative, at most 4096 bytes with elements of at most 255, no NUL byte, no
+// ".." element, and no element starting with ".." (the writer keeps its own "..data"
+// entries there).
+func ValidateFilePath(fldPath *field.Path, p string) field.ErrorList {
 	switch {
 	case p == "":
 		return field.ErrorList{field.Required(fldPath, "the file to write, relative to the volume, such as ca_certificates.pem")}
+	case strings.ContainsRune(p, 0):
+		return field.ErrorList{field.Invalid(fldPath, p, "must not contain a NUL byte")}
 	case path.IsAbs(p):
 		return field.ErrorList{field.Invalid(fldPath, p, "must be a relative path")}
-	case len(p) > 4096:
-		return field.ErrorList{field.TooLong(fldPath, "", 4096)}
-	case ReservedPaths.Has(path.Clean(p)):
-		return field.ErrorList{field.Invalid(fldPath, p, fmt.Sprintf("is reserved for the workload certificate (%s)", strings.Join(sets.List(ReservedPaths), ", ")))}
+	case len(p) > maxPathLength:
+		return field.ErrorList{field.TooLong(fldPath, "", maxPathLength)}
 	}
 	for _, elem := range strings.Split(p, "/") {
 		if elem == ".." {
@@ -172,8 +205,25 @@ func ValidatePath(fldPath *field.Path, p string) field.ErrorList {
 		if elem == "" || elem == "." {
 			return field.ErrorList{field.Invalid(fldPath, p, "must not have empty or '.' elements")}
 		}
+		if len(elem) > maxElementLength {
+			return field.ErrorList{field.Invalid(fldPath, p, fmt.Sprintf("has an element of %d bytes; a file or directory name may have at most %d", len(elem), maxElementLength))}
+		}
 	}
 	return nil
+}
+
+// FileDirectoryConflict returns a pair of paths of which one would have to be both a
+// file and a directory ("a" and "a/b.pem"), or ok false. Paths must be valid.
+func FileDirectoryConflict(paths []string) (file, under string, ok bool) {
+	files := sets.New(paths...)
+	for _, p := range sets.List(files) {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if files.Has(dir) {
+				return dir, p, true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // EncodeSources is a sources list as the trustsync.io/bundles annotation and the

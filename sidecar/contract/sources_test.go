@@ -27,6 +27,9 @@ func TestParseSources(t *testing.T) {
 		{name: "a selector without a signer", json: `[{"defaultCAs": true, "labelSelector": {}, "path": "a.pem"}]`, wantErr: "sources[0].labelSelector: Invalid value: \"\": labelSelector goes with signerName only"},
 		{name: "a bad ConfigMap key", json: `[{"configMap": {"name": "cm", "key": "a/b"}, "path": "a.pem"}]`, wantErr: `sources[0].configMap.key: Invalid value: "a/b"`},
 		{name: "a bad Secret name", json: `[{"secret": {"name": "Bad_Name", "key": "ca.crt"}, "path": "a.pem"}]`, wantErr: `sources[0].secret.name: Invalid value: "Bad_Name"`},
+		{name: "one item's file is another's directory", json: `[{"name": "a", "path": "certs"}, {"name": "b", "path": "certs/extra.pem"}]`, wantErr: `sources[1].path: Invalid value: "certs/extra.pem": needs "certs" to be a directory, but another item writes the file "certs"`},
+		{name: "a deeper file under another item's file", json: `[{"name": "b", "path": "a/b/c.pem"}, {"name": "a", "path": "a"}]`, wantErr: `sources[0].path: Invalid value: "a/b/c.pem": needs "a" to be a directory`},
+		{name: "items sharing a path merge, they do not conflict", json: `[{"name": "a", "path": "ca.pem"}, {"name": "b", "path": "ca.pem"}, {"name": "c", "path": "nested/ca.pem"}]`, wantLen: 3},
 		{name: "too many sources", json: "[" + strings.Repeat(`{"defaultCAs": true, "path": "a.pem"},`, MaxSources) + `{"defaultCAs": true, "path": "a.pem"}]`, wantErr: "sources: Too many: 33: must have at most 32 items"},
 	}
 	for _, tc := range tests {
@@ -58,6 +61,11 @@ func TestValidatePath(t *testing.T) {
 		{"./a", "must not have empty or '.' elements"},
 		{"tls.key", "is reserved for the workload certificate"},
 		{"credential.pem", "is reserved for the workload certificate"},
+		{"tls.crt/ca.pem", "is reserved for the workload certificate"},
+		{"ca\x00.pem", "must not contain a NUL byte"},
+		{strings.Repeat("a", 255), ""},
+		{"dir/" + strings.Repeat("a", 256), "has an element of 256 bytes; a file or directory name may have at most 255"},
+		{strings.Repeat("abcdefgh/", 455) + "ca.pem", "Too long"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {
