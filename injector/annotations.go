@@ -51,6 +51,12 @@ const (
 	DefaultPath      = "ca_certificates.pem"
 )
 
+// sidecarMountPaths are the sidecar's own mounts besides the trust volume.
+var sidecarMountPaths = map[string]string{
+	stateMountPath: "its state directory (a pending key)",
+	tokenMountPath: "the ServiceAccount token",
+}
+
 // sourceAnnotations pick the sources; a pod that sets any of them takes none of its
 // namespace's, so a namespace default never mixes into a pod's own choice.
 var sourceAnnotations = []string{AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationBundles}
@@ -171,6 +177,11 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	if v, ok := a[AnnotationMountPath]; ok {
 		if !path.IsAbs(v) || path.Clean(v) != v || strings.Contains(v, ":") || v == "/" {
 			p.invalid(AnnotationMountPath, "must be a clean absolute path other than / without ':', such as /var/run/trust-anchors")
+		}
+		// The sidecar mounts these itself; the API server would refuse the pod for a
+		// duplicate mount path without naming the annotation that caused it.
+		if what, reserved := sidecarMountPaths[v]; reserved {
+			p.invalid(AnnotationMountPath, fmt.Sprintf("is where the sidecar mounts %s; choose another path, such as %s", what, DefaultMountPath))
 		}
 		r.mountPath = v
 	}
