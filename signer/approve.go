@@ -2,6 +2,7 @@ package signer
 
 import (
 	"crypto/x509"
+	"encoding/asn1"
 	"fmt"
 	"slices"
 	"strings"
@@ -64,7 +65,39 @@ func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.Certificate
 	if csr.Annotations["experimental.cert-manager.io/request-is-ca"] == "true" {
 		return deny("the request asks for a CA certificate; this signer issues none")
 	}
+	switch isCA, err := requestsCA(req); {
+	case err != nil:
+		return deny("the request's basicConstraints extension does not parse (%v); request a leaf certificate without it", err)
+	case isCA:
+		return deny("the request asks for a CA certificate (basicConstraints CA:TRUE); this signer issues leaf certificates only: request one without that extension")
+	}
 	return decision{approve: true, message: fmt.Sprintf("the request is for %s's own identity %s", csr.Spec.Username, own)}
+}
+
+var oidBasicConstraints = asn1.ObjectIdentifier{2, 5, 29, 19}
+
+// requestsCA reports whether the PKCS#10 request carries a basicConstraints extension
+// with CA:TRUE. The signer would never issue one, but approving it would record an
+// approval of something no one may have.
+func requestsCA(req *x509.CertificateRequest) (bool, error) {
+	for _, ext := range req.Extensions {
+		if !ext.Id.Equal(oidBasicConstraints) {
+			continue
+		}
+		var bc struct {
+			IsCA       bool `asn1:"optional"`
+			MaxPathLen int  `asn1:"optional,default:-1"`
+		}
+		rest, err := asn1.Unmarshal(ext.Value, &bc)
+		if err != nil {
+			return false, err
+		}
+		if len(rest) > 0 {
+			return false, fmt.Errorf("%d trailing bytes", len(rest))
+		}
+		return bc.IsCA, nil
+	}
+	return false, nil
 }
 
 // serviceAccount splits "system:serviceaccount:<namespace>:<name>".

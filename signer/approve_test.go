@@ -1,7 +1,13 @@
 package signer
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
 	"net"
 	"net/url"
 	"strings"
@@ -35,6 +41,9 @@ func TestDecide(t *testing.T) {
 		{name: "a wildcard stands for one label only", csr: csrFor(t, sa, []string{"a.b.apps.svc"}, []string{own}), wantMessage: `DNS SAN "a.b.apps.svc"`},
 		{name: "a usage outside the allow-list is denied", csr: csrFor(t, sa, nil, []string{own}, certificatesv1.UsageCodeSigning), wantMessage: `usage "code signing" is not allowed`},
 		{name: "a CA request is denied", csr: withAnnotation(csrFor(t, sa, nil, []string{own}), "experimental.cert-manager.io/request-is-ca", "true"), wantMessage: "asks for a CA certificate"},
+		{name: "a basicConstraints CA:TRUE extension is denied", csr: withExtension(t, csrFor(t, sa, nil, []string{own}), oidBasicConstraints, mustMarshal(t, basicConstraints{IsCA: true})), wantMessage: "asks for a CA certificate (basicConstraints CA:TRUE)"},
+		{name: "a basicConstraints CA:FALSE extension is approved", csr: withExtension(t, csrFor(t, sa, nil, []string{own}), oidBasicConstraints, mustMarshal(t, basicConstraints{})), wantApprove: true},
+		{name: "an unparsable basicConstraints extension is denied", csr: withExtension(t, csrFor(t, sa, nil, []string{own}), oidBasicConstraints, []byte{0x30, 0x03, 0x01, 0x01}), wantMessage: "basicConstraints extension does not parse"},
 		{name: "a malformed ServiceAccount user is denied", csr: csrFor(t, "system:serviceaccount:apps", nil, []string{own}), wantMessage: "is not a ServiceAccount"},
 		{
 			name: "exact DNS patterns match exactly", csr: csrFor(t, sa, []string{"metrics.apps.example"}, []string{own}), wantApprove: true,
@@ -83,5 +92,40 @@ func csrWithIP(t *testing.T, username, uri string) *certificatesv1.CertificateSi
 	csr := csrFor(t, username, nil, []string{uri})
 	u, _ := url.Parse(uri)
 	csr.Spec.Request, _ = fixtures.Request(&x509.CertificateRequest{IPAddresses: []net.IP{net.IPv4(10, 0, 0, 1)}, URIs: []*url.URL{u}})
+	return csr
+}
+
+type basicConstraints struct {
+	IsCA bool `asn1:"optional"`
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := asn1.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// withExtension re-creates the CSR's PKCS#10 request, same SANs, with one more
+// requested extension.
+func withExtension(t *testing.T, csr *certificatesv1.CertificateSigningRequest, id asn1.ObjectIdentifier, value []byte) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	old, err := parseRequest(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		DNSNames: old.DNSNames, URIs: old.URIs, ExtraExtensions: []pkix.Extension{{Id: id, Value: value}},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Spec.Request = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 	return csr
 }
