@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -131,9 +130,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	if len(writers) == 0 {
 		return fmt.Errorf("neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; install the CRD (charts/trustsync/crds)")
 	}
-	secretInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(o.Namespace))
-	secrets := secretInformers.Core().V1().Secrets()
-
 	caQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_signer_ca"})
 	csrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[csrKey](), workqueue.TypedRateLimitingQueueConfig[csrKey]{Name: "trustsync_signer_csr"})
 	defer caQueue.ShutDown()
@@ -149,13 +145,28 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second},
-			client:   client, secrets: secrets.Lister(), clock: clock.RealClock{}, metrics: m,
+			client:   client, clock: clock.RealClock{}, metrics: m,
 			publisher: &publisher{signer: name},
 		}
 		for _, api := range writers {
 			mgr.publisher.stores = append(mgr.publisher.stores, bundleapi.NewStore(dyn, api))
 		}
 		managers[name] = mgr
+
+		// Its CA Secret only, by name on the server: the Role may read just these
+		// Secrets (RBAC allows list and watch of named objects given a metadata.name
+		// field selector), never the webhook's TLS key beside them.
+		secretInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(o.Namespace), informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", mgr.secretName).String()
+		}))
+		secrets := secretInformers.Core().V1().Secrets()
+		mgr.secrets = secrets.Lister()
+		enqueueCA := func(any) { caQueue.Add(name) }
+		if _, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCA, UpdateFunc: func(_, n any) { enqueueCA(n) }, DeleteFunc: enqueueCA}); err != nil {
+			return err
+		}
+		secretInformers.Start(ctx.Done())
+		synced = append(synced, secrets.Informer().HasSynced)
 
 		// The signer's CSRs only: the API server filters by spec.signerName.
 		csrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -189,22 +200,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			synced = append(synced, ctrl.HasSynced)
 		}
 	}
-	bySecret := map[string]string{}
-	for name, mgr := range managers {
-		bySecret[mgr.secretName] = name
-	}
-	enqueueSecret := func(obj any) {
-		if s, ok := obj.(*corev1.Secret); ok {
-			if name, ok := bySecret[s.Name]; ok {
-				caQueue.Add(name)
-			}
-		}
-	}
-	if _, err := secrets.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueSecret, UpdateFunc: func(_, n any) { enqueueSecret(n) }, DeleteFunc: enqueueSecret}); err != nil {
-		return err
-	}
-	secretInformers.Start(ctx.Done())
-	synced = append(synced, secrets.Informer().HasSynced)
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil
 	}

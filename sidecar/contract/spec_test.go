@@ -139,7 +139,7 @@ func TestFlags_NoSidecarFlagIsSpelledOutsideTheContract(t *testing.T) {
 	own := []string{FlagDir, FlagProjections, FlagCertificate, FlagCertificateSigner, FlagCertificateKeyType, FlagCertificateExpirationSeconds,
 		FlagCertificateDNSNames, FlagCertificateCredentialBundle, FlagStateDir, FlagPodName, FlagPodNamespace, FlagPodUID,
 		FlagServiceAccount, FlagTerminationLog, FlagMetricsBindAddress, FlagAPIDiscoveryInterval, FlagInitTimeoutSeconds}
-	literal := regexp.MustCompile(`"--(` + strings.Join(own, "|") + `)[=" :]`)
+	literal := regexp.MustCompile("[\"`]--(" + strings.Join(own, "|") + ")[=\"` :]")
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestFlags_NoSidecarFlagIsSpelledOutsideTheContract(t *testing.T) {
 		for i, line := range strings.Split(string(data), "\n") {
 			if m := literal.FindString(line); m != "" {
 				rel, _ := filepath.Rel(root, path)
-				t.Errorf("%s:%d spells the sidecar's flag %s; use package contract", rel, i+1, strings.Trim(m, `=" :`))
+				t.Errorf("%s:%d spells the sidecar's flag %s; use package contract", rel, i+1, strings.Trim(m, "=\"` :"))
 			}
 		}
 		return nil

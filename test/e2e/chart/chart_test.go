@@ -27,6 +27,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -343,6 +345,21 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		if _, err := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-signer", metav1.GetOptions{}); err != nil {
 			t.Errorf("no Lease: %v", err)
 		}
+		// Its Role reaches its CA Secrets alone: not the webhook's TLS key beside them.
+		cfg, err := cp.ServiceAccountConfig(ctx, ns, "trustsync-signer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		asSigner := kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets(ns)
+		if _, err := asSigner.Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the signer's ServiceAccount reading the webhook's TLS Secret: err = %v, want Forbidden", err)
+		}
+		if _, err := asSigner.List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the signer's ServiceAccount listing every Secret: err = %v, want Forbidden", err)
+		}
+		if _, err := asSigner.Get(ctx, "trustsync-ca-trustsync.io-workload", metav1.GetOptions{}); err != nil {
+			t.Errorf("the signer's ServiceAccount reading its own CA Secret: %v", err)
+		}
 	})
 
 	t.Run("a sidecar reads bundles as any ServiceAccount, through the chart's sidecar role", func(t *testing.T) {
@@ -363,7 +380,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := cp.StartSidecar(t, "apps", "anyone", pod, "run", `--projections=[{"name": "chart-root", "path": "ca.pem"}]`)
+		s := cp.StartSidecar(t, "apps", "anyone", pod, "run", contract.Flag(contract.FlagProjections, `[{"name": "chart-root", "path": "ca.pem"}]`))
 		p := bundle.NewPool()
 		p.AddDER(a.Cert.Raw)
 		s.WaitFor(t, "ca.pem", p.PEM())
