@@ -51,6 +51,75 @@ const (
 	DefaultPath      = "ca_certificates.pem"
 )
 
+// knownAnnotations are every key trustsync reads; any other trustsync.io/ key on a pod
+// or its namespace is most likely a typo, and earns a warning.
+var knownAnnotations = []string{
+	AnnotationInject, AnnotationStatus, AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationPath,
+	AnnotationOptional, AnnotationBundles, AnnotationMountPath, AnnotationContainers, AnnotationSSLCertFile, AnnotationSidecarMode,
+	AnnotationCPURequest, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationVolumeSize,
+	AnnotationCertificate, AnnotationCertificateSigner, AnnotationCertificateExpiration, AnnotationCertificateDNSNames,
+	AnnotationCertificateKeyType, AnnotationCertificateCredentialBundle,
+}
+
+// unknownAnnotationWarnings names each trustsync.io/ key that trustsync does not read,
+// with the known key it most resembles, so a typo in an optional key (which would
+// otherwise silently take the default) is seen at admission.
+func unknownAnnotationWarnings(sets ...map[string]string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, annotations := range sets {
+		keys := make([]string, 0, len(annotations))
+		for k := range annotations {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			if !strings.HasPrefix(k, Prefix) || slices.Contains(knownAnnotations, k) || seen[k] {
+				continue
+			}
+			seen[k] = true
+			msg := fmt.Sprintf("trustsync: annotation %q is not one trustsync reads and is ignored", k)
+			if near, d := nearest(k, knownAnnotations); d <= 3 {
+				msg += fmt.Sprintf("; did you mean %q?", near)
+			}
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
+// nearest returns the candidate with the least edit distance to s, and the distance.
+func nearest(s string, candidates []string) (string, int) {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		if d := editDistance(s, c); bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, bestD
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
 // sidecarMountPaths are the sidecar's own mounts besides the trust volume.
 var sidecarMountPaths = map[string]string{
 	stateMountPath: "its state directory (a pending key)",

@@ -95,6 +95,7 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
 	ops, warnings := build(pod, req, targets, cfg)
+	warnings = append(unknownAnnotationWarnings(pod.Annotations, nsAnnotations), warnings...)
 	return &Result{Patch: ops, Warnings: warnings}, nil
 }
 
