@@ -67,7 +67,7 @@ type issuedCert struct {
 // same request; the CSR is named from the key and the pod, so a restarted sidecar waits
 // on the CSR it created instead of making another; rotation happens at a jittered
 // point between 70% and 90% of the issued certificate's own lifetime, with a fresh key;
-// failures keep the current certificate and retry with capped backoff.
+// failures keep the current certificate and retry with capped, jittered backoff.
 type certManager struct {
 	opts    certOptions
 	api     csrAPI
@@ -158,9 +158,31 @@ func backoffDelay(n int) time.Duration {
 	return d
 }
 
+// retryDelay is backoffDelay(n) spread over [0.5, 1.5) of itself by jitter in [0, 1),
+// so pods that failed together (an API server outage) do not retry in lockstep.
+func retryDelay(n int, jitter float64) time.Duration {
+	return time.Duration(float64(backoffDelay(n)) * (0.5 + jitter))
+}
+
+// schedule holds the rotation deadline of one certificate, drawn once: drawing again
+// on every wake-up would keep the earliest of several draws out of reach and drift
+// rotations toward the late end of the window.
+type schedule struct {
+	cert *issuedCert
+	at   time.Time
+}
+
+func (s *schedule) deadline(cert *issuedCert, jitter func() float64) time.Time {
+	if s.cert != cert {
+		s.cert, s.at = cert, rotationDeadline(cert.leaf, jitter())
+	}
+	return s.at
+}
+
 // run keeps a valid certificate until ctx is done.
 func (m *certManager) run(ctx context.Context) {
 	failures := 0
+	var sched schedule
 	for {
 		var wait time.Duration
 		m.mu.Lock()
@@ -168,7 +190,7 @@ func (m *certManager) run(ctx context.Context) {
 		m.mu.Unlock()
 		if current != nil {
 			m.metrics.setCertificateExpiry(current.leaf.NotAfter)
-			wait = rotationDeadline(current.leaf, m.jitter()).Sub(m.clock.Now())
+			wait = sched.deadline(current, m.jitter).Sub(m.clock.Now())
 		}
 		if wait <= 0 {
 			if err := m.obtain(ctx); err != nil {
@@ -176,7 +198,7 @@ func (m *certManager) run(ctx context.Context) {
 					return
 				}
 				m.metrics.renewError()
-				wait = backoffDelay(failures)
+				wait = retryDelay(failures, m.jitter())
 				failures++
 				klog.ErrorS(err, "Cannot obtain the workload certificate; keeping the current one and retrying", "retryIn", wait, "haveCertificate", current != nil)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,73 @@ func TestRotationDeadline_IsBetween70And90PercentOfTheActualLifetime(t *testing.
 	}{{0, 7 * time.Hour}, {0.5, 8 * time.Hour}, {0.9999, 9*time.Hour - 720*time.Millisecond}} {
 		if got := rotationDeadline(leaf, tc.jitter).Sub(certNow); got.Round(time.Second) != tc.want.Round(time.Second) {
 			t.Errorf("jitter %v: deadline at %s, want %s", tc.jitter, got, tc.want)
+		}
+	}
+}
+
+// The deadline is drawn once per certificate: a loop woken early (a failed renewal's
+// backoff, say) asks again and gets the same answer, so rotations spread evenly over
+// 70-90% of the lifetime with their mean at 80%, not drifting late.
+func TestSchedule_RotationPointsSpreadEvenlyWhateverTheWakeUps(t *testing.T) {
+	const certs = 20000
+	life := 10 * time.Hour
+	leaf := leafValid(certNow, life)
+	rng := rand.New(rand.NewPCG(1, 2))
+	draws := 0
+	jitter := func() float64 { draws++; return rng.Float64() }
+	var sum, lo, hi float64 = 0, 1, 0
+	for range certs {
+		cert := &issuedCert{leaf: leaf}
+		var s schedule
+		now := certNow
+		for {
+			d := s.deadline(cert, jitter)
+			if !now.Before(d) {
+				break
+			}
+			// Woken every 3% of the lifetime, or at the deadline.
+			now = now.Add(life * 3 / 100)
+			if now.After(d) {
+				now = d
+			}
+		}
+		f := float64(now.Sub(certNow)) / float64(life)
+		sum += f
+		lo, hi = min(lo, f), max(hi, f)
+	}
+	if draws != certs {
+		t.Errorf("%d draws for %d certificates; want one each", draws, certs)
+	}
+	if mean := sum / certs; mean < 0.795 || mean > 0.805 {
+		t.Errorf("mean rotation point %.4f of the lifetime, want 0.80", mean)
+	}
+	if lo < 0.7 || hi >= 0.9 {
+		t.Errorf("rotation points span [%.4f, %.4f], want within [0.70, 0.90)", lo, hi)
+	}
+}
+
+// Retries after a failure are spread over half to one and a half times the backoff, so
+// pods that failed together do not retry together; the mean stays the backoff.
+func TestRetryDelay_SpreadsEachBackoff(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 3, 20} {
+		base := backoffDelay(n)
+		var sum time.Duration
+		lo, hi := time.Duration(1<<62), time.Duration(0)
+		const tries = 10000
+		for range tries {
+			d := retryDelay(n, rng.Float64())
+			sum += d
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo < base/2 || hi >= base*3/2 {
+			t.Errorf("n=%d: delays span [%s, %s], want within [%s, %s)", n, lo, hi, base/2, base*3/2)
+		}
+		if hi-lo < base*9/10 {
+			t.Errorf("n=%d: delays span only %s of a possible %s: not spread", n, hi-lo, base)
+		}
+		if mean := sum / tries; mean < base*98/100 || mean > base*102/100 {
+			t.Errorf("n=%d: mean delay %s, want about %s", n, mean, base)
 		}
 	}
 }
