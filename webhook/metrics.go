@@ -1,7 +1,11 @@
 package webhook
 
 import (
+	"context"
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
+	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 )
 
 // Outcomes of an admission review, as the requests metric labels them.
@@ -22,7 +26,8 @@ type Metrics struct {
 	attest    *prometheus.CounterVec
 	requested *prometheus.CounterVec
 	honored   *prometheus.CounterVec
-	// injections is by namespace: pods' names would be unbounded, namespaces are not.
+	// injections has no namespace label: anyone who can reach the port can send
+	// reviews naming any namespace, and each would be a series forever.
 	injections *prometheus.CounterVec
 }
 
@@ -52,8 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"signer"}),
 		injections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_webhook_pod_injections_total",
-			Help: "Pods reviewed by the injector, by namespace and outcome (injected, skipped, denied), with the reason for skips.",
-		}, []string{"namespace", "outcome", "reason"}),
+			Help: "Pods reviewed by the injector, by outcome (injected, skipped, denied), with the reason for skips.",
+		}, []string{"outcome", "reason"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.attest, m.requested, m.honored, m.injections)
 	return m
@@ -61,4 +66,50 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) outcome(route, outcome string) {
 	m.requests.WithLabelValues(route, outcome).Inc()
+}
+
+// boundedRecorder passes the admission library's measurements on with every label
+// value that comes from the request reduced to a fixed set: a forged review may name
+// any namespace, kind, operation or review version, and each distinct value would
+// otherwise be a new series of every histogram, forever (1,500 forged namespaces made
+// 24,000 series). The namespace is dropped; the rest keep the values the webhook
+// configurations can send, and "other".
+type boundedRecorder struct {
+	next kwhwebhook.MetricsRecorder
+}
+
+var (
+	knownKinds = []string{
+		"v1/Pod",
+		"certificates.k8s.io/v1/CertificateSigningRequest",
+		"certificates.k8s.io/v1/ClusterTrustBundle", "certificates.k8s.io/v1beta1/ClusterTrustBundle",
+		"certificates.k8s.io/v1alpha1/ClusterTrustBundle", "trustsync.io/v1alpha1/ClusterTrustBundle",
+	}
+	knownOperations     = []string{"CREATE", "UPDATE", "DELETE", "CONNECT"}
+	knownReviewVersions = []string{"v1", "v1beta1"}
+)
+
+func oneOf(v string, known []string) string {
+	if slices.Contains(known, v) {
+		return v
+	}
+	return "other"
+}
+
+func bounded(d kwhwebhook.MeasureOpCommonData) kwhwebhook.MeasureOpCommonData {
+	d.ResourceName, d.ResourceNamespace = "", ""
+	d.ResourceKind = oneOf(d.ResourceKind, knownKinds)
+	d.Operation = oneOf(d.Operation, knownOperations)
+	d.AdmissionReviewVersion = oneOf(d.AdmissionReviewVersion, knownReviewVersions)
+	return d
+}
+
+func (r boundedRecorder) MeasureValidatingWebhookReviewOp(ctx context.Context, d kwhwebhook.MeasureValidatingOpData) {
+	d.MeasureOpCommonData = bounded(d.MeasureOpCommonData)
+	r.next.MeasureValidatingWebhookReviewOp(ctx, d)
+}
+
+func (r boundedRecorder) MeasureMutatingWebhookReviewOp(ctx context.Context, d kwhwebhook.MeasureMutatingOpData) {
+	d.MeasureOpCommonData = bounded(d.MeasureOpCommonData)
+	r.next.MeasureMutatingWebhookReviewOp(ctx, d)
 }

@@ -53,7 +53,7 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	var refusal *injector.RefusalError
 	switch {
 	case errors.As(err, &refusal):
-		a.metrics.injections.WithLabelValues(ar.Namespace, outcomeDenied, "").Inc()
+		a.metrics.injections.WithLabelValues(outcomeDenied, "").Inc()
 		a.metrics.outcome(routeMutatePods, outcomeDenied)
 		logger.V(2).Info("Refused pod", "reason", refusal.Error())
 		return &kwhmodel.ValidatingAdmissionResponse{ID: ar.ID, Allowed: false, Message: refusal.Error(), Warnings: warnings}, nil
@@ -67,14 +67,14 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 		return nil, err
 	}
 	warnings = append(warnings, res.Warnings...)
-	a.metrics.injections.WithLabelValues(ar.Namespace, outcomeInjected, "").Inc()
+	a.metrics.injections.WithLabelValues(outcomeInjected, "").Inc()
 	a.metrics.outcome(routeMutatePods, outcomeInjected)
 	logger.V(2).Info("Injected pod")
 	return &kwhmodel.MutatingAdmissionResponse{ID: ar.ID, JSONPatchPatch: patch, Warnings: warnings}, nil
 }
 
 func (a *podAdmission) skip(ar kwhmodel.AdmissionReview, reason string) kwhmodel.AdmissionResponse {
-	a.metrics.injections.WithLabelValues(ar.Namespace, outcomeSkipped, reason).Inc()
+	a.metrics.injections.WithLabelValues(outcomeSkipped, reason).Inc()
 	a.metrics.outcome(routeMutatePods, outcomeSkipped)
 	// An empty patch, not none: kubewebhook always sets patchType, and the API server
 	// refuses a patchType without a patch. Reinvocation (IfNeeded) reaches this path

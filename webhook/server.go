@@ -103,7 +103,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("failed to build webhook %s: %w", r.path, err)
 		}
-		h, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: kwhwebhook.NewMeasuredWebhook(recorder, wh), Logger: logger})
+		h, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: kwhwebhook.NewMeasuredWebhook(boundedRecorder{next: recorder}, wh), Logger: logger})
 		if err != nil {
 			return nil, err
 		}
