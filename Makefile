@@ -77,6 +77,7 @@ bench: controlplane
 	$(GO) test -run='^$$' -bench=IdleRSS -benchtime=1x -count=5 ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=Signing -benchtime=1x -count=2 -timeout 30m ./test/e2e/signer/
 	$(GO) test -run='^$$' -bench=CertificateStartup -benchtime=7x ./test/e2e/signer/
+	$(GO) test -run='^$$' -bench=LargeReviews -benchtime=1x -count=2 ./test/e2e/webhook/
 
 # Each native edit waits for the kubelet's periodic sync (about a minute): 3 edits, after
 # the discarded first run testing makes.

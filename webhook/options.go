@@ -46,6 +46,8 @@ type Options struct {
 	// ShutdownDelay is how long the server keeps accepting reviews after SIGTERM, with
 	// /readyz failing, so the API server stops sending before the listener closes.
 	ShutdownDelay time.Duration
+	// ReviewBytesInFlight bounds the admission review bytes held at once.
+	ReviewBytesInFlight int64
 	// HealthPort serves /healthz and /readyz over plain HTTP from the first moment, so
 	// probes work while the serving certificate is still being obtained; 0 turns it off.
 	HealthPort int
@@ -60,6 +62,7 @@ func NewOptions() *Options {
 		KubeAPIBurst:             30,
 		ShutdownGracePeriod:      15 * time.Second,
 		ShutdownDelay:            5 * time.Second,
+		ReviewBytesInFlight:      DefaultReviewBytesInFlight,
 		HealthPort:               8081,
 		SidecarImage:             injector.DefaultImage,
 		TLSSecretName:            "trustsync-webhook-tls",
@@ -99,6 +102,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
+	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes held at once; a review waits for room, so memory stays bounded however many arrive together. A review costs about three times its size while decoded; at least 6291456 (one review of the largest size).")
 	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "The port on which to serve /healthz and /readyz over plain HTTP, open from start-up, for probes; 0 turns it off.")
 }
 
@@ -123,6 +127,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SecurePort <= 0 || o.SecurePort > 65535 {
 		errs = append(errs, errors.New("--secure-port must be between 1 and 65535"))
+	}
+	if o.ReviewBytesInFlight < MaxReviewBytes {
+		errs = append(errs, fmt.Errorf("--max-review-bytes-in-flight %d is below %d, the largest review accepted, which could then never be served", o.ReviewBytesInFlight, MaxReviewBytes))
 	}
 	return errors.Join(errs...)
 }

@@ -59,6 +59,9 @@ type Config struct {
 	// none).
 	Injector   injector.Config
 	Namespaces NamespaceAnnotations
+	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
+	// DefaultReviewBytesInFlight.
+	ReviewBytesInFlight int64
 }
 
 // NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
@@ -69,6 +72,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Namespaces == nil {
 		cfg.Namespaces = func(context.Context, string) (map[string]string, error) { return nil, nil }
 	}
+	if cfg.ReviewBytesInFlight == 0 {
+		cfg.ReviewBytesInFlight = DefaultReviewBytesInFlight
+	}
+	budget := newBodyBudget(cfg.ReviewBytesInFlight)
 	metrics := NewMetrics(cfg.Registry)
 	recorder, err := kwhprometheus.NewRecorder(kwhprometheus.RecorderConfig{Registry: cfg.Registry})
 	if err != nil {
@@ -107,7 +114,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		if err != nil {
 			return nil, err
 		}
-		router.Handle(r.path, timed(metrics, r.path, guarded(h))).Methods(http.MethodPost)
+		router.Handle(r.path, timed(metrics, r.path, budget.limit(guarded(h)))).Methods(http.MethodPost)
 	}
 
 	router.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -228,7 +235,8 @@ func Run(ctx context.Context, o *Options) error {
 			Image: o.SidecarImage, ImagePullPolicy: corev1.PullPolicy(o.SidecarImagePullPolicy),
 			DefaultMode: injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
 		},
-		Namespaces: namespaces,
+		Namespaces:          namespaces,
+		ReviewBytesInFlight: o.ReviewBytesInFlight,
 	})
 	if err != nil {
 		return err

@@ -123,9 +123,10 @@ func (w *Webhook) RotateServingCert() error {
 	return nil
 }
 
-// Start starts (or restarts) the webhook process and waits until it is ready.
-func (w *Webhook) Start() error {
-	p, err := StartProcess("trustsync-webhook", w.bin, w.args, filepath.Join(w.Dir, "webhook.log"))
+// Start starts (or restarts) the webhook process, with extra flags after (winning
+// over) its own, and waits until it is ready.
+func (w *Webhook) Start(extra ...string) error {
+	p, err := StartProcess("trustsync-webhook", w.bin, append(append([]string{}, w.args...), extra...), filepath.Join(w.Dir, "webhook.log"))
 	if err != nil {
 		return err
 	}

@@ -158,6 +158,34 @@ func TestChart_Renders(t *testing.T) {
 			},
 		},
 		{
+			name: "the NetworkPolicy admits the API server (and extra peers) to the HTTPS port, any prober to the health port",
+			args: []string{"--set", "webhook.networkPolicy.enabled=true", "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}",
+				"--set", "webhook.networkPolicy.extraFrom[0].namespaceSelector.matchLabels.name=monitoring"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				np := find(objs, "NetworkPolicy", "trustsync-webhook")
+				if np == nil {
+					t.Fatal("no NetworkPolicy")
+				}
+				ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+				if s := toString(ingress); len(ingress) != 2 || !strings.Contains(s, `{"ipBlock":{"cidr":"10.0.0.10/32"}}`) || !strings.Contains(s, `"monitoring"`) ||
+					!strings.Contains(s, `"port":8443`) || !strings.Contains(s, `[{"port":8081,"protocol":"TCP"}]`) {
+					t.Errorf("ingress = %s", s)
+				}
+			},
+		},
+		{
+			name: "no NetworkPolicy by default; the review memory bound is passed on",
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				if find(objs, "NetworkPolicy", "") != nil {
+					t.Error("a NetworkPolicy rendered by default")
+				}
+				args, _, _ := unstructured.NestedSlice(find(objs, "Deployment", "trustsync-webhook").Object, "spec", "template", "spec", "containers")
+				if !strings.Contains(toString(args), "--max-review-bytes-in-flight=12582912") {
+					t.Error("the webhook is not given its review memory bound")
+				}
+			},
+		},
+		{
 			name: "names and image are overridable",
 			args: []string{"--set", "fullnameOverride=ts", "--set", "image.repository=registry.example/ts", "--set", "image.tag=v9"},
 			check: func(t *testing.T, objs []*unstructured.Unstructured) {
@@ -179,6 +207,15 @@ func TestChart_Renders(t *testing.T) {
 		cmd.Dir, _ = filepath.Abs("../../..")
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "/webhook/defaultSidecarMode") {
+			t.Errorf("err = %v, output %s", err, out)
+		}
+	})
+	t.Run("a NetworkPolicy without the API server's addresses is refused", func(t *testing.T) {
+		bin, _ := controlplane.BinDir()
+		cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", "webhook.networkPolicy.enabled=true")
+		cmd.Dir, _ = filepath.Abs("../../..")
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "webhook.networkPolicy.apiServerCIDRs must list the API server's addresses") {
 			t.Errorf("err = %v, output %s", err, out)
 		}
 	})

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) { planes.Main(m) }
 
 // env returns a control plane (native API served or not) with the mirror CRD, the
 // webhook running, and the chart's admission configuration applied.
-func env(t *testing.T, native bool) (*controlplane.ControlPlane, *webhookServer) {
+func env(t testing.TB, native bool) (*controlplane.ControlPlane, *webhookServer) {
 	cp := planes.Get(t, native)
 	return cp, webhooks[cp]
 }

@@ -1,0 +1,118 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// largeReview is a pod review of just under the 6 MiB limit: an injectable pod with
+// one large annotation, as a hostile or careless client might send.
+func largeReview(b *testing.B) []byte {
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "apps", Annotations: map[string]string{
+			"trustsync.io/inject": "true", "trustsync.io/bundle-name": "corp", "example.com/filler": strings.Repeat("a", 6<<20-4096),
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID: types.UID("big"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "apps",
+			Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkLargeReviews_PeakRSS sends 16 and 32 concurrent pod reviews of just under
+// 6 MiB to a freshly started trustsync-webhook process and reports its peak resident
+// memory (VmHWM) and how many reviews were answered 200, with the default bound on
+// review bytes in flight and with the bound lifted (1 GiB), for comparison.
+func BenchmarkLargeReviews_PeakRSS(b *testing.B) {
+	_, w := env(b, true)
+	body := largeReview(b)
+	for _, bound := range []struct {
+		name  string
+		flags []string
+	}{{"bounded", nil}, {"unbounded", []string{"--max-review-bytes-in-flight=1073741824"}}} {
+		for _, n := range []int{16, 32} {
+			b.Run(fmt.Sprintf("%s/concurrent=%d", bound.name, n), func(b *testing.B) {
+				for b.Loop() {
+					w.Stop()
+					if err := w.Start(bound.flags...); err != nil {
+						b.Fatal(err)
+					}
+					client := w.Client()
+					client.Timeout = 2 * time.Minute
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					ok := 0
+					for range n {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							resp, err := client.Post(w.URL("/mutate/pods"), "application/json", bytes.NewReader(body))
+							if err != nil {
+								return
+							}
+							resp.Body.Close()
+							if resp.StatusCode == http.StatusOK {
+								mu.Lock()
+								ok++
+								mu.Unlock()
+							}
+						}()
+					}
+					wg.Wait()
+					hwm, err := procStatusKiB(w.Process.Pid(), "VmHWM:")
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(hwm)/1024, "peak-MiB")
+					b.ReportMetric(float64(ok), "answered")
+				}
+			})
+		}
+	}
+	// Leave the shared webhook as the other tests expect it.
+	w.Stop()
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func procStatusKiB(pid int, field string) (int, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
+			return strconv.Atoi(f[1])
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
