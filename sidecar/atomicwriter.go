@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -93,16 +94,23 @@ func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("cannot read %s: %w", dataDirName, err)
 	}
-
-	version, err := os.MkdirTemp(w.Dir, w.now().UTC().Format("..2006_01_02_15_04_05."))
-	if err != nil {
-		return false, fmt.Errorf("cannot create a version directory in %s: %w", w.Dir, err)
-	}
-	if err := os.Chmod(version, 0o755); err != nil {
+	// Make room first: versions kept for readers that are past their time (or left by
+	// an earlier process) go before a new one is written, so a burst that filled the
+	// volume cannot keep every later write from fitting.
+	if err := w.prune(oldVersion, w.now()); err != nil {
 		return false, err
 	}
-	if err := writeVersion(version, payload); err != nil {
-		_ = os.RemoveAll(version)
+	version, err := w.writeNewVersion(payload)
+	if errors.Is(err, syscall.ENOSPC) && len(w.retired) > 0 {
+		// Still no room: readers of replaced versions lose their grace period rather
+		// than the current content its update.
+		w.retired = nil
+		if perr := w.prune(oldVersion, w.now()); perr != nil {
+			return false, perr
+		}
+		version, err = w.writeNewVersion(payload)
+	}
+	if err != nil {
 		return false, err
 	}
 
@@ -122,19 +130,44 @@ func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
 	if err := w.linkVisibleNames(payload, current); err != nil {
 		return true, err
 	}
-	now := w.now()
 	if oldVersion != "" {
-		w.retired = append(w.retired, retiredVersion{name: oldVersion, at: now})
+		w.retired = append(w.retired, retiredVersion{name: oldVersion, at: w.now()})
 	}
+	return true, w.prune(filepath.Base(version), w.now())
+}
+
+// writeNewVersion writes payload into a new hidden version directory.
+func (w *AtomicWriter) writeNewVersion(payload map[string]File) (string, error) {
+	version, err := os.MkdirTemp(w.Dir, w.now().UTC().Format("..2006_01_02_15_04_05."))
+	if err != nil {
+		return "", fmt.Errorf("cannot create a version directory in %s: %w", w.Dir, err)
+	}
+	if err := os.Chmod(version, 0o755); err != nil {
+		_ = os.RemoveAll(version)
+		return "", err
+	}
+	if err := writeVersion(version, payload); err != nil {
+		_ = os.RemoveAll(version)
+		return "", err
+	}
+	return version, nil
+}
+
+// prune forgets replaced versions older than retainFor, or beyond the newest
+// retainMax, and removes from disk every version but current and those kept.
+func (w *AtomicWriter) prune(current string, now time.Time) error {
 	w.retired = slices.DeleteFunc(w.retired, func(r retiredVersion) bool { return now.Sub(r.at) > retainFor })
 	if n := len(w.retired) - retainMax; n > 0 {
 		w.retired = w.retired[n:]
 	}
-	keep := []string{filepath.Base(version)}
+	var keep []string
+	if current != "" {
+		keep = append(keep, current)
+	}
 	for _, r := range w.retired {
 		keep = append(keep, r.name)
 	}
-	return true, w.removeVersionsExcept(keep)
+	return w.removeVersionsExcept(keep)
 }
 
 // removeVersionsExcept removes every version directory not in keep, including those a

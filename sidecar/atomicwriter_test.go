@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -259,4 +260,64 @@ func TestAtomicWriter_RefusesUnwritablePayloadsAndKeepsTheCurrentFiles(t *testin
 			}
 		})
 	}
+}
+
+// smallTmpfs mounts a tmpfs of size bytes, as the injected memory-backed emptyDir is
+// (the kubelet sizes it to the volume's sizeLimit), and unmounts it when the test ends.
+func smallTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs of a given size needs root (make test runs as root)")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		t.Fatalf("mount a %d-byte tmpfs: %v", size, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// A burst of changes fills the volume with versions kept for readers; the writer makes
+// room (the kept versions go first) instead of failing every later write, and a new
+// process finds room taken by an earlier one's leftovers too.
+func TestAtomicWriter_AFullVolumeDoesNotStopUpdates(t *testing.T) {
+	const fileSize = 60 << 10
+	content := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, fileSize) }
+
+	t.Run("a burst within the retention window", func(t *testing.T) {
+		dir := smallTmpfs(t, 256<<10) // room for four versions of the file
+		w := NewAtomicWriter(dir)
+		fixed := time.Now()
+		w.now = func() time.Time { return fixed } // nothing ages out: only space forces pruning
+		for i := range 12 {
+			if _, err := w.Write(map[string]File{"ca.pem": {Data: content(i), Mode: 0o644}}); err != nil {
+				t.Fatalf("write %d of a burst on a full volume: %v", i+1, err)
+			}
+			if got := readVisible(t, dir, "ca.pem"); got != string(content(i)) {
+				t.Fatalf("after write %d the file holds other content", i+1)
+			}
+		}
+	})
+	t.Run("leftovers of an earlier process", func(t *testing.T) {
+		dir := smallTmpfs(t, 256<<10)
+		if _, err := NewAtomicWriter(dir).Write(map[string]File{"ca.pem": {Data: content(0), Mode: 0o644}}); err != nil {
+			t.Fatal(err)
+		}
+		// An earlier process's versions still on disk, filling the volume.
+		for i := 0; ; i++ {
+			v := filepath.Join(dir, fmt.Sprintf("..2020_01_01_00_00_00.%d", i))
+			if err := os.Mkdir(v, 0o755); err != nil {
+				break
+			}
+			if err := os.WriteFile(filepath.Join(v, "ca.pem"), content(i), 0o644); err != nil {
+				break
+			}
+		}
+		if _, err := NewAtomicWriter(dir).Write(map[string]File{"ca.pem": {Data: content(1), Mode: 0o644}}); err != nil {
+			t.Fatalf("a new writer on a volume full of old versions: %v", err)
+		}
+		if got := readVisible(t, dir, "ca.pem"); got != string(content(1)) {
+			t.Fatal("the file was not updated")
+		}
+	})
 }

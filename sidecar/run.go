@@ -272,24 +272,34 @@ func Run(ctx context.Context, o *Options) error {
 		defer t.Stop()
 		rediscovery = t.C
 	}
+	failedWrites := 0
 	for first := true; ; first = false {
-		s.syncer.sync()
+		// A write that failed (a full volume, say) is retried soon, backing off, not
+		// at the next resync minutes away.
+		next := resyncPeriod
+		if res := s.syncer.sync(); res.writeErr != nil {
+			next = min(backoffDelay(failedWrites), time.Minute)
+			failedWrites++
+		} else {
+			failedWrites = 0
+		}
 		if first {
 			// Start-up (discovery, the initial lists, the first merge) is the sidecar's
 			// peak; hand what it freed back to the OS now rather than when the
 			// scavenger gets to it, since this process idles in every pod.
 			debug.FreeOSMemory()
 		}
-		if !s.waitForChange(ctx, rediscovery) {
+		if !s.waitForChange(ctx, rediscovery, next) {
 			return nil
 		}
 	}
 }
 
-// waitForChange returns when a sync is due: a watched object changed, the resync
-// period passed, or the served bundle APIs changed. It returns false when ctx is done.
-func (s *sidecar) waitForChange(ctx context.Context, rediscovery <-chan time.Time) bool {
-	resync := time.NewTimer(resyncPeriod)
+// waitForChange returns when a sync is due: a watched object changed, the time to the
+// next sync passed, or the served bundle APIs changed. It returns false when ctx is
+// done.
+func (s *sidecar) waitForChange(ctx context.Context, rediscovery <-chan time.Time, next time.Duration) bool {
+	resync := time.NewTimer(next)
 	defer resync.Stop()
 	for {
 		select {
