@@ -86,8 +86,36 @@ func NameValidator(signerName string, form Form) apimachineryvalidation.Validate
 		if form == MirrorForm && strings.Contains(suffix, sep) {
 			return []string{fmt.Sprintf("ClusterTrustBundle for signerName %s must not have %q in its name after the prefix %s", signerName, sep, required)}
 		}
+		if form == MirrorForm {
+			if other, ok := otherSignerClaiming(name, signerName); ok {
+				return []string{fmt.Sprintf("mirror name %s also begins with %s, the mirror prefix of signer %s, whose attesters could then take it: mirror names must belong to one signer only; use, for the mirror, a signer name that no other reading of %q as \"/\" turns into another valid signer (no %q in its path, nor in a domain label but the first), or the native API", name, NamePrefix(other, MirrorForm), other, sep, sep)}
+			}
+		}
 		return apimachineryvalidation.NameIsDNSSubdomain(suffix, prefix)
 	}
+}
+
+// otherSignerClaiming returns a valid signer name other than signerName that could
+// also own the mirror object name, if there is one. The mirror writes "/" and ":" as
+// "--", which signer names may hold themselves: "a.com--b--c--live" is the bundle
+// "live" of signer a.com/b--c and equally of signer a.com--b/c, so whoever may attest
+// for one could create the object the other needs. Since a suffix holds no "--", the
+// owner's prefix ends at the name's last "--"; the name is ambiguous when what comes
+// before it reads as another valid signer with "/" in place of some other "--".
+func otherSignerClaiming(name, signerName string) (string, bool) {
+	head := name[:max(strings.LastIndex(name, "--"), 0)]
+	for j := strings.Index(head, "--"); j >= 0; {
+		candidate := head[:j] + "/" + head[j+2:]
+		if candidate != signerName && len(ValidateSignerName(field.NewPath("signerName"), candidate)) == 0 {
+			return candidate, true
+		}
+		next := strings.Index(head[j+2:], "--")
+		if next < 0 {
+			break
+		}
+		j += 2 + next
+	}
+	return "", false
 }
 
 // ValidateSignerName applies the rules the API server applies to a signerName on
