@@ -31,7 +31,7 @@ func TakeSnapshot() Snapshot {
 			continue
 		}
 		name := strings.TrimSpace(string(comm))
-		if nodeBinaries.Has(name) && processAlive(atoi(e.Name())) {
+		if nodeBinaries.Has(name) && ofANode(e.Name()) && processAlive(atoi(e.Name())) {
 			s["processes"].Insert(name + " (pid " + e.Name() + ")")
 		}
 	}
@@ -65,6 +65,23 @@ func TakeSnapshot() Snapshot {
 		}
 	}
 	return s
+}
+
+// nodeDirPrefix starts the name of every directory StartNode runs a cluster in.
+const nodeDirPrefix = "trustsync-node-"
+
+// ofANode reports whether a process is a node's: its command line names a node's
+// directory or the shims' socket directory, or it runs in the kubelet's pod cgroups.
+// The same binaries run elsewhere on a test machine at the same time (other e2e
+// suites start etcd and trustsync processes of their own), and they are not the
+// node's to clean up.
+func ofANode(pid string) bool {
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	if strings.Contains(string(cmdline), nodeDirPrefix) || strings.Contains(string(cmdline), shimSocketDir) {
+		return true
+	}
+	cgroup, _ := os.ReadFile(filepath.Join("/proc", pid, "cgroup"))
+	return strings.Contains(string(cgroup), "kubepods")
 }
 
 // Added lists, per kind, what now has and before had not.

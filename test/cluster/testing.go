@@ -37,7 +37,7 @@ func StartNode() (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "trustsync-node-")
+	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
 		return nil, err
 	}
