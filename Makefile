@@ -84,9 +84,12 @@ bench: controlplane
 bench-node: controlplane node build
 	$(GO) test -run='^$$' -bench=NativeVsTrustsync -benchtime=3x -timeout 40m ./test/e2e/node/
 
+# Every fuzz target, one after another (go test fuzzes one target at a time).
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCertificates$$' -fuzztime=$(FUZZTIME) ./bundle/
+	$(GO) test -run='^$$' -fuzz='^FuzzInject$$' -fuzztime=$(FUZZTIME) ./injector/
+	$(GO) test -run='^$$' -fuzz='^FuzzAdmissionReview$$' -fuzztime=$(FUZZTIME) ./webhook/
 
 # One image holds all three binaries. The Dockerfile builds it where a container engine
 # runs; this writes the same content as a tarball (`ctr images import`, `docker load`)

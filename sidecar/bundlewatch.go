@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -24,9 +25,25 @@ type bundleWatches struct {
 	// lock guards the sources' stores, which syncs read from other goroutines.
 	lock sync.Locker
 	// newInformer makes a watch whose changes ask for a sync.
-	newInformer func(cache.ListerWatcher) (cache.Store, cache.Controller)
+	newInformer func(cache.ListerWatcher) (cache.Store, watcher)
 
 	apis map[string]*apiWatch
+	// served is what update last made the watches follow.
+	served tsbundle.Served
+	// gone receives a signal when a watch is told its API is not served (404), so the
+	// sidecar rediscovers at once instead of asking every time about every API.
+	gone chan struct{}
+}
+
+// noteError signals gone on a 404 from a watched API.
+func (w *bundleWatches) noteError(err error) {
+	if !apierrors.IsNotFound(err) {
+		return
+	}
+	select {
+	case w.gone <- struct{}{}:
+	default: // already signalled
+	}
 }
 
 type apiWatch struct {
@@ -94,6 +111,7 @@ func (w *bundleWatches) update(ctx context.Context, served tsbundle.Served, sync
 		changed = true
 		klog.InfoS("Stopped watching bundles in an API no longer served", "api", key)
 	}
+	w.served = served
 	return changed, nil
 }
 
@@ -111,7 +129,7 @@ func (w *bundleWatches) watch(ctx context.Context, api tsbundle.API) (*apiWatch,
 		if !ok {
 			continue
 		}
-		store, controller := w.newInformer(bundleapi.NewStore(w.dyn, api).ListWatch(opts))
+		store, controller := w.newInformer(bundleapi.NewStore(w.dyn, api).ListWatchReporting(opts, w.noteError))
 		go controller.RunWithContext(ctx)
 		aw.stores[src] = store
 		synced = append(synced, controller.HasSynced)

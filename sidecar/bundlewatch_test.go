@@ -47,8 +47,8 @@ func watchesOfRoot(t *testing.T, dyn *dynamicfake.FakeDynamicClient) (*bundleWat
 	}
 	src := &bundleSource{selector: sel, match: match}
 	return &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
-		newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
-			return cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &certificatesv1.ClusterTrustBundle{}, Handler: cache.ResourceEventHandlerFuncs{}})
+		newInformer: func(lw cache.ListerWatcher) (cache.Store, watcher) {
+			return newReflectorWatch(lw, &certificatesv1.ClusterTrustBundle{}, func() {})
 		}}, src
 }
 

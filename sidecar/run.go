@@ -42,7 +42,7 @@ type sidecar struct {
 	bundles     *bundleWatches // nil when no source selects bundles
 	core        rest.Interface
 	cert        *certManager // nil without --certificate
-	controllers []cache.Controller
+	controllers []watcher
 	changed     chan struct{}
 	stopEvents  func()
 }
@@ -140,7 +140,7 @@ func discover(ctx context.Context, core rest.Interface) (tsbundle.Served, error)
 // bundleSources makes each name or signerName item a bundle source; bundleWatches
 // then watches them in every served API.
 func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bundleWatches, error) {
-	w := &bundleWatches{dyn: dyn, apis: map[string]*apiWatch{}, newInformer: func(lw cache.ListerWatcher) (cache.Store, cache.Controller) {
+	w := &bundleWatches{dyn: dyn, apis: map[string]*apiWatch{}, gone: make(chan struct{}, 1), newInformer: func(lw cache.ListerWatcher) (cache.Store, watcher) {
 		return s.newInformer(lw, &certificatesv1.ClusterTrustBundle{})
 	}}
 	for gi := range groups {
@@ -163,9 +163,18 @@ func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bun
 }
 
 // rediscover asks which bundle APIs are served now and adjusts the watches; a failure
-// leaves them as they are until the next time.
-func (s *sidecar) rediscover(ctx context.Context) bool {
-	served, err := bundleapi.Discover(bundleapi.RESTResourceLister{Client: s.core})
+// leaves them as they are until the next time. The periodic round asks only about
+// APIs that could newly be served (none once native v1 and the mirror are watched);
+// full, after a watch was told its API is gone, asks about every one.
+func (s *sidecar) rediscover(ctx context.Context, full bool) bool {
+	lister := bundleapi.RESTResourceLister{Client: s.core}
+	var served tsbundle.Served
+	var err error
+	if full {
+		served, err = bundleapi.Discover(lister)
+	} else {
+		served, err = bundleapi.DiscoverNew(lister, s.bundles.served)
+	}
 	if err != nil {
 		klog.ErrorS(err, "Cannot rediscover the bundle APIs; keeping the current watches")
 		return false
@@ -206,23 +215,21 @@ func (s *sidecar) informer(lw cache.ListerWatcher, obj runtime.Object) cache.Sto
 }
 
 // newInformer creates a watch whose every change asks for a sync; the caller runs it.
-func (s *sidecar) newInformer(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, cache.Controller) {
-	poke := func() {
+func (s *sidecar) newInformer(lw cache.ListerWatcher, obj runtime.Object) (cache.Store, watcher) {
+	return newReflectorWatch(lw, obj, func() {
 		select {
 		case s.changed <- struct{}{}:
 		default: // a sync is already due
 		}
-	}
-	store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    obj,
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { poke() },
-			UpdateFunc: func(any, any) { poke() },
-			DeleteFunc: func(any) { poke() },
-		},
 	})
-	return store, controller
+}
+
+// gone signals that a bundle API stopped being served; nil (never) without bundles.
+func (s *sidecar) gone() <-chan struct{} {
+	if s.bundles == nil {
+		return nil
+	}
+	return s.bundles.gone
 }
 
 func (s *sidecar) start(ctx context.Context) {
@@ -310,7 +317,11 @@ func (s *sidecar) waitForChange(ctx context.Context, rediscovery <-chan time.Tim
 		case <-resync.C:
 			return true
 		case <-rediscovery:
-			if s.rediscover(ctx) {
+			if s.rediscover(ctx, false) {
+				return true
+			}
+		case <-s.gone():
+			if s.rediscover(ctx, true) {
 				return true
 			}
 		}

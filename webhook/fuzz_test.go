@@ -11,7 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// FuzzAdmissionReview feeds arbitrary bodies to every admission route. Whatever comes
+// FuzzAdmissionReview feeds arbitrary bodies to every admission route, /mutate/pods
+// included. Whatever comes
 // in, the server must answer (never panic), and an HTTP 200 must carry a response to
 // the review it was given.
 func FuzzAdmissionReview(f *testing.F) {
@@ -29,18 +30,21 @@ func FuzzAdmissionReview(f *testing.F) {
 		nativeReq(ctbObject("certificates.k8s.io/v1", "corp", "", expiringSoon)),
 		csrReq(routeValidateCSR, csrObject("example.com/clamped", ptr.To[int32](86400), nil)),
 		csrReq(routeMutateCSR, csrObject("example.com/clamped", nil, map[string]string{"experimental.cert-manager.io/request-duration": "1h"})),
+		podReq("apps", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "corp", "trustsync.io/certificate": "true"}),
+		podReq("apps", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundles": `[{"name": "a", "path": "certs"}, {"name": "b", "path": "certs/b.pem"}]`}),
+		podReq("apps", map[string]string{"trustsync.io/inject": "true", "trustsync.io/signer-name": "example.com/s", "trustsync.io/mount-path": "/etc"}),
 	} {
 		seeds = append(seeds, reviewBody(f, r))
 	}
 	for _, s := range seeds {
-		for _, route := range []string{routeBundles, routeValidateCSR, routeMutateCSR} {
+		for _, route := range []string{routeBundles, routeValidateCSR, routeMutateCSR, routeMutatePods} {
 			f.Add(route, s)
 		}
 	}
 	s := newTestServer(f, csrPolicy, &fakeAuthorizer{grants: map[string][]string{"alice": {"example.com/s"}}})
 	f.Fuzz(func(t *testing.T, route string, body []byte) {
 		switch route {
-		case routeBundles, routeValidateCSR, routeMutateCSR:
+		case routeBundles, routeValidateCSR, routeMutateCSR, routeMutatePods:
 		default:
 			route = routeBundles
 		}

@@ -39,6 +39,36 @@ func Discover(lister ResourceLister) (bundle.Served, error) {
 	return served, nil
 }
 
+// DiscoverNew asks only about what could be served beyond current: native versions
+// newer than the one in use (none once v1 is) and the mirror when it is not watched
+// yet. An API's disappearance is not its question: a watch on it sees 404s, and the
+// watcher then runs Discover. On a cluster serving native v1 and the mirror CRD it
+// makes no request at all, where Discover makes two.
+func DiscoverNew(lister ResourceLister, current bundle.Served) (bundle.Served, error) {
+	served := current
+	for _, api := range bundle.NativeAPIs {
+		if current.Native != nil && *current.Native == api {
+			break // what is in use is the newest worth asking about
+		}
+		ok, err := serves(lister, api)
+		if err != nil {
+			return current, err
+		}
+		if ok {
+			served.Native = &api
+			break
+		}
+	}
+	if !current.Mirror {
+		ok, err := serves(lister, bundle.Mirror)
+		if err != nil {
+			return current, err
+		}
+		served.Mirror = ok
+	}
+	return served, nil
+}
+
 func serves(lister ResourceLister, api bundle.API) (bool, error) {
 	list, err := lister.ServerResourcesForGroupVersion(api.GroupVersion.String())
 	if apierrors.IsNotFound(err) {

@@ -78,3 +78,48 @@ type errLister struct{}
 func (errLister) ServerResourcesForGroupVersion(string) (*metav1.APIResourceList, error) {
 	return nil, errors.New("connection refused")
 }
+
+// countingLister counts the discovery requests made of it.
+type countingLister struct {
+	fakeLister
+	asked []string
+}
+
+func (c *countingLister) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	c.asked = append(c.asked, gv)
+	return c.fakeLister.ServerResourcesForGroupVersion(gv)
+}
+
+// The periodic round asks only about what could newly be served: nothing on a cluster
+// that serves native v1 and the mirror, which every sidecar would otherwise ask about
+// every round.
+func TestDiscoverNew_AsksOnlyAboutWhatCouldBeNew(t *testing.T) {
+	all := fakeLister{"certificates.k8s.io/v1": {bundle.Resource}, "certificates.k8s.io/v1beta1": {bundle.Resource}, "trustsync.io/v1alpha1": {bundle.Resource}}
+	v1, beta := bundle.NativeV1, bundle.NativeV1beta1
+	tests := []struct {
+		name      string
+		current   bundle.Served
+		wantAsked []string
+		want      bundle.Served
+	}{
+		{name: "native v1 and the mirror watched: nothing to ask", current: bundle.Served{Native: &v1, Mirror: true}, want: bundle.Served{Native: &v1, Mirror: true}},
+		{name: "native v1 without the mirror: only the mirror", current: bundle.Served{Native: &v1}, wantAsked: []string{"trustsync.io/v1alpha1"}, want: bundle.Served{Native: &v1, Mirror: true}},
+		{name: "an older native version: only the newer ones", current: bundle.Served{Native: &beta, Mirror: true}, wantAsked: []string{"certificates.k8s.io/v1"}, want: bundle.Served{Native: &v1, Mirror: true}},
+		{name: "nothing watched yet: everything, as Discover", current: bundle.Served{}, wantAsked: []string{"certificates.k8s.io/v1", "trustsync.io/v1alpha1"}, want: bundle.Served{Native: &v1, Mirror: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &countingLister{fakeLister: all}
+			got, err := DiscoverNew(l, tc.current)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(l.asked, ",") != strings.Join(tc.wantAsked, ",") {
+				t.Errorf("asked %q, want %q", l.asked, tc.wantAsked)
+			}
+			if (got.Native == nil) != (tc.want.Native == nil) || (got.Native != nil && *got.Native != *tc.want.Native) || got.Mirror != tc.want.Mirror {
+				t.Errorf("served = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

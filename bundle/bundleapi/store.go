@@ -153,18 +153,33 @@ func (s *Store) toUnstructured(b *certificatesv1.ClusterTrustBundle) (*unstructu
 // informer of *certificatesv1.ClusterTrustBundle. Its field and label selectors replace
 // the informer's own, so a reader receives only what it asked for.
 func (s *Store) ListWatch(selected metav1.ListOptions) cache.ListerWatcher {
+	return s.ListWatchReporting(selected, nil)
+}
+
+// ListWatchReporting is ListWatch, also handing every list or watch error to onError
+// (when not nil): a watcher learns from a 404 that its API is no longer served.
+func (s *Store) ListWatchReporting(selected metav1.ListOptions, onError func(error)) cache.ListerWatcher {
 	narrow := func(opts metav1.ListOptions) metav1.ListOptions {
 		opts.FieldSelector, opts.LabelSelector = selected.FieldSelector, selected.LabelSelector
 		return opts
+	}
+	report := func(err error) {
+		if err != nil && onError != nil {
+			onError(err)
+		}
 	}
 	// As generated informers do: a client that cannot stream the initial list (a fake)
 	// says so, and the reflector lists instead of waiting for a bookmark.
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return s.List(ctx, narrow(opts))
+			list, err := s.List(ctx, narrow(opts))
+			report(err)
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return s.Watch(ctx, narrow(opts))
+			w, err := s.Watch(ctx, narrow(opts))
+			report(err)
+			return w, err
 		},
 	}, s.of)
 }

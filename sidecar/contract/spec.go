@@ -214,7 +214,7 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	fs.StringVar(&rt.ServiceAccount, FlagServiceAccount, rt.ServiceAccount, "The pod's ServiceAccount, for the certificate's SPIFFE ID (default: $"+EnvServiceAccount+").")
 	fs.StringVar(&rt.TerminationLog, FlagTerminationLog, rt.TerminationLog, "File that receives the one-line reason when init fails, for `kubectl describe pod`.")
 	fs.StringVar(&rt.MetricsAddress, FlagMetricsBindAddress, rt.MetricsAddress, "Address to serve /metrics on, e.g. :9090. Empty (the default) serves none: the pod's ports belong to the app.")
-	fs.DurationVar(&rt.APIDiscoveryInterval, FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval, "How often run asks the API server which bundle APIs it serves, so a mirror CRD installed, or a native API version turned on, after the pod started is watched without a restart. 0 asks only at start.")
+	fs.DurationVar(&rt.APIDiscoveryInterval, FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval, "How often run asks the API server whether a bundle API it does not watch yet is served now, so a mirror CRD installed, or a newer native API version turned on, after the pod started is watched without a restart. 0 asks only at start. An API that goes away is noticed by its watch (404) either way.")
 	fs.IntVar(&rt.InitTimeoutSecs, FlagInitTimeoutSeconds, rt.InitTimeoutSecs, "How long init waits for the API server before giving up (the kubelet then restarts it).")
 	return f
 }

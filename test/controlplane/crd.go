@@ -70,3 +70,23 @@ func (cp *ControlPlane) InstallMirrorCRD(ctx context.Context) error {
 		return err == nil, nil
 	})
 }
+
+// UninstallMirrorCRD deletes the mirror CRD (and so every mirror object) and waits
+// until its resource is no longer discoverable.
+func (cp *ControlPlane) UninstallMirrorCRD(ctx context.Context) error {
+	client, err := apiextensionsclient.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	if err := client.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, "clustertrustbundles.trustsync.io", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig())
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := dc.ServerResourcesForGroupVersion("trustsync.io/v1alpha1")
+		return apierrors.IsNotFound(err), nil
+	})
+}

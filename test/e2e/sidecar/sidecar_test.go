@@ -248,4 +248,11 @@ func TestSidecar_WatchesABundleAPIServedAfterItStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.WaitFor(t, "ca.pem", merged(a, b))
+
+	// The CRD removed: the periodic round never asks about an API it watches; the
+	// watch's 404 makes the sidecar rediscover, and the mirror's anchors leave the file.
+	if err := cp.UninstallMirrorCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.WaitFor(t, "ca.pem", merged(a))
 }
