@@ -72,7 +72,7 @@ lint: $(BIN)/staticcheck
 # The sidecar benchmarks run against a real kube-apiserver: each Propagation
 # iteration is one bundle update reaching every sidecar.
 bench: controlplane
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./bundle/... ./webhook/...
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=5 ./bundle/... ./webhook/...
 	$(GO) test -run='^$$' -bench=Propagation -benchtime=5x -timeout 30m ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=IdleRSS -benchtime=1x -count=5 ./test/e2e/sidecar/
 	$(GO) test -run='^$$' -bench=Signing -benchtime=1x -count=2 -timeout 30m ./test/e2e/signer/

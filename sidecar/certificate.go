@@ -85,7 +85,6 @@ type certManager struct {
 // csrAPI is what the manager needs of the CSR API.
 type csrAPI interface {
 	create(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*certificatesv1.CertificateSigningRequest, error)
-	get(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error)
 	// waitDone blocks until the named CSR is issued, denied or failed.
 	waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error)
 }

@@ -142,18 +142,14 @@ func (f *fakeCSRs) create(_ context.Context, csr *certificatesv1.CertificateSign
 	return csr, nil
 }
 
-func (f *fakeCSRs) get(_ context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.stored[name], nil
-}
-
 func (f *fakeCSRs) waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
 	if f.block {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	csr, _ := f.get(ctx, name)
+	f.mu.Lock()
+	csr := f.stored[name]
+	f.mu.Unlock()
 	return f.decide(csr.DeepCopy()), nil
 }
 

@@ -19,7 +19,7 @@ import (
 // coreScheme knows the six core/v1 types the sidecar reads and writes, nothing more.
 // The sidecar runs in every pod that asks for trust, so it avoids client-go's
 // clientset and its scheme of every API group, and even registering all of core/v1
-// costs ~0.5 MiB of resident memory (docs/benchmarks.md).
+// costs ~0.3 MiB of resident memory (docs/benchmarks.md).
 var coreScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	s.AddKnownTypes(corev1.SchemeGroupVersion,

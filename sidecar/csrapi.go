@@ -20,11 +20,6 @@ func (r restCSRs) create(ctx context.Context, csr *certificatesv1.CertificateSig
 	return out, r.c.Post().Resource("certificatesigningrequests").Body(csr).Do(ctx).Into(out)
 }
 
-func (r restCSRs) get(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
-	out := &certificatesv1.CertificateSigningRequest{}
-	return out, r.c.Get().Resource("certificatesigningrequests").Name(name).Do(ctx).Into(out)
-}
-
 // waitDone watches, not polls: client-go's UntilWithSync lists, watches, and re-lists
 // after a dropped watch, so an API server restart mid-wait loses nothing.
 func (r restCSRs) waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {

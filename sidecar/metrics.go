@@ -16,7 +16,7 @@ import (
 //
 // They are written in the Prometheus text format by hand, not with client_golang:
 // that library's package initialisation registers its default collectors whether or
-// not anything is served, which costs ~1.2 MiB of resident memory (measured, see
+// not anything is served, which costs ~0.5 MiB of resident memory (measured, see
 // docs/benchmarks.md) in every pod that asks for trust, for four metric families that
 // are off by default. The format is small and stable; a test parses the output with
 // Prometheus' own parser.

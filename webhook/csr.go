@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/policy"
 )
@@ -78,7 +79,9 @@ func (a *csrAdmission) Validate(_ context.Context, _ *kwhmodel.AdmissionReview, 
 
 func (a *csrAdmission) deny(csr *certificatesv1.CertificateSigningRequest, err *field.Error) *kwhvalidating.ValidatorResult {
 	a.metrics.outcome(routeValidateCSR, outcomeDenied)
-	return &kwhvalidating.ValidatorResult{Valid: false, Message: apierrors.NewInvalid(csrGroupKind, csr.Name, field.ErrorList{err}).Error()}
+	msg := apierrors.NewInvalid(csrGroupKind, csr.Name, field.ErrorList{err}).Error()
+	klog.V(2).InfoS("Denied CertificateSigningRequest", "name", csr.Name, "signerName", csr.Spec.SignerName, "user", csr.Spec.Username, "reason", msg)
+	return &kwhvalidating.ValidatorResult{Valid: false, Message: msg}
 }
 
 // Mutate sets spec.expirationSeconds to the signer's default when the request names no

@@ -1,7 +1,10 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
+	"flag"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -215,4 +219,28 @@ func jsonEqual(t *testing.T, a, b any) bool {
 		t.Fatal(err)
 	}
 	return string(ja) == string(jb)
+}
+
+// At -v=2 every denial is logged, as docs/operations.md says, CSR denials included:
+// an operator reading the log sees which request was refused and why.
+func TestCSRAdmission_DenialsAreLoggedAtV2(t *testing.T) {
+	var buf bytes.Buffer
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", "2")
+	_ = fs.Set("logtostderr", "false")
+	klog.SetOutput(&buf)
+	t.Cleanup(func() {
+		_ = fs.Set("v", "0")
+		_ = fs.Set("logtostderr", "true")
+		klog.SetOutput(os.Stderr)
+	})
+	s := newTestServer(t, csrPolicy, nil)
+	if resp := s.review(t, csrReq(routeValidateCSR, csrObject("example.com/rejected", ptr.To[int32](7200), nil))); resp.Allowed {
+		t.Fatal("the over-long request was allowed")
+	}
+	klog.Flush()
+	if got := buf.String(); !strings.Contains(got, `"Denied CertificateSigningRequest"`) || !strings.Contains(got, `signerName="example.com/rejected"`) || !strings.Contains(got, "exceeds the maximum") {
+		t.Errorf("the denial was not logged with its signer and reason; log:\n%s", got)
+	}
 }

@@ -71,7 +71,7 @@ func grantCSRRequesters(ctx context.Context, cp *controlplane.ControlPlane) erro
 		return err
 	}
 	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "csr-requester"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get", "list", "watch"},
+		APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "list", "watch"},
 	}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
