@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -49,32 +48,20 @@ func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate) er
 	return nil
 }
 
+// fieldManager is the signer's name in the live bundles' managedFields.
+const fieldManager = "trustsync-signer"
+
+// publishTo applies the live bundle's content, label and signer: server-side apply
+// owns exactly those fields, so other tools' labels and annotations on the bundle are
+// never overwritten, and a deleted or edited bundle is restored by the same request.
 func (p *publisher) publishTo(ctx context.Context, s *bundleapi.Store, trustBundle string) error {
 	name := liveName(p.signer)
-	got, err := s.Get(ctx, name)
-	if apierrors.IsNotFound(err) {
-		_, err = s.Create(ctx, &certificatesv1.ClusterTrustBundle{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LiveLabel: LiveValue}},
-			Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: p.signer, TrustBundle: trustBundle},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("failed to create ClusterTrustBundle %q in %s: %w", name, s.API(), err)
-		}
-		return nil
-	}
+	_, err := s.Apply(ctx, &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LiveLabel: LiveValue}},
+		Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: p.signer, TrustBundle: trustBundle},
+	}, fieldManager)
 	if err != nil {
-		return fmt.Errorf("failed to get ClusterTrustBundle %q from %s: %w", name, s.API(), err)
-	}
-	if got.Spec.TrustBundle == trustBundle && got.Labels[LiveLabel] == LiveValue {
-		return nil
-	}
-	got.Spec.TrustBundle = trustBundle
-	if got.Labels == nil {
-		got.Labels = map[string]string{}
-	}
-	got.Labels[LiveLabel] = LiveValue
-	if _, err := s.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("failed to update ClusterTrustBundle %q in %s: %w", name, s.API(), err)
+		return fmt.Errorf("failed to apply ClusterTrustBundle %q to %s: %w", name, s.API(), err)
 	}
 	return nil
 }

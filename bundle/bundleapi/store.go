@@ -112,6 +112,25 @@ func (s *Store) Update(ctx context.Context, b *certificatesv1.ClusterTrustBundle
 	return s.fromUnstructured(u)
 }
 
+// Apply makes the fields b sets hold its values, owned by fieldManager, with
+// server-side apply: what other managers own (their labels, annotations) stays as it
+// is, where a read-modify-write would put back whatever it read. A conflict over the
+// fields b sets is settled in fieldManager's favour: it is the authority on them.
+func (s *Store) Apply(ctx context.Context, b *certificatesv1.ClusterTrustBundle, fieldManager string) (*certificatesv1.ClusterTrustBundle, error) {
+	u, err := s.toUnstructured(b)
+	if err != nil {
+		return nil, err
+	}
+	// An applied configuration names only what it owns; the typed encoder's empty
+	// timestamp would claim a field.
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	u, err = s.client.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	if err != nil {
+		return nil, err
+	}
+	return s.fromUnstructured(u)
+}
+
 // Delete deletes the bundle with the given upstream-form name.
 func (s *Store) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
 	return s.client.Delete(ctx, s.objectName(name), opts)

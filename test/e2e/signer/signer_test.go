@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 func condition(csr *certificatesv1.CertificateSigningRequest, t certificatesv1.RequestConditionType) *certificatesv1.CertificateSigningRequestCondition {
@@ -169,5 +170,51 @@ func TestSigner_HoldsTheLease(t *testing.T) {
 	lease, err := kube(t, cp.AdminConfig()).CoordinationV1().Leases(signerNamespace).Get(context.Background(), "trustsync-signer", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 		t.Fatalf("lease = %+v, %v", lease, err)
+	}
+}
+
+// The signer publishes with server-side apply as trustsync-signer: it owns the live
+// bundle's content, signer and live label, restores them when someone else edits
+// them, and leaves the labels and annotations other tools put there alone.
+func TestSigner_PublishesWithServerSideApplyLeavingOthersFieldsAlone(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	store := liveStore(t, cp, true)
+	var original string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := store.Get(ctx, "trustsync.io:workload:live")
+		if err == nil {
+			original = b.Spec.TrustBundle
+		}
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.Get(ctx, "trustsync.io:workload:live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Labels["team.example.com/owner"] = "platform"
+	b.Annotations = map[string]string{"example.com/note": "kept"}
+	b.Spec.TrustBundle = fixtures.Bundle(fixtures.CA("tampered"))
+	if _, err := store.Update(ctx, b, metav1.UpdateOptions{FieldManager: "another-tool"}); err != nil {
+		t.Fatal(err)
+	}
+	var got *certificatesv1.ClusterTrustBundle
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = store.Get(ctx, "trustsync.io:workload:live")
+		return err == nil && got.Spec.TrustBundle == original, nil
+	}); err != nil {
+		t.Fatalf("the tampered content was not restored: %v", err)
+	}
+	if got.Labels["team.example.com/owner"] != "platform" || got.Annotations["example.com/note"] != "kept" || got.Labels["kubernetes.io/cluster-trust-bundle-version"] != "live" {
+		t.Errorf("labels %v, annotations %v: another tool's were lost or the live label is missing", got.Labels, got.Annotations)
+	}
+	applied := false
+	for _, mf := range got.ManagedFields {
+		applied = applied || (mf.Manager == "trustsync-signer" && mf.Operation == metav1.ManagedFieldsOperationApply)
+	}
+	if !applied {
+		t.Errorf("no server-side apply by trustsync-signer in managedFields: %+v", got.ManagedFields)
 	}
 }
