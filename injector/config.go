@@ -68,8 +68,8 @@ func (c Config) pullPolicy() corev1.PullPolicy {
 // default.
 func (c Config) trustDomain(signer string) string {
 	if c.Policy != nil {
-		if s, ok := c.Policy.Signer(signer); ok && s.Approval != nil {
-			return s.Approval.TrustDomain
+		if s, ok := c.Policy.Signer(signer); ok {
+			return s.TrustDomain
 		}
 	}
 	return policy.DefaultTrustDomain

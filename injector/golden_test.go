@@ -34,7 +34,7 @@ type goldenOutput struct {
 }
 
 var goldenPolicy = func() *policy.Policy {
-	p, err := policy.Parse([]byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: trustsync.io/workload\n  approval:\n    trustDomain: example.org\n"))
+	p, err := policy.Parse([]byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: trustsync.io/workload\n  trustDomain: example.org\n"))
 	if err != nil {
 		panic(err)
 	}

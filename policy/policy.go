@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -51,6 +52,10 @@ type Policy struct {
 	Kind       string   `json:"kind"`
 	Signers    []Signer `json:"signers,omitempty"`
 	Bundles    Bundles  `json:"bundles"`
+
+	// Warnings say what in the file is deprecated and how to write it now; the
+	// webhook and the signer log them at start.
+	Warnings []string `json:"-"`
 }
 
 // Signer holds one signer's rules.
@@ -60,12 +65,20 @@ type Signer struct {
 	MaxExpirationSeconds     int64       `json:"maxExpirationSeconds,omitempty"`
 	DefaultExpirationSeconds int64       `json:"defaultExpirationSeconds,omitempty"`
 	OverMaximum              OverMaximum `json:"overMaximum,omitempty"`
+	// TrustDomain is the SPIFFE trust domain of the identities this signer certifies:
+	// what the approver requires and what injected sidecars request. A signer's
+	// property, whether or not trustsync approves its CSRs.
+	TrustDomain string `json:"trustDomain,omitempty"`
 	// Approval configures the signer's approver; nil leaves its CSRs to others.
 	Approval *Approval `json:"approval,omitempty"`
 }
 
 // Approval holds what the signer's approver allows a ServiceAccount to ask for.
 type Approval struct {
+	// TrustDomain is where the trust domain used to be written.
+	//
+	// Deprecated: set the signer's trustDomain. Still read, with a warning, when the
+	// signer names none.
 	TrustDomain string `json:"trustDomain,omitempty"`
 	// DNSNames are patterns a requested DNS name must match; "{namespace}" stands for
 	// the requester's namespace and a leading "*." for one label.
@@ -84,11 +97,17 @@ type Bundles struct {
 
 // DefaultApproval returns the approval rules a signer gets when its entry has none
 // written out but asks for approval, and the one-signer shorthand's.
-func DefaultApproval(trustDomain string) *Approval {
+func DefaultApproval() *Approval {
 	return &Approval{
-		TrustDomain: trustDomain,
-		DNSNames:    []string{"*.{namespace}.svc", "*.{namespace}.svc.cluster.local"},
-		Usages:      []string{"digital signature", "key encipherment", "server auth", "client auth"},
+		DNSNames: []string{"*.{namespace}.svc", "*.{namespace}.svc.cluster.local"},
+		Usages:   []string{"digital signature", "key encipherment", "server auth", "client auth"},
+	}
+}
+
+// LogWarnings logs each of the policy's warnings, naming the file.
+func (p *Policy) LogWarnings(path string) {
+	for _, w := range p.Warnings {
+		klog.InfoS("The policy file uses a deprecated form", "file", path, "warning", w)
 	}
 }
 
@@ -130,7 +149,7 @@ func Parse(data []byte) (*Policy, error) {
 func ForSigners(signerNames []string, trustDomain string) (*Policy, error) {
 	p := &Policy{APIVersion: APIVersion, Kind: Kind}
 	for _, name := range signerNames {
-		p.Signers = append(p.Signers, Signer{SignerName: name, Approval: DefaultApproval(trustDomain)})
+		p.Signers = append(p.Signers, Signer{SignerName: name, TrustDomain: trustDomain, Approval: DefaultApproval()})
 	}
 	p.setDefaults()
 	if errs := p.validate(); len(errs) > 0 {
@@ -142,6 +161,13 @@ func ForSigners(signerNames []string, trustDomain string) (*Policy, error) {
 func (p *Policy) setDefaults() {
 	for i := range p.Signers {
 		s := &p.Signers[i]
+		if a := s.Approval; a != nil && a.TrustDomain != "" && s.TrustDomain == "" {
+			s.TrustDomain = a.TrustDomain
+			p.Warnings = append(p.Warnings, fmt.Sprintf("signers[%d].approval.trustDomain is deprecated: write it as signers[%d].trustDomain (the trust domain is the signer's, approval or not)", i, i))
+		}
+		if s.TrustDomain == "" {
+			s.TrustDomain = DefaultTrustDomain
+		}
 		if s.MinExpirationSeconds == 0 {
 			s.MinExpirationSeconds = MinimumExpirationSeconds
 		}
@@ -155,10 +181,7 @@ func (p *Policy) setDefaults() {
 			s.OverMaximum = Clamp
 		}
 		if a := s.Approval; a != nil {
-			defaults := DefaultApproval(DefaultTrustDomain)
-			if a.TrustDomain == "" {
-				a.TrustDomain = defaults.TrustDomain
-			}
+			defaults := DefaultApproval()
 			if a.DNSNames == nil {
 				a.DNSNames = defaults.DNSNames
 			}
@@ -209,7 +232,18 @@ func (s Signer) validate(path *field.Path) field.ErrorList {
 	if s.OverMaximum != Clamp && s.OverMaximum != Reject {
 		errs = append(errs, field.NotSupported(path.Child("overMaximum"), s.OverMaximum, []OverMaximum{Clamp, Reject}))
 	}
+	if s.TrustDomain == "" || strings.ContainsAny(s.TrustDomain, "/:") {
+		// Named where the user wrote it, the deprecated place included.
+		where := path.Child("trustDomain")
+		if s.Approval != nil && s.Approval.TrustDomain == s.TrustDomain {
+			where = path.Child("approval", "trustDomain")
+		}
+		errs = append(errs, field.Invalid(where, s.TrustDomain, "must be a SPIFFE trust domain such as cluster.local (no scheme, port or path)"))
+	}
 	if a := s.Approval; a != nil {
+		if a.TrustDomain != "" && a.TrustDomain != s.TrustDomain {
+			errs = append(errs, field.Invalid(path.Child("approval", "trustDomain"), a.TrustDomain, fmt.Sprintf("differs from the signer's trustDomain %q; remove it (it is deprecated) and keep the signer's", s.TrustDomain)))
+		}
 		errs = append(errs, a.validate(path.Child("approval"))...)
 	}
 	return errs
@@ -226,9 +260,6 @@ var knownUsages = sets.New(
 
 func (a *Approval) validate(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if a.TrustDomain == "" || strings.ContainsAny(a.TrustDomain, "/:") {
-		errs = append(errs, field.Invalid(path.Child("trustDomain"), a.TrustDomain, "must be a SPIFFE trust domain such as cluster.local (no scheme, port or path)"))
-	}
 	for i, pattern := range a.DNSNames {
 		if pattern == "" {
 			errs = append(errs, field.Invalid(path.Child("dnsNames").Index(i), pattern, "must not be empty"))

@@ -30,8 +30,8 @@ signers:
 	if w.MinExpirationSeconds != 600 || w.MaxExpirationSeconds != 604800 || w.DefaultExpirationSeconds != 86400 || w.OverMaximum != Clamp {
 		t.Errorf("durations = %d/%d/%d %s, want 600/604800/86400 Clamp", w.MinExpirationSeconds, w.MaxExpirationSeconds, w.DefaultExpirationSeconds, w.OverMaximum)
 	}
-	if a := w.Approval; a.TrustDomain != "cluster.local" || len(a.DNSNames) != 2 || len(a.Usages) != 4 || a.IPAddresses {
-		t.Errorf("approval defaults = %+v", a)
+	if a := w.Approval; w.TrustDomain != "cluster.local" || len(a.DNSNames) != 2 || len(a.Usages) != 4 || a.IPAddresses {
+		t.Errorf("trust domain %q, approval defaults = %+v", w.TrustDomain, a)
 	}
 	short, _ := p.Signer("example.com/short")
 	if short.DefaultExpirationSeconds != 3600 {
@@ -39,6 +39,12 @@ signers:
 	}
 	if short.Approval != nil {
 		t.Error("a signer without approval must not get an approver")
+	}
+	if short.TrustDomain != "cluster.local" {
+		t.Errorf("a signer without approval has trust domain %q, want the default", short.TrustDomain)
+	}
+	if len(p.Warnings) != 0 {
+		t.Errorf("warnings %q for a policy in the current shape", p.Warnings)
 	}
 	if p.Bundles.ExpiryWarningDays != 30 || p.Bundles.DenyExpired {
 		t.Errorf("bundle defaults = %+v", p.Bundles)
@@ -85,7 +91,9 @@ func TestParse_Rejects(t *testing.T) {
 		{"a maximum under the minimum", head + "signers:\n- signerName: a.io/b\n  minExpirationSeconds: 7200\n  maxExpirationSeconds: 3600\n", "signers[0].maxExpirationSeconds: Invalid value: 3600: must not be less than minExpirationSeconds (7200)"},
 		{"a default outside the bounds", head + "signers:\n- signerName: a.io/b\n  defaultExpirationSeconds: 9999999\n", "signers[0].defaultExpirationSeconds: Invalid value: 9999999: must be between minExpirationSeconds (600) and maxExpirationSeconds (604800)"},
 		{"an unknown overMaximum", head + "signers:\n- signerName: a.io/b\n  overMaximum: Truncate\n", `signers[0].overMaximum: Unsupported value: "Truncate": supported values: "Clamp", "Reject"`},
-		{"a trust domain with a scheme", head + "signers:\n- signerName: a.io/b\n  approval:\n    trustDomain: spiffe://x\n", `signers[0].approval.trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
+		{"a trust domain with a scheme", head + "signers:\n- signerName: a.io/b\n  trustDomain: spiffe://x\n", `signers[0].trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
+		{"a trust domain with a scheme where it used to be written", head + "signers:\n- signerName: a.io/b\n  approval:\n    trustDomain: spiffe://x\n", `signers[0].approval.trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
+		{"two trust domains that disagree", head + "signers:\n- signerName: a.io/b\n  trustDomain: a.example\n  approval:\n    trustDomain: b.example\n", `signers[0].approval.trustDomain: Invalid value: "b.example": differs from the signer's trustDomain "a.example"`},
 		{"an unknown usage", head + "signers:\n- signerName: a.io/b\n  approval:\n    usages: [server auth, telepathy]\n", `signers[0].approval.usages[1]: Unsupported value: "telepathy"`},
 		{"negative warning days", head + "bundles:\n  expiryWarningDays: -1\n", "bundles.expiryWarningDays: Invalid value: -1: must not be negative"},
 	}
@@ -105,7 +113,7 @@ func TestForSigners_IsTheShorthandForAOneSignerPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, ok := p.Signer("trustsync.io/workload")
-	if !ok || s.Approval == nil || s.Approval.TrustDomain != "example.org" || s.MaxExpirationSeconds != 604800 {
+	if !ok || s.Approval == nil || s.TrustDomain != "example.org" || s.MaxExpirationSeconds != 604800 {
 		t.Errorf("ForSigners = %+v", p)
 	}
 	if _, err := ForSigners([]string{"bad"}, "cluster.local"); err == nil {
@@ -167,6 +175,36 @@ func TestSigner_Decide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.signer.Decide(tc.req); got != tc.want {
 				t.Errorf("Decide(%+v) = %+v, want %+v", tc.req, got, tc.want)
+			}
+		})
+	}
+}
+
+// The trust domain is the signer's: a signer without approval rules has one too, which
+// the injector gives its sidecars. A file in the old shape (under approval) keeps
+// working, with a warning saying how to write it now.
+func TestParse_TrustDomainIsTheSignersAndTheOldShapeStillWorks(t *testing.T) {
+	head := "apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n"
+	tests := []struct {
+		name, doc, wantDomain, wantWarning string
+	}{
+		{name: "on the signer", doc: head + "- signerName: a.io/b\n  trustDomain: prod.example\n", wantDomain: "prod.example"},
+		{name: "on a signer without approval", doc: head + "- signerName: a.io/b\n  trustDomain: prod.example\n  maxExpirationSeconds: 3600\n", wantDomain: "prod.example"},
+		{name: "under approval, deprecated", doc: head + "- signerName: a.io/b\n  approval:\n    trustDomain: old.example\n", wantDomain: "old.example",
+			wantWarning: "signers[0].approval.trustDomain is deprecated: write it as signers[0].trustDomain"},
+		{name: "both, agreeing", doc: head + "- signerName: a.io/b\n  trustDomain: same.example\n  approval:\n    trustDomain: same.example\n", wantDomain: "same.example"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, _ := p.Signer("a.io/b"); s.TrustDomain != tc.wantDomain {
+				t.Errorf("trust domain %q, want %q", s.TrustDomain, tc.wantDomain)
+			}
+			if got := strings.Join(p.Warnings, "; "); (tc.wantWarning == "") != (got == "") || !strings.Contains(got, tc.wantWarning) {
+				t.Errorf("warnings %q, want %q", got, tc.wantWarning)
 			}
 		})
 	}

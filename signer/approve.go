@@ -31,7 +31,7 @@ type decision struct {
 // identity certified (one SPIFFE URI SAN for itself, DNS names its namespace's patterns
 // allow, no IP unless allowed, no email, usages from the allow-list); anything else is
 // denied, naming the rule. The subject is ignored: the signer never copies it.
-func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest, a *policy.Approval) decision {
+func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest, trustDomain string, a *policy.Approval) decision {
 	deny := func(format string, args ...any) decision {
 		return decision{message: fmt.Sprintf(format, args...)}
 	}
@@ -39,7 +39,7 @@ func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.Certificate
 	if !ok {
 		return deny("requester %q is not a ServiceAccount; trustsync approves only a ServiceAccount's request for its own identity", csr.Spec.Username)
 	}
-	own := fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", a.TrustDomain, namespace, name)
+	own := fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, namespace, name)
 	if len(req.URIs) != 1 {
 		return deny("the request has %d URI SANs; it must have exactly one, the requester's own SPIFFE ID %q", len(req.URIs), own)
 	}

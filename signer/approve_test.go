@@ -20,7 +20,7 @@ import (
 )
 
 func TestDecide(t *testing.T) {
-	rules := policy.DefaultApproval("cluster.local")
+	rules := policy.DefaultApproval()
 	own := "spiffe://cluster.local/ns/apps/sa/web"
 	sa := "system:serviceaccount:apps:web"
 	tests := []struct {
@@ -47,7 +47,7 @@ func TestDecide(t *testing.T) {
 		{name: "a malformed ServiceAccount user is denied", csr: csrFor(t, "system:serviceaccount:apps", nil, []string{own}), wantMessage: "is not a ServiceAccount"},
 		{
 			name: "exact DNS patterns match exactly", csr: csrFor(t, sa, []string{"metrics.apps.example"}, []string{own}), wantApprove: true,
-			rules: &policy.Approval{TrustDomain: "cluster.local", DNSNames: []string{"metrics.{namespace}.example"}, Usages: []string{"digital signature", "server auth"}},
+			rules: &policy.Approval{DNSNames: []string{"metrics.{namespace}.example"}, Usages: []string{"digital signature", "server auth"}},
 		},
 	}
 	for _, tc := range tests {
@@ -60,7 +60,7 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := decide(tc.csr, req, r)
+			d := decide(tc.csr, req, "cluster.local", r)
 			if d.approve != tc.wantApprove || !strings.Contains(d.message, tc.wantMessage) {
 				t.Errorf("decide() = %v %q, want %v %q", d.approve, d.message, tc.wantApprove, tc.wantMessage)
 			}
@@ -72,12 +72,12 @@ func TestDecide_IPAddressesFollowThePolicy(t *testing.T) {
 	sa, own := "system:serviceaccount:apps:web", "spiffe://cluster.local/ns/apps/sa/web"
 	csr := csrWithIP(t, sa, own)
 	req, _ := parseRequest(csr.Spec.Request)
-	rules := policy.DefaultApproval("cluster.local")
-	if d := decide(csr, req, rules); d.approve || !strings.Contains(d.message, "IP SANs") {
+	rules := policy.DefaultApproval()
+	if d := decide(csr, req, "cluster.local", rules); d.approve || !strings.Contains(d.message, "IP SANs") {
 		t.Errorf("an IP SAN without permission: %v %q", d.approve, d.message)
 	}
 	rules.IPAddresses = true
-	if d := decide(csr, req, rules); !d.approve {
+	if d := decide(csr, req, "cluster.local", rules); !d.approve {
 		t.Errorf("an IP SAN with permission was denied: %q", d.message)
 	}
 }

@@ -52,6 +52,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
 	if err != nil {
 		return err
 	}
+	pol.LogWarnings(o.PolicyFile)
 	if err := o.Validate(); err != nil {
 		return err
 	}

@@ -178,6 +178,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
+	pol.LogWarnings(o.PolicyFile)
 	restCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 	if err != nil {
 		return fmt.Errorf("failed to build API server client configuration: %w", err)
