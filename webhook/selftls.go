@@ -7,14 +7,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +52,6 @@ type selfTLS struct {
 	secretName string
 	service    string
 	configName string
-	dir        string
 	clock      clock.PassiveClock
 	// leading reports whether this replica may write; nil means always.
 	leading func() bool
@@ -63,8 +61,9 @@ type selfTLS struct {
 	// released is closed once the leader election has ended and released the Lease;
 	// nil without leader election.
 	released <-chan struct{}
-	// served is the CA of the certificate last written for serving.
-	served atomic.Pointer[[]byte]
+	// serving is the certificate served; served is its CA.
+	serving atomic.Pointer[tls.Certificate]
+	served  atomic.Pointer[[]byte]
 	// trusted caches caTrusted's answer for a moment: readiness probes of every
 	// replica would otherwise read both configurations each time.
 	trustedMu   sync.Mutex
@@ -78,16 +77,23 @@ func (s *selfTLS) event(secret *corev1.Secret, reason, messageFmt string, args .
 	}
 }
 
-func (s *selfTLS) certFile() string { return filepath.Join(s.dir, "tls.crt") }
-func (s *selfTLS) keyFile() string  { return filepath.Join(s.dir, "tls.key") }
+// GetCertificate is tls.Config's hook: the certificate sync last took from the
+// Secret, handed over in memory (no files to write and poll back).
+func (s *selfTLS) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	c := s.serving.Load()
+	if c == nil {
+		return nil, fmt.Errorf("no serving certificate yet: the Secret %s/%s has not been read", s.namespace, s.secretName)
+	}
+	return c, nil
+}
 
 func (s *selfTLS) dnsNames() []string {
 	return []string{s.service, s.service + "." + s.namespace, s.service + "." + s.namespace + ".svc", s.service + "." + s.namespace + ".svc.cluster.local"}
 }
 
-// sync makes the Secret current (creating or renewing it when due), writes its
-// certificate and key where the server reads them, and makes the webhook
-// configurations trust its CA.
+// sync makes the Secret current (creating or renewing it when due), hands its
+// certificate and key to the server, and makes the webhook configurations trust its
+// CA.
 func (s *selfTLS) sync(ctx context.Context) error {
 	leading := s.leading == nil || s.leading()
 	var secret *corev1.Secret
@@ -103,12 +109,12 @@ func (s *selfTLS) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomically(s.certFile(), secret.Data[corev1.TLSCertKey]); err != nil {
-		return err
+	// A pair that does not load (a hand-edited Secret) leaves the current one serving.
+	pair, err := tls.X509KeyPair(secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		return fmt.Errorf("the certificate and key in Secret %s/%s do not load: %w; delete the Secret and the webhook makes a new one", s.namespace, s.secretName, err)
 	}
-	if err := writeAtomically(s.keyFile(), secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
-		return err
-	}
+	s.serving.Store(&pair)
 	ca := secret.Data[keyCACert]
 	s.served.Store(&ca)
 	if !leading {
@@ -386,17 +392,4 @@ func setCABundle(configs []*admissionregistrationv1.WebhookClientConfig, caPEM [
 		}
 	}
 	return changed
-}
-
-// writeAtomically replaces path with data in one rename, so the reloader never reads a
-// half-written file.
-func writeAtomically(path string, data []byte) error {
-	if current, err := os.ReadFile(path); err == nil && bytes.Equal(current, data) {
-		return nil
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

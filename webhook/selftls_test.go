@@ -3,10 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"os"
 	"strings"
 	"testing"
 
@@ -20,7 +18,7 @@ import (
 
 func selfTLSFor(t *testing.T, client *fake.Clientset, clk *clocktesting.FakePassiveClock) *selfTLS {
 	return &selfTLS{client: client, namespace: "trustsync-system", secretName: "trustsync-webhook-tls", service: "trustsync-webhook",
-		configName: "trustsync", dir: t.TempDir(), clock: clk}
+		configName: "trustsync", clock: clk}
 }
 
 func webhookConfigs() (*admissionregistrationv1.ValidatingWebhookConfiguration, *admissionregistrationv1.MutatingWebhookConfiguration) {
@@ -30,9 +28,9 @@ func webhookConfigs() (*admissionregistrationv1.ValidatingWebhookConfiguration, 
 
 func servingCert(t *testing.T, s *selfTLS) *x509.Certificate {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(s.certFile(), s.keyFile())
+	pair, err := s.GetCertificate(nil)
 	if err != nil {
-		t.Fatalf("the written certificate and key do not load: %v", err)
+		t.Fatalf("no certificate is served: %v", err)
 	}
 	return pair.Leaf
 }
@@ -138,8 +136,8 @@ func TestSelfTLS_AForeignSecretWithoutItsCAIsReportedNotOverwritten(t *testing.T
 	if !bytes.Equal(got.Data["tls.crt"], expired) {
 		t.Error("the Secret was overwritten")
 	}
-	if _, err := os.Stat(s.certFile()); !os.IsNotExist(err) {
-		t.Error("files were written from an unusable Secret")
+	if _, err := s.GetCertificate(nil); err == nil {
+		t.Error("a certificate from an unusable Secret is served")
 	}
 }
 

@@ -199,16 +199,18 @@ func Run(ctx context.Context, o *Options) error {
 		}
 		defer stopHealth()
 	}
-	certFile, keyFile := o.TLSCertFile, o.TLSPrivateKeyFile
+	// The serving certificate: the self-managed one in memory, or files (cert-manager's
+	// Secret volume, say) reloaded when they change.
 	var st *selfTLS
+	var serving interface {
+		GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	}
 	if o.SelfManagedTLS {
 		if st, err = startSelfManagedTLS(ctx, o, restCfg, client); err != nil {
 			return err
 		}
-		certFile, keyFile = st.certFile(), st.keyFile()
-	}
-	reloader, err := newCertReloader(certFile, keyFile, time.Second, clock.RealClock{})
-	if err != nil {
+		serving = st
+	} else if serving, err = newCertReloader(o.TLSCertFile, o.TLSPrivateKeyFile, time.Second, clock.RealClock{}); err != nil {
 		return err
 	}
 
@@ -250,7 +252,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	srv := &http.Server{
 		Handler:           handler,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: reloader.GetCertificate},
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: serving.GetCertificate},
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          nil,
@@ -309,18 +311,14 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 	return get, synced, nil
 }
 
-// startSelfManagedTLS makes the serving certificate available in files (retrying while
+// startSelfManagedTLS makes the serving certificate available (retrying while
 // the API server is unreachable, or while no leader has created the Secret yet) and
 // keeps it, and the configurations' caBundle, current in the background.
 func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface) (*selfTLS, error) {
-	dir, err := os.MkdirTemp("", "trustsync-webhook-tls-")
-	if err != nil {
-		return nil, err
-	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
 	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
-	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, dir: dir, clock: clock.RealClock{},
+	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, clock: clock.RealClock{},
 		events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-webhook"})}
 	elected := make(chan struct{}, 1)
 	if o.LeaderElect {
@@ -332,7 +330,7 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 			return nil, err
 		}
 	}
-	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
 		if err := st.sync(ctx); err != nil {
 			klog.ErrorS(err, "Cannot set up self-managed TLS yet; retrying")
 			return false, nil
