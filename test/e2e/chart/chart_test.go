@@ -201,24 +201,20 @@ func TestChart_Renders(t *testing.T) {
 			tc.check(t, objects(t, helm(t, append([]string{"template", release, "charts/trustsync", "--namespace", ns}, tc.args...)...)))
 		})
 	}
-	t.Run("bad values are refused by the schema", func(t *testing.T) {
-		bin, _ := controlplane.BinDir()
-		cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", "webhook.defaultSidecarMode=sidecar")
-		cmd.Dir, _ = filepath.Abs("../../..")
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "/webhook/defaultSidecarMode") {
-			t.Errorf("err = %v, output %s", err, out)
-		}
-	})
-	t.Run("a NetworkPolicy without the API server's addresses is refused", func(t *testing.T) {
-		bin, _ := controlplane.BinDir()
-		cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", "webhook.networkPolicy.enabled=true")
-		cmd.Dir, _ = filepath.Abs("../../..")
-		out, err := cmd.CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "webhook.networkPolicy.apiServerCIDRs must list the API server's addresses") {
-			t.Errorf("err = %v, output %s", err, out)
-		}
-	})
+	for _, tc := range []struct{ name, set, want string }{
+		{"bad values are refused by the schema", "webhook.defaultSidecarMode=sidecar", "/webhook/defaultSidecarMode"},
+		{"a NetworkPolicy without the API server's addresses is refused", "webhook.networkPolicy.enabled=true", "webhook.networkPolicy.apiServerCIDRs must list the API server's addresses"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin, _ := controlplane.BinDir()
+			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", tc.set)
+			cmd.Dir, _ = filepath.Abs("../../..")
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Errorf("err = %v, output %s", err, out)
+			}
+		})
+	}
 }
 
 // toString is an object's JSON, for checking what it contains.

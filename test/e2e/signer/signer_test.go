@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -139,16 +140,7 @@ func TestSigner_RestoresADeletedLiveBundle(t *testing.T) {
 			ctx := context.Background()
 			store := liveStore(t, cp, native)
 			// The signer publishes on start; wait for it, then delete.
-			var original string
-			if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-				b, err := store.Get(ctx, "trustsync.io:workload:live")
-				if err == nil {
-					original = b.Spec.TrustBundle
-				}
-				return err == nil, nil
-			}); err != nil {
-				t.Fatal(err)
-			}
+			original := publishedLive(t, store)
 			if err := store.Delete(ctx, "trustsync.io:workload:live", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -180,16 +172,7 @@ func TestSigner_PublishesWithServerSideApplyLeavingOthersFieldsAlone(t *testing.
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	store := liveStore(t, cp, true)
-	var original string
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		b, err := store.Get(ctx, "trustsync.io:workload:live")
-		if err == nil {
-			original = b.Spec.TrustBundle
-		}
-		return err == nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	original := publishedLive(t, store)
 	b, err := store.Get(ctx, "trustsync.io:workload:live")
 	if err != nil {
 		t.Fatal(err)
@@ -217,4 +200,20 @@ func TestSigner_PublishesWithServerSideApplyLeavingOthersFieldsAlone(t *testing.
 	if !applied {
 		t.Errorf("no server-side apply by trustsync-signer in managedFields: %+v", got.ManagedFields)
 	}
+}
+
+// publishedLive waits for the signer's live bundle and returns its content.
+func publishedLive(t *testing.T, store *bundleapi.Store) string {
+	t.Helper()
+	var content string
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		b, err := store.Get(ctx, "trustsync.io:workload:live")
+		if err == nil {
+			content = b.Spec.TrustBundle
+		}
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the signer published no live bundle within a minute: %v", err)
+	}
+	return content
 }
