@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
@@ -361,11 +362,11 @@ func generateKey(keyType string) (crypto.Signer, error) {
 
 // encodeKey writes a key as PKCS#8 PEM.
 func encodeKey(key crypto.Signer) []byte {
-	der, err := x509.MarshalPKCS8PrivateKey(key)
+	data, err := tsbundle.EncodePrivateKey(key)
 	if err != nil {
 		panic(err) // every key generateKey makes marshals
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	return data
 }
 
 func decodeKey(data []byte) (crypto.Signer, error) {

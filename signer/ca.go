@@ -2,16 +2,16 @@ package signer
 
 import (
 	"crypto"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/util/pki"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // CA is a signing certificate with its key and the chain above it (empty for a root).
@@ -36,7 +36,7 @@ func generateCA(signerName string, now time.Time, validity time.Duration) (*CA, 
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate a CA key: %w", err)
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	serial, err := bundle.NewSerialNumber()
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +72,11 @@ func encodeCerts(certs ...*x509.Certificate) []byte {
 // encodeCA returns the certificate (with its chain) and key as PEM.
 func encodeCA(ca *CA) (certPEM, keyPEM []byte, err error) {
 	certPEM = encodeCerts(append([]*x509.Certificate{ca.Cert}, ca.Chain...)...)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(ca.Key)
+	keyPEM, err = bundle.EncodePrivateKey(ca.Key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+	return certPEM, keyPEM, nil
 }
 
 // decodeCA parses a certificate chain and key, as a kubernetes.io/tls Secret holds

@@ -1,18 +1,18 @@
 package signer
 
 import (
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/util/pki"
 	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 const (
@@ -83,7 +83,7 @@ func sign(csr *certificatesv1.CertificateSigningRequest, ca *CA, lifetime time.D
 	}
 	tmpl.ExtraExtensions = extra
 	tmpl.IsCA, tmpl.BasicConstraintsValid, tmpl.MaxPathLen, tmpl.MaxPathLenZero = false, true, 0, false
-	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127)); err != nil {
+	if tmpl.SerialNumber, err = bundle.NewSerialNumber(); err != nil {
 		return nil, nil, err
 	}
 	if tmpl.NotBefore, tmpl.NotAfter, err = validity(now, lifetime, ca.Cert); err != nil {

@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 const (
@@ -268,7 +269,7 @@ func (s *selfTLS) newSecret() (*corev1.Secret, error) {
 	if err != nil {
 		return nil, err
 	}
-	caKeyDER, err := x509.MarshalPKCS8PrivateKey(caKey)
+	caKeyPEM, err := bundle.EncodePrivateKey(caKey)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +278,7 @@ func (s *selfTLS) newSecret() (*corev1.Secret, error) {
 		Type:       corev1.SecretTypeTLS,
 		Data: map[string][]byte{
 			keyCACert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-			keyCAKey:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: caKeyDER}),
+			keyCAKey:  caKeyPEM,
 		},
 	}
 	return secret, s.reissue(secret)
@@ -315,17 +316,17 @@ func (s *selfTLS) reissue(secret *corev1.Secret) error {
 	if err != nil {
 		return err
 	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	keyPEM, err := bundle.EncodePrivateKey(key)
 	if err != nil {
 		return err
 	}
 	secret.Data[corev1.TLSCertKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	secret.Data[corev1.TLSPrivateKeyKey] = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	secret.Data[corev1.TLSPrivateKeyKey] = keyPEM
 	return nil
 }
 
 func createCert(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) ([]byte, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	serial, err := bundle.NewSerialNumber()
 	if err != nil {
 		return nil, err
 	}
