@@ -185,27 +185,48 @@ func splitRule(s string) []string {
 	return args
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
+// mount is one line of /proc/self/mountinfo: where, and the file system type.
+type mount struct {
+	point, fsType string
+}
+
+// mounts reads the host's mount table; an unreadable one reads as empty.
+func mounts() []mount {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var mounts []string
+	var out []mount
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+		line := sc.Text()
+		fields := strings.Fields(line)
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMount(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mounts = append(mounts, mp)
+		m := mount{point: unescapeMount(fields[4])}
+		// The optional fields end at " - ", after which comes the type.
+		if sep := strings.Index(line, " - "); sep >= 0 {
+			if after := strings.Fields(line[sep+3:]); len(after) > 0 {
+				m.fsType = after[0]
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	var under []string
+	for _, m := range mounts() {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			under = append(under, m.point)
 		}
 	}
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
-	return mounts
+	sort.Slice(under, func(i, j int) bool { return len(under[i]) > len(under[j]) })
+	return under
 }
 
 func unescapeMount(s string) string {
@@ -239,22 +260,10 @@ func unmountUnder(dir string) []error {
 
 // cgroupMounts returns the mount point of every cgroup hierarchy.
 func cgroupMounts() []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var dirs []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		sep := strings.Index(line, " - ")
-		if sep < 0 {
-			continue
-		}
-		after := strings.Fields(line[sep+3:])
-		if len(after) > 0 && (after[0] == "cgroup" || after[0] == "cgroup2") {
-			dirs = append(dirs, unescapeMount(strings.Fields(line)[4]))
+	for _, m := range mounts() {
+		if m.fsType == "cgroup" || m.fsType == "cgroup2" {
+			dirs = append(dirs, m.point)
 		}
 	}
 	return dirs

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,14 +34,8 @@ func TakeSnapshot() Snapshot {
 			s["processes"].Insert(name + " (pid " + e.Name() + ")")
 		}
 	}
-	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if fields := strings.Fields(sc.Text()); len(fields) > 4 {
-				s["mounts"].Insert(unescapeMount(fields[4]))
-			}
-		}
-		f.Close()
+	for _, m := range mounts() {
+		s["mounts"].Insert(m.point)
 	}
 	links, _ := os.ReadDir("/sys/class/net")
 	for _, l := range links {
