@@ -58,16 +58,22 @@ func (b *bodyBudget) limit(next http.Handler) http.Handler {
 			return
 		}
 		defer b.sem.Release(weight)
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
-		if err != nil {
-			http.Error(w, fmt.Sprintf("cannot read the admission review: %v", err), http.StatusBadRequest)
-			return
+		// A declared length was checked above and the server reads no further than it;
+		// only a body of unknown length is read here first, to answer 413 rather than
+		// the admission library's 400, so the API server's reviews (always declared)
+		// are not copied twice.
+		if r.ContentLength < 0 {
+			body, err := io.ReadAll(io.LimitReader(r.Body, MaxReviewBytes+1))
+			if err != nil {
+				http.Error(w, fmt.Sprintf("cannot read the admission review: %v", err), http.StatusBadRequest)
+				return
+			}
+			if len(body) > MaxReviewBytes {
+				tooLarge(w, int64(len(body)))
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
-		if len(body) > MaxReviewBytes {
-			tooLarge(w, int64(len(body)))
-			return
-		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		next.ServeHTTP(w, r)
 	})
 }
