@@ -2,7 +2,6 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -27,16 +25,6 @@ var coreScheme = func() *runtime.Scheme {
 	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
 	return s
 }()
-
-func restConfig(o *Options) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("failed to build API server client configuration: %w", err)
-	}
-	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	cfg.UserAgent = "trustsync-sidecar"
-	return cfg, nil
-}
 
 // coreClient is a REST client for core/v1 alone: ConfigMaps, Secrets, Events.
 func coreClient(base *rest.Config) (rest.Interface, error) {

@@ -48,7 +48,7 @@ type sidecar struct {
 }
 
 func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
-	cfg, err := restConfig(o)
+	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-sidecar")
 	if err != nil {
 		return nil, err
 	}

@@ -23,10 +23,6 @@ type Options struct {
 	TrustDomain string
 	Workers     int
 
-	LeaderElect         bool
-	LeaseDuration       time.Duration
-	RenewDeadline       time.Duration
-	RetryPeriod         time.Duration
 	HealthAddress       string
 	CASecretPrefix      string
 	CAValidity          time.Duration
@@ -44,10 +40,6 @@ func NewOptions() *Options {
 		Namespace:           os.Getenv("POD_NAMESPACE"),
 		TrustDomain:         policy.DefaultTrustDomain,
 		Workers:             4,
-		LeaderElect:         true,
-		LeaseDuration:       15 * time.Second,
-		RenewDeadline:       10 * time.Second,
-		RetryPeriod:         2 * time.Second,
 		HealthAddress:       ":8081",
 		CASecretPrefix:      "trustsync-ca-",
 		CAValidity:          365 * 24 * time.Hour,
@@ -55,6 +47,13 @@ func NewOptions() *Options {
 		CAPropagationWindow: 10 * time.Minute,
 	}
 }
+
+// LeaderElectUsage is --leader-elect's meaning in the signer; cmd/signer registers the
+// leader-election flags, shared with the webhook.
+const LeaderElectUsage = "Take a Lease before signing, approving or publishing, so only one replica acts."
+
+// LeaseName is the signer's Lease in --namespace.
+const LeaseName = "trustsync-signer"
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -66,10 +65,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.SignerNames, "signer-name", o.SignerNames, "A signer to run, with default durations and approval rules (repeatable; default trustsync.io/workload). Not with --policy.")
 	fs.StringVar(&o.TrustDomain, "trust-domain", o.TrustDomain, "SPIFFE trust domain for --signer-name signers' approval rules. Not with --policy.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "CSRs handled concurrently.")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before signing, approving or publishing, so only one replica acts.")
-	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease lasts without renewal.")
-	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader tries to renew before giving up leadership.")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to take the Lease.")
 	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
 	fs.StringVar(&o.CASecretPrefix, "ca-secret-prefix", o.CASecretPrefix, "Prefix of each signer's CA Secret name; the rest is the signer name with '/' replaced by '-'.")
 	fs.DurationVar(&o.CAValidity, "ca-validity", o.CAValidity, "Lifetime of a CA the signer generates.")

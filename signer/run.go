@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,9 +28,6 @@ import (
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -45,9 +40,14 @@ import (
 // resync re-checks every CA now and then even without an event, as a safety net.
 const resync = 10 * time.Minute
 
-// Run runs the signer until ctx is done. With leader election, it acts only while it
-// holds the Lease, and exits when it loses it so a restart starts clean.
-func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
+// Campaign stands for a Lease until ctx ends or a held Lease is lost, running lead
+// while it holds it (cmd/internal/lease builds it from the leader-election flags).
+type Campaign = func(ctx context.Context, cfg *rest.Config, namespace, name string, lead func(context.Context)) error
+
+// Run runs the signer until ctx is done. With a campaign, it acts only while it holds
+// the Lease, and exits when it loses it so a restart starts clean; a nil campaign acts
+// at once.
+func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) error {
 	pol, err := o.Policy(fs)
 	if err != nil {
 		return err
@@ -56,11 +56,10 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	restCfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer")
 	if err != nil {
-		return fmt.Errorf("failed to build API server client configuration: %w", err)
+		return err
 	}
-	restCfg.QPS, restCfg.Burst, restCfg.UserAgent = o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer"
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
@@ -84,41 +83,14 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet) error {
 			klog.ErrorS(err, "Signer stopped")
 		}
 	}
-	if !o.LeaderElect {
+	if campaign == nil {
 		act(ctx)
 		return nil
 	}
-	// The Lease gets a client of its own, with its own rate limit, as
-	// kube-controller-manager's does: a flood of CSRs must never starve renewals and
-	// cost the leadership, nor renewals eat the signing budget.
-	electionClient, err := kubernetes.NewForConfig(rest.CopyConfig(restCfg))
-	if err != nil {
-		return err
+	if err := campaign(ctx, restCfg, o.Namespace, LeaseName, act); err != nil {
+		return fmt.Errorf("%w; exiting so a restart starts clean", err)
 	}
-	hostname, _ := os.Hostname()
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: "trustsync-signer"},
-		Client:     electionClient.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: hostname + "_" + uuid.NewString()},
-	}
-	lost := make(chan struct{})
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-		Lock: lock, ReleaseOnCancel: true, Name: "trustsync-signer",
-		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: act,
-			OnStoppedLeading: func() { close(lost) },
-			OnNewLeader: func(identity string) {
-				klog.InfoS("Leader is", "identity", identity, "self", identity == lock.Identity())
-			},
-		},
-	})
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-lost:
-		return fmt.Errorf("lost the signer Lease %s/%s; exiting so a restart starts clean", o.Namespace, "trustsync-signer")
-	}
+	return nil
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.

@@ -27,12 +27,6 @@ type Options struct {
 	TLSSecretName            string
 	ServiceName              string
 	WebhookConfigurationName string
-	// LeaderElect makes one replica at a time create, renew and publish the
-	// self-managed certificate; the others serve what the Secret holds.
-	LeaderElect   bool
-	LeaseDuration time.Duration
-	RenewDeadline time.Duration
-	RetryPeriod   time.Duration
 
 	// Injection.
 	SidecarImage           string
@@ -68,15 +62,15 @@ func NewOptions() *Options {
 		TLSSecretName:            "trustsync-webhook-tls",
 		ServiceName:              "trustsync-webhook",
 		WebhookConfigurationName: "trustsync",
-		LeaderElect:              true,
-		LeaseDuration:            15 * time.Second,
-		RenewDeadline:            10 * time.Second,
-		RetryPeriod:              2 * time.Second,
 		SidecarImagePullPolicy:   string(corev1.PullIfNotPresent),
 		DefaultSidecarMode:       string(injector.Native),
 		Namespace:                os.Getenv("POD_NAMESPACE"),
 	}
 }
+
+// LeaderElectUsage is --leader-elect's meaning in the webhook; cmd/webhook registers
+// the leader-election flags, shared with the signer.
+const LeaderElectUsage = "With --self-managed-tls: only the replica holding the Lease named after --tls-secret-name creates and renews the Secret and sets caBundle; the others serve the Secret's certificate. Without it every replica does, and the Secret's resourceVersion settles races."
 
 // AddFlags registers the options' flags, named as Kubernetes components name them.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
@@ -88,10 +82,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSSecretName, "tls-secret-name", o.TLSSecretName, "With --self-managed-tls: the Secret in --namespace holding the CA and serving certificate.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "With --self-managed-tls: the webhook's Service, whose DNS names the serving certificate carries.")
 	fs.StringVar(&o.WebhookConfigurationName, "webhook-configuration-name", o.WebhookConfigurationName, "With --self-managed-tls: the name of the ValidatingWebhookConfiguration and MutatingWebhookConfiguration whose caBundle the webhook keeps.")
-	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "With --self-managed-tls: only the replica holding the Lease named after --tls-secret-name creates and renews the Secret and sets caBundle; the others serve the Secret's certificate. Without it every replica does, and the Secret's resourceVersion settles races.")
-	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", o.LeaseDuration, "How long a leader's Lease lasts without renewal.")
-	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", o.RenewDeadline, "How long the leader tries to renew before giving up leadership.")
-	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", o.RetryPeriod, "How often candidates try to take the Lease.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file for reaching the API server (SubjectAccessReviews for the attest check). Empty means in-cluster configuration.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")

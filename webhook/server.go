@@ -10,12 +10,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -35,13 +33,11 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/policy"
 )
@@ -169,8 +165,10 @@ func (w *statusWriter) WriteHeader(code int) {
 }
 
 // Run serves until ctx is done, then shuts down gracefully: /readyz fails at once so
-// the Service stops sending reviews, and in-flight reviews get the grace period.
-func Run(ctx context.Context, o *Options) error {
+// the Service stops sending reviews, and in-flight reviews get the grace period. With
+// self-managed TLS and a campaign, only the Lease's holder writes the Secret and the
+// caBundle; a nil campaign lets every replica write.
+func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -179,12 +177,10 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	pol.LogWarnings(o.PolicyFile)
-	restCfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	restCfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-webhook")
 	if err != nil {
-		return fmt.Errorf("failed to build API server client configuration: %w", err)
+		return err
 	}
-	restCfg.QPS, restCfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
-	restCfg.UserAgent = "trustsync-webhook"
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
@@ -206,7 +202,7 @@ func Run(ctx context.Context, o *Options) error {
 		GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	}
 	if o.SelfManagedTLS {
-		if st, err = startSelfManagedTLS(ctx, o, restCfg, client); err != nil {
+		if st, err = startSelfManagedTLS(ctx, o, restCfg, client, campaign); err != nil {
 			return err
 		}
 		serving = st
@@ -314,21 +310,19 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 // startSelfManagedTLS makes the serving certificate available (retrying while
 // the API server is unreachable, or while no leader has created the Secret yet) and
 // keeps it, and the configurations' caBundle, current in the background.
-func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface) (*selfTLS, error) {
+func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, client kubernetes.Interface, campaign Campaign) (*selfTLS, error) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
 	go func() { <-ctx.Done(); broadcaster.Shutdown() }()
 	st := &selfTLS{client: client, namespace: o.Namespace, secretName: o.TLSSecretName, service: o.ServiceName, configName: o.WebhookConfigurationName, clock: clock.RealClock{},
 		events: broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-webhook"})}
 	elected := make(chan struct{}, 1)
-	if o.LeaderElect {
+	if campaign != nil {
 		var leading atomic.Bool
 		st.leading = leading.Load
 		released := make(chan struct{})
 		st.released = released
-		if err := campaign(ctx, o, restCfg, &leading, elected, released); err != nil {
-			return nil, err
-		}
+		campaignForTLS(ctx, campaign, o, restCfg, &leading, elected, released)
 	}
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
 		if err := st.sync(ctx); err != nil {
@@ -344,51 +338,33 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 	return st, nil
 }
 
-// campaign runs for the Lease named after the TLS Secret until ctx is done, keeping
-// leading true while this replica holds it and signalling elected when it takes it.
-// Unlike the signer, losing the Lease is no reason to exit: every replica serves, the
-// leader only writes. The Lease has a client of its own so renewals never wait behind
-// SubjectAccessReviews.
-func campaign(ctx context.Context, o *Options, restCfg *rest.Config, leading *atomic.Bool, elected chan<- struct{}, released chan<- struct{}) error {
-	electionClient, err := kubernetes.NewForConfig(rest.CopyConfig(restCfg))
-	if err != nil {
-		return err
-	}
-	hostname, _ := os.Hostname()
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: o.TLSSecretName},
-		Client:     electionClient.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: hostname + "_" + uuid.NewString()},
-	}
-	config := leaderelection.LeaderElectionConfig{
-		Lock: lock, ReleaseOnCancel: true, Name: "trustsync-webhook",
-		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) {
-				klog.InfoS("Took the webhook TLS Lease; this replica now manages the Secret and caBundle", "lease", o.Namespace+"/"+o.TLSSecretName)
+// Campaign stands for a Lease until ctx ends or a held Lease is lost, running lead
+// while it holds it (cmd/internal/lease builds it from the leader-election flags).
+type Campaign = func(ctx context.Context, cfg *rest.Config, namespace, name string, lead func(context.Context)) error
+
+// campaignForTLS stands for the Lease named after the TLS Secret until ctx is done,
+// keeping leading true while this replica holds it and signalling elected when it takes
+// it. Unlike the signer, losing the Lease is no reason to exit: every replica serves,
+// the leader only writes, so after a lost Lease it stands again. released is closed
+// once the Lease is given up on shutdown.
+func campaignForTLS(ctx context.Context, campaign Campaign, o *Options, restCfg *rest.Config, leading *atomic.Bool, elected chan<- struct{}, released chan<- struct{}) {
+	go func() {
+		defer close(released)
+		for ctx.Err() == nil {
+			err := campaign(ctx, restCfg, o.Namespace, o.TLSSecretName, func(ctx context.Context) {
 				leading.Store(true)
+				defer leading.Store(false)
 				select {
 				case elected <- struct{}{}:
 				default:
 				}
-			},
-			OnStoppedLeading: func() { leading.Store(false) },
-		},
-	}
-	if _, err := leaderelection.NewLeaderElector(config); err != nil {
-		return fmt.Errorf("invalid leader election settings: %w", err)
-	}
-	go func() {
-		defer close(released)
-		// An elector runs once; after a lost Lease, stand again. On shutdown it
-		// releases the Lease (ReleaseOnCancel) before returning, so the next leader (a
-		// new rollout's, or a reinstall's) takes it at once instead of waiting out
-		// a Lease that names a dead holder.
-		for ctx.Err() == nil {
-			leaderelection.RunOrDie(ctx, config)
+				<-ctx.Done()
+			})
+			if err != nil {
+				klog.ErrorS(err, "Standing for the webhook TLS Lease again")
+			}
 		}
 	}()
-	return nil
 }
 
 // serveHealth serves /healthz (the process is alive) and /readyz (ready holds, once it

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/cmd/internal/lease"
 	"github.com/trustsync/trustsync/signer"
 )
 
@@ -23,6 +24,12 @@ func main() {
 	opts := signer.NewOptions()
 	fs := pflag.NewFlagSet("trustsync-signer", pflag.ContinueOnError)
 	opts.AddFlags(fs)
+	election := lease.NewFlags()
+	election.AddFlags(fs, signer.LeaderElectUsage)
 	cli.Parse(fs, about, os.Args[1:])
-	cli.Exit(signer.Run(cli.SignalContext(), opts, fs))
+	campaign, err := election.Campaign()
+	if err != nil {
+		cli.Exit(err)
+	}
+	cli.Exit(signer.Run(cli.SignalContext(), opts, fs, campaign))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/cmd/internal/lease"
 	"github.com/trustsync/trustsync/webhook"
 )
 
@@ -24,6 +25,12 @@ func main() {
 	opts := webhook.NewOptions()
 	fs := pflag.NewFlagSet("trustsync-webhook", pflag.ContinueOnError)
 	opts.AddFlags(fs)
+	election := lease.NewFlags()
+	election.AddFlags(fs, webhook.LeaderElectUsage)
 	cli.Parse(fs, about, os.Args[1:])
-	cli.Exit(webhook.Run(cli.SignalContext(), opts))
+	campaign, err := election.Campaign()
+	if err != nil {
+		cli.Exit(err)
+	}
+	cli.Exit(webhook.Run(cli.SignalContext(), opts, campaign))
 }

@@ -110,7 +110,7 @@ func TestSigner_ALeaderThatLosesItsLeaseStops(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the deposed leader still runs 30 s after losing its Lease:\n%s", p.Tail())
 	}
-	if !strings.Contains(p.Tail(), "lost the signer Lease") {
+	if !strings.Contains(p.Tail(), "lost the Lease "+ns+"/trustsync-signer") {
 		t.Errorf("the deposed leader exited without saying why:\n%s", p.Tail())
 	}
 }

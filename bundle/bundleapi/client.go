@@ -1,0 +1,27 @@
+// Package bundleapi is trustsync's access to the API server: the client configuration
+// every binary builds, and the kind-neutral store, discovery and list-watch of trust
+// bundles over the native API and the mirror CRD alike.
+package bundleapi
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// RESTConfig is the client configuration every trustsync binary builds the same way:
+// the kubeconfig at path (empty: the pod's in-cluster configuration), its own rate
+// limit, and a user agent that names the component in the API server's audit log and
+// metrics.
+func RESTConfig(kubeconfig string, qps float32, burst int, userAgent string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		if kubeconfig == "" {
+			return nil, fmt.Errorf("failed to build the in-cluster API server client configuration (outside a pod, give --kubeconfig): %w", err)
+		}
+		return nil, fmt.Errorf("failed to build the API server client configuration from --kubeconfig %q: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, userAgent
+	return cfg, nil
+}

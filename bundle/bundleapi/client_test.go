@@ -1,0 +1,46 @@
+package bundleapi
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRESTConfig(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the kubeconfig's server, with the component's rate limit and user agent", func(t *testing.T) {
+		cfg, err := RESTConfig(kubeconfig, 20, 30, "trustsync-test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Host != "https://127.0.0.1:6443" || cfg.QPS != 20 || cfg.Burst != 30 || cfg.UserAgent != "trustsync-test" {
+			t.Errorf("got host %q qps %v burst %d agent %q", cfg.Host, cfg.QPS, cfg.Burst, cfg.UserAgent)
+		}
+	})
+	t.Run("a missing kubeconfig is named in the error", func(t *testing.T) {
+		missing := filepath.Join(dir, "nope")
+		_, err := RESTConfig(missing, 20, 30, "trustsync-test")
+		if err == nil || !strings.Contains(err.Error(), "--kubeconfig \""+missing+"\"") {
+			t.Fatalf("error %v, want one naming --kubeconfig %q", err, missing)
+		}
+	})
+	t.Run("outside a pod without a kubeconfig, the error says to give one", func(t *testing.T) {
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		t.Setenv("KUBERNETES_SERVICE_PORT", "")
+		_, err := RESTConfig("", 20, 30, "trustsync-test")
+		if err == nil || !strings.Contains(err.Error(), "outside a pod, give --kubeconfig") {
+			t.Fatalf("error %v, want one saying to give --kubeconfig", err)
+		}
+	})
+}
