@@ -8,10 +8,12 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNewSerialNumber_IsPositiveAtMost127BitsAndFresh(t *testing.T) {
@@ -60,5 +62,41 @@ func TestEncodePrivateKey_WritesPKCS8EveryKeyTypeReadsBack(t *testing.T) {
 	}
 	if _, err := EncodePrivateKey(otherSigner{}); err == nil || !strings.Contains(err.Error(), "bundle.otherSigner") {
 		t.Errorf("an unsupported key: err = %v, want it to name the type", err)
+	}
+}
+
+func TestCATemplate_IsABackdatedLeafOnlyCAWithAFreshSerial(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := CATemplate(pkix.Name{CommonName: "test CA"}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := CATemplate(pkix.Name{CommonName: "test CA"}, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.SerialNumber.Cmp(b.SerialNumber) == 0 {
+		t.Error("two templates share a serial number")
+	}
+	der, err := x509.CreateCertificate(rand.Reader, a, a, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ca.IsCA || !ca.BasicConstraintsValid || ca.MaxPathLen != 0 || !ca.MaxPathLenZero {
+		t.Errorf("IsCA %v, basic constraints %v, path length %d (zero %v); want a CA that signs leaves only", ca.IsCA, ca.BasicConstraintsValid, ca.MaxPathLen, ca.MaxPathLenZero)
+	}
+	if ca.KeyUsage&x509.KeyUsageCertSign == 0 {
+		t.Errorf("key usage %b lacks certSign", ca.KeyUsage)
+	}
+	if !ca.NotBefore.Equal(now.Add(-Backdate)) || !ca.NotAfter.Equal(now.Add(time.Hour)) {
+		t.Errorf("valid %s to %s, want %s to %s", ca.NotBefore, ca.NotAfter, now.Add(-Backdate), now.Add(time.Hour))
 	}
 }

@@ -36,21 +36,11 @@ func generateCA(signerName string, now time.Time, validity time.Duration) (*CA, 
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate a CA key: %w", err)
 	}
-	serial, err := bundle.NewSerialNumber()
+	tmpl, err := bundle.CATemplate(pkix.Name{CommonName: signerName + " " + now.UTC().Format("2006-01-02T15:04:05Z"), Organization: []string{"trustsync"}}, now, validity)
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: signerName + " " + now.UTC().Format("2006-01-02T15:04:05Z"), Organization: []string{"trustsync"}},
-		NotBefore:             now.Add(-5 * time.Minute),
-		NotAfter:              now.Add(validity),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		PublicKey:             key.Public(),
-	}
+	tmpl.PublicKey = key.Public()
 	_, cert, err := pki.SignCertificate(tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, fmt.Errorf("failed to self-sign the CA for %s: %w", signerName, err)

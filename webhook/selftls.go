@@ -261,11 +261,11 @@ func (s *selfTLS) newSecret() (*corev1.Secret, error) {
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		Subject: pkix.Name{CommonName: "trustsync-webhook-ca"}, NotBefore: now.Add(-5 * time.Minute), NotAfter: now.Add(selfCAValidity),
-		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	caTmpl, err := bundle.CATemplate(pkix.Name{CommonName: "trustsync-webhook-ca"}, now, selfCAValidity)
+	if err != nil {
+		return nil, err
 	}
-	caDER, err := createCert(caTmpl, caTmpl, caKey.Public(), caKey)
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
 	if err != nil {
 		return nil, err
 	}
@@ -307,10 +307,14 @@ func (s *selfTLS) reissue(secret *corev1.Secret) error {
 	if err != nil {
 		return err
 	}
+	serial, err := bundle.NewSerialNumber()
+	if err != nil {
+		return err
+	}
 	now := s.clock.Now()
-	der, err := createCert(&x509.Certificate{
-		Subject: pkix.Name{CommonName: s.service + "." + s.namespace + ".svc"}, DNSNames: s.dnsNames(),
-		NotBefore: now.Add(-5 * time.Minute), NotAfter: now.Add(selfServingValidity),
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: s.service + "." + s.namespace + ".svc"}, DNSNames: s.dnsNames(),
+		NotBefore: now.Add(-bundle.Backdate), NotAfter: now.Add(selfServingValidity),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}, ca, key.Public(), signer)
 	if err != nil {
@@ -323,15 +327,6 @@ func (s *selfTLS) reissue(secret *corev1.Secret) error {
 	secret.Data[corev1.TLSCertKey] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	secret.Data[corev1.TLSPrivateKeyKey] = keyPEM
 	return nil
-}
-
-func createCert(tmpl, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) ([]byte, error) {
-	serial, err := bundle.NewSerialNumber()
-	if err != nil {
-		return nil, err
-	}
-	tmpl.SerialNumber = serial
-	return x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
 }
 
 // patchCABundles makes every webhook of the Validating and Mutating configurations
