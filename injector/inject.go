@@ -187,6 +187,11 @@ func targetContainers(pod *corev1.Pod, req *request, ownVolume string) ([]target
 			targets = append(targets, all[i])
 		}
 	}
+	if len(targets) == 0 && len(errs) == 0 {
+		// The API server refuses such a pod, but only after mutating admission, so
+		// the injector sees it first.
+		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "the pod has no container to mount the trust files into; add one, or drop "+AnnotationInject))
+	}
 	sslValue := path.Join(req.mountPath, req.sslCertFile)
 	for _, t := range targets {
 		for _, m := range t.c.VolumeMounts {
