@@ -41,10 +41,12 @@ func appendItems[T any](p *patch, path string, exists bool, items ...T) {
 	}
 }
 
-// escapeKey escapes a map key for a JSON pointer (RFC 6901).
-func escapeKey(k string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
-}
+// pointerEscaper escapes a map key for a JSON pointer (RFC 6901). A Replacer builds
+// its tables on first use, so it is made once: one per call was a tenth of the bytes
+// /mutate/pods allocated.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
+
+func escapeKey(k string) string { return pointerEscaper.Replace(k) }
 
 // JSON encodes the patch for an admission response.
 func (r *Result) JSON() ([]byte, error) {

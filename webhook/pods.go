@@ -2,12 +2,10 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trustsync/trustsync/injector"
 )
@@ -36,9 +34,9 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	if ar.Operation != kwhmodel.OperationCreate {
 		return a.skip(ar, "not a create"), nil
 	}
-	pod := &corev1.Pod{}
-	if err := json.Unmarshal(ar.NewObjectRaw, pod); err != nil {
-		return nil, fmt.Errorf("failed to decode the pod under review: %w", err)
+	pod, err := injector.DecodePod(ar.NewObjectRaw)
+	if err != nil {
+		return nil, err
 	}
 	var warnings []string
 	nsAnnotations, err := a.namespaces(ctx, ar.Namespace)

@@ -1,0 +1,131 @@
+package injector
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestDecodePod_InjectsAsTheFullPod is the guard on DecodePod's partial decoding: every
+// golden case, sent as the API server sends it (JSON), gets from Inject exactly the
+// same patch, warnings, skip reason or refusal whether the pod was decoded in full or
+// only in the fields Inject reads.
+func TestDecodePod_InjectsAsTheFullPod(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs: %v", err)
+	}
+	for _, in := range inputs {
+		t.Run(strings.TrimSuffix(filepath.Base(in), ".in.yaml"), func(t *testing.T) {
+			data, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var input goldenInput
+			if err := yaml.UnmarshalStrict(data, &input); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := json.Marshal(&input.Pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: input.DefaultMode, Policy: goldenPolicy}
+			assertSameInjection(t, raw, input.Namespace, input.NamespaceAnnotations, cfg)
+		})
+	}
+}
+
+// assertSameInjection injects the pod raw holds twice, decoded in full and by
+// DecodePod, and fails on any difference in what Inject says. A pod the full decoding
+// refuses (a wrong type in a field Inject skips) is no case: the API server sends only
+// pods it has decoded itself.
+func assertSameInjection(t *testing.T, raw []byte, namespace string, nsAnnotations map[string]string, cfg Config) {
+	t.Helper()
+	full := &corev1.Pod{}
+	fullErr := json.Unmarshal(raw, full)
+	partial, partialErr := DecodePod(raw)
+	// Partial decoding accepts more (a field it skips may hold anything), never less.
+	if fullErr == nil && partialErr != nil {
+		t.Fatalf("the full decoding accepts the pod, the partial one refuses it: %v", partialErr)
+	}
+	if fullErr != nil {
+		return
+	}
+	want, wantErr := Inject(full, namespace, nsAnnotations, cfg)
+	got, gotErr := Inject(partial, namespace, nsAnnotations, cfg)
+	if errString(gotErr) != errString(wantErr) {
+		t.Fatalf("partially decoded pod: error %q; fully decoded: %q", errString(gotErr), errString(wantErr))
+	}
+	if wantErr != nil {
+		return
+	}
+	wantPatch, err := want.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotPatch, err := got.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(gotPatch) != string(wantPatch) {
+		t.Errorf("partially decoded pod's patch:\n%s\nfully decoded pod's patch:\n%s", gotPatch, wantPatch)
+	}
+	if got.Skipped != want.Skipped || !reflect.DeepEqual(got.Warnings, want.Warnings) {
+		t.Errorf("partially decoded pod: skipped %q, warnings %q; fully decoded: skipped %q, warnings %q", got.Skipped, got.Warnings, want.Skipped, want.Warnings)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestDecodePod_RefusesWhatIsNotAPod(t *testing.T) {
+	for _, tc := range []struct{ name, raw string }{
+		{"not JSON", `{"metadata":`},
+		{"a list where an object belongs", `{"spec":{"containers":{"name":"app"}}}`},
+		{"a number where annotations belong", `{"metadata":{"annotations":{"trustsync.io/inject":true}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := DecodePod([]byte(tc.raw)); err == nil || !strings.Contains(err.Error(), "failed to decode the pod under review") {
+				t.Fatalf("error %v, want one saying the pod could not be decoded", err)
+			}
+		})
+	}
+}
+
+// FuzzDecodePod feeds arbitrary pod JSON (seeded with every golden pod) to both
+// decodings: whatever the full decoding accepts, Inject must treat the same.
+func FuzzDecodePod(f *testing.F) {
+	inputs, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, in := range inputs {
+		data, err := os.ReadFile(in)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var input goldenInput
+		if err := yaml.UnmarshalStrict(data, &input); err != nil {
+			f.Fatal(err)
+		}
+		raw, err := json.Marshal(&input.Pod)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(raw)
+	}
+	cfg := Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", Policy: goldenPolicy}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		assertSameInjection(t, raw, "apps", nil, cfg)
+	})
+}
