@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,4 +169,69 @@ func BenchmarkNoopWebhook_Handler(b *testing.B) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(body)))
 	}
+}
+
+// BenchmarkMutatePodsVsNoop_HTTPS is the side-by-side run: injection and the no-op
+// floor, as above, alternate in one-second rounds (eight pairs), so that a machine
+// whose speed drifts (a shared VM) slows both alike; it reports the median of the
+// per-pair throughput ratios and each side's median reviews per second.
+func BenchmarkMutatePodsVsNoop_HTTPS(b *testing.B) {
+	s := podServer(b, nil)
+	body := podReviewBody(b)
+	mutate, noop := httptest.NewTLSServer(s.handler), httptest.NewTLSServer(noopWebhook())
+	defer mutate.Close()
+	defer noop.Close()
+	for b.Loop() {
+		var ratios, mutated, floor []float64
+		for range 8 {
+			m := reviewsPerSecond(b, mutate, body, time.Second)
+			n := reviewsPerSecond(b, noop, body, time.Second)
+			mutated, floor, ratios = append(mutated, m), append(floor, n), append(ratios, m/n)
+		}
+		b.ReportMetric(median(ratios), "ratio")
+		b.ReportMetric(median(mutated), "inject-reviews/s")
+		b.ReportMetric(median(floor), "noop-reviews/s")
+	}
+}
+
+// reviewsPerSecond drives srv with 8 keep-alive clients for d and returns the rate of
+// reviews answered.
+func reviewsPerSecond(b *testing.B, srv *httptest.Server, body []byte, d time.Duration) float64 {
+	client := srv.Client()
+	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				resp, err := client.Post(srv.URL+routeMutatePods, "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("HTTP %d", resp.StatusCode)
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(answered.Load()) / time.Since(start).Seconds()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

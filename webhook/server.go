@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	kwhhttp "github.com/slok/kubewebhook/v2/pkg/http"
 	kwhprometheus "github.com/slok/kubewebhook/v2/pkg/metrics/prometheus"
 	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 	kwhmutating "github.com/slok/kubewebhook/v2/pkg/webhook/mutating"
@@ -106,11 +105,8 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("failed to build webhook %s: %w", r.path, err)
 		}
-		h, err := kwhhttp.HandlerFor(kwhhttp.HandlerConfig{Webhook: kwhwebhook.NewMeasuredWebhook(boundedRecorder{next: recorder}, wh), Logger: logger})
-		if err != nil {
-			return nil, err
-		}
-		router.Handle(r.path, timed(metrics, r.path, budget.limit(guarded(h)))).Methods(http.MethodPost)
+		h := reviewHandler{webhook: kwhwebhook.NewMeasuredWebhook(boundedRecorder{next: recorder}, wh)}
+		router.Handle(r.path, timed(metrics, r.path, budget.limit(h))).Methods(http.MethodPost)
 	}
 
 	router.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -123,21 +119,6 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	})
 	router.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	return router, nil
-}
-
-// guarded answers 400 where the admission library panics on a malformed review:
-// kubewebhook v2.7.0 dereferences a missing "request". The API server never sends
-// one, but anything that can reach the port can.
-func guarded(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if p := recover(); p != nil {
-				klog.V(2).InfoS("Refused a malformed admission review", "path", r.URL.Path, "panic", p)
-				http.Error(w, fmt.Sprintf("malformed AdmissionReview (is \"request\" missing?): %v", p), http.StatusBadRequest)
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // timed records a route's latency, and errors (HTTP 5xx) as the error outcome.
