@@ -88,7 +88,9 @@ bench-node: controlplane node build
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzValidateTrustBundle$$' -fuzztime=$(FUZZTIME) ./bundle/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeCertificates$$' -fuzztime=$(FUZZTIME) ./bundle/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEdited$$' -fuzztime=$(FUZZTIME) ./bundle/
 	$(GO) test -run='^$$' -fuzz='^FuzzInject$$' -fuzztime=$(FUZZTIME) ./injector/
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodePod$$' -fuzztime=$(FUZZTIME) ./injector/
 	$(GO) test -run='^$$' -fuzz='^FuzzAdmissionReview$$' -fuzztime=$(FUZZTIME) ./webhook/
 
 # One image holds all three binaries. The Dockerfile builds it where a container engine

@@ -139,18 +139,29 @@ func ParseCertificates(data []byte) ([]*x509.Certificate, error) {
 func eachCertificate(data []byte, visit func(*x509.Certificate)) error {
 	rest := data
 	for i := 0; ; i++ {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			return nil
-		}
-		if block.Type != certificateBlockType {
-			return &InvalidPEMError{Index: i, Reason: fmt.Sprintf("has type %q; only CERTIFICATE blocks are allowed in trust sources, so the whole source was refused", block.Type)}
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return &InvalidPEMError{Index: i, Reason: fmt.Sprintf("does not parse as X.509: %v", err)}
+		cert, next, err := nextCertificate(rest, i)
+		if cert == nil || err != nil {
+			return err
 		}
 		visit(cert)
+		rest = next
 	}
+}
+
+// nextCertificate decodes the next PEM block of data, the i-th of its text, with the
+// trust sources' rules: a block that is not a CERTIFICATE, or does not parse as X.509,
+// refuses the source. At the end of the blocks it returns no certificate.
+func nextCertificate(data []byte, i int) (*x509.Certificate, []byte, error) {
+	block, rest := pem.Decode(data)
+	if block == nil {
+		return nil, nil, nil
+	}
+	if block.Type != certificateBlockType {
+		return nil, nil, &InvalidPEMError{Index: i, Reason: fmt.Sprintf("has type %q; only CERTIFICATE blocks are allowed in trust sources, so the whole source was refused", block.Type)}
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, &InvalidPEMError{Index: i, Reason: fmt.Sprintf("does not parse as X.509: %v", err)}
+	}
+	return cert, rest, nil
 }

@@ -3,8 +3,6 @@ package bundle
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/pem"
 	"slices"
 )
 
@@ -13,12 +11,12 @@ import (
 // same bytes: across restarts, replicas and the order sources arrived in. (The
 // kubelet shuffles instead, which rewrites files for no reason.)
 type Pool struct {
-	anchors map[[sha256.Size]byte][]byte
+	anchors map[[sha256.Size]byte]*Anchor
 }
 
 // NewPool returns an empty pool.
 func NewPool() *Pool {
-	return &Pool{anchors: map[[sha256.Size]byte][]byte{}}
+	return &Pool{anchors: map[[sha256.Size]byte]*Anchor{}}
 }
 
 // AddDER adds one certificate and reports whether it was new. The pool keeps der;
@@ -28,7 +26,17 @@ func (p *Pool) AddDER(der []byte) bool {
 	if _, ok := p.anchors[sum]; ok {
 		return false
 	}
-	p.anchors[sum] = der
+	p.anchors[sum] = NewAnchor(der)
+	return true
+}
+
+// AddAnchor adds a decoded anchor, hashed and encoded already, and reports whether it
+// was new.
+func (p *Pool) AddAnchor(a *Anchor) bool {
+	if _, ok := p.anchors[a.Sum]; ok {
+		return false
+	}
+	p.anchors[a.Sum] = a
 	return true
 }
 
@@ -47,43 +55,46 @@ func (p *Pool) AddPEM(data []byte) error {
 
 // AddPool adds every anchor of other.
 func (p *Pool) AddPool(other *Pool) {
-	for sum, der := range other.anchors {
-		p.anchors[sum] = der
+	for sum, a := range other.anchors {
+		p.anchors[sum] = a
 	}
 }
 
 // Len returns the number of distinct anchors.
 func (p *Pool) Len() int { return len(p.anchors) }
 
+// sorted returns the anchors in the pool's canonical order.
+func (p *Pool) sorted() []*Anchor {
+	out := make([]*Anchor, 0, len(p.anchors))
+	for _, a := range p.anchors {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b *Anchor) int { return bytes.Compare(a.Sum[:], b.Sum[:]) })
+	return out
+}
+
 // DER returns the anchors in the pool's canonical order.
 func (p *Pool) DER() [][]byte {
-	sums := make([][sha256.Size]byte, 0, len(p.anchors))
-	for sum := range p.anchors {
-		sums = append(sums, sum)
-	}
-	slices.SortFunc(sums, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
-	out := make([][]byte, len(sums))
-	for i, sum := range sums {
-		out[i] = p.anchors[sum]
+	anchors := p.sorted()
+	out := make([][]byte, len(anchors))
+	for i, a := range anchors {
+		out[i] = a.DER
 	}
 	return out
 }
 
 // PEM encodes the anchors in canonical order as CERTIFICATE blocks (64-column base64,
-// a newline after each block), into one buffer sized up front.
+// a newline after each block): each anchor's block was encoded when it was decoded,
+// so this only joins them.
 func (p *Pool) PEM() []byte {
-	ders := p.DER()
+	anchors := p.sorted()
 	size := 0
-	for _, der := range ders {
-		// Header and footer lines, base64 text, and one newline per 64 columns.
-		b64 := base64.StdEncoding.EncodedLen(len(der))
-		size += len("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n") + b64 + b64/64 + 1
+	for _, a := range anchors {
+		size += len(a.pem)
 	}
-	var buf bytes.Buffer
-	buf.Grow(size)
-	for _, der := range ders {
-		// Writing to a bytes.Buffer cannot fail.
-		_ = pem.Encode(&buf, &pem.Block{Type: certificateBlockType, Bytes: der})
+	out := make([]byte, 0, size)
+	for _, a := range anchors {
+		out = append(out, a.pem...)
 	}
-	return buf.Bytes()
+	return out
 }

@@ -97,8 +97,8 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 		for _, c := range step.want {
 			wantPool.AddDER(c.Cert.Raw)
 		}
-		for _, der := range got {
-			gotPool.AddDER(der)
+		for _, a := range got {
+			gotPool.AddDER(a.DER)
 		}
 		if string(gotPool.PEM()) != string(wantPool.PEM()) {
 			t.Errorf("%s: anchors =\n%s\nwant\n%s", step.name, gotPool.PEM(), wantPool.PEM())

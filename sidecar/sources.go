@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,7 +31,7 @@ func isNotFound(err error) bool {
 
 // anchorSource gives one sources-list item's anchors from what is being watched.
 type anchorSource interface {
-	anchors(d *decoder) ([][]byte, error)
+	anchors(d *decoder) ([]*tsbundle.Anchor, error)
 }
 
 // pathGroup is every item writing one file.
@@ -70,41 +69,43 @@ func groupByPath(sources []contract.Source) []pathGroup {
 	return groups
 }
 
-// decoder caches each distinct PEM text's certificates, so an update to one bundle
-// does not re-parse every other. Entries unused in a sync are dropped after it.
+// decoder keeps each source's last decoding (a bundle object's, a ConfigMap key's), so
+// that a sync decodes only what changed: nothing for a source whose text is as it was,
+// and for an edited one only the blocks the edit touched (tsbundle.DecodeEdited). A
+// source unused in a sync is forgotten after it.
 type decoder struct {
-	mu   sync.Mutex
-	seen map[[sha256.Size]byte][][]byte
-	used map[[sha256.Size]byte][][]byte
+	mu         sync.Mutex
+	last, used map[string]*tsbundle.Decoding
 }
 
 func newDecoder() *decoder {
-	return &decoder{seen: map[[sha256.Size]byte][][]byte{}, used: map[[sha256.Size]byte][][]byte{}}
+	return &decoder{last: map[string]*tsbundle.Decoding{}, used: map[string]*tsbundle.Decoding{}}
 }
 
-func (d *decoder) decode(pem string) ([][]byte, error) {
+// decode returns the anchors of text, the current content of the source named source.
+func (d *decoder) decode(source, text string) ([]*tsbundle.Anchor, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	key := sha256.Sum256([]byte(pem))
-	if ders, ok := d.used[key]; ok {
-		return ders, nil
+	if dec, ok := d.used[source]; ok && dec.Text() == text {
+		return dec.Anchors(), nil
 	}
-	ders, ok := d.seen[key]
-	if !ok {
-		var err error
-		if ders, err = tsbundle.DecodeCertificates([]byte(pem)); err != nil {
-			return nil, err
+	dec, err := tsbundle.DecodeEdited(text, d.last[source])
+	if err != nil {
+		// Keep the last good decoding as the base for the edit that mends this one.
+		if base, ok := d.last[source]; ok {
+			d.used[source] = base
 		}
+		return nil, err
 	}
-	d.used[key] = ders
-	return ders, nil
+	d.used[source] = dec
+	return dec.Anchors(), nil
 }
 
-// endSync forgets what the last sync did not use.
+// endSync forgets the sources the last sync did not use.
 func (d *decoder) endSync() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.seen, d.used = d.used, map[[sha256.Size]byte][][]byte{}
+	d.last, d.used = d.used, map[string]*tsbundle.Decoding{}
 }
 
 // bundleSource is a name or signerName item, watched in every served API: readers
@@ -115,8 +116,8 @@ type bundleSource struct {
 	stores   []cache.Store
 }
 
-func (s *bundleSource) anchors(d *decoder) ([][]byte, error) {
-	var out [][]byte
+func (s *bundleSource) anchors(d *decoder) ([]*tsbundle.Anchor, error) {
+	var out []*tsbundle.Anchor
 	matched := 0
 	for _, store := range s.stores {
 		for _, obj := range store.List() {
@@ -124,11 +125,12 @@ func (s *bundleSource) anchors(d *decoder) ([][]byte, error) {
 			if !s.match(b) {
 				continue
 			}
-			ders, err := d.decode(b.Spec.TrustBundle)
+			// By UID: the native and the mirror object are different sources.
+			anchors, err := d.decode("ClusterTrustBundle "+string(b.UID)+" "+b.Name, b.Spec.TrustBundle)
 			if err != nil {
 				return nil, fmt.Errorf("ClusterTrustBundle %q: %w", b.Name, err)
 			}
-			out = append(out, ders...)
+			out = append(out, anchors...)
 			matched++
 		}
 	}
@@ -155,7 +157,7 @@ type objectSource struct {
 	store                      cache.Store
 }
 
-func (s *objectSource) anchors(d *decoder) ([][]byte, error) {
+func (s *objectSource) anchors(d *decoder) ([]*tsbundle.Anchor, error) {
 	obj, ok, err := s.store.GetByKey(s.namespace + "/" + s.name)
 	if err != nil {
 		return nil, err
@@ -184,14 +186,14 @@ func (s *objectSource) anchors(d *decoder) ([][]byte, error) {
 	if !has {
 		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s has no key %q", s.kind, s.namespace, s.name, s.key)}
 	}
-	ders, err := d.decode(value)
+	anchors, err := d.decode(fmt.Sprintf("%s %s/%s %s", s.kind, s.namespace, s.name, s.key), value)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s/%s key %q: %w", s.kind, s.namespace, s.name, s.key, err)
 	}
-	if len(ders) == 0 {
+	if len(anchors) == 0 {
 		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s key %q holds no certificate", s.kind, s.namespace, s.name, s.key)}
 	}
-	return ders, nil
+	return anchors, nil
 }
 
 // defaultCAsSource is the public web roots. Roots that carry a distrust-after
@@ -199,17 +201,17 @@ func (s *objectSource) anchors(d *decoder) ([][]byte, error) {
 // them would trust certificates issued after their distrust date.
 type defaultCAsSource struct{}
 
-var publicRoots = sync.OnceValue(func() [][]byte {
-	var ders [][]byte
+var publicRoots = sync.OnceValue(func() []*tsbundle.Anchor {
+	var anchors []*tsbundle.Anchor
 	for r := range bundle.Roots() {
 		if r.Constraint == nil {
-			ders = append(ders, r.Certificate)
+			anchors = append(anchors, tsbundle.NewAnchor(r.Certificate))
 		}
 	}
-	return ders
+	return anchors
 })
 
-func (defaultCAsSource) anchors(*decoder) ([][]byte, error) { return publicRoots(), nil }
+func (defaultCAsSource) anchors(*decoder) ([]*tsbundle.Anchor, error) { return publicRoots(), nil }
 
 // objectListWatch lists and watches one named ConfigMap or Secret: RBAC can grant
 // list and watch on a resourceName when the request selects that name.

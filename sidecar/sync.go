@@ -129,11 +129,11 @@ func (s *syncer) render(g pathGroup) ([]byte, int, error) {
 	pool := tsbundle.NewPool()
 	var errs []error
 	for _, it := range g.items {
-		ders, err := it.from.anchors(s.decoder)
+		anchors, err := it.from.anchors(s.decoder)
 		switch {
 		case err == nil:
-			for _, der := range ders {
-				pool.AddDER(der)
+			for _, a := range anchors {
+				pool.AddAnchor(a)
 			}
 		case isNotFound(err) && it.source.Optional:
 		default:
