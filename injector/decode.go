@@ -1,7 +1,7 @@
 package injector
 
 import (
-	"encoding/json"
+	jsonv2 "github.com/go-json-experiment/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,13 +15,15 @@ import (
 // building it. The pod returned holds those fields alone (nil and empty lists kept
 // apart, as the patch's paths depend on it), so it is for Inject, not for anything
 // that reads more. A field it skips is not type-checked either; the API server sends
-// only pods it has decoded itself, so that costs nothing.
+// only pods it has decoded itself, so that costs nothing. It decodes with the JSON v2
+// decoder (as the webhook decodes reviews; see decodeReview there), whose names are
+// case-sensitive and unique, as in the JSON the API server writes.
 //
 // Whoever makes Inject read another field adds it here: TestDecodePod_InjectsAsTheFullPod
 // runs every golden case through both decodings and fails on any difference.
 func DecodePod(raw []byte) (*corev1.Pod, error) {
 	var in admittedPod
-	if err := json.Unmarshal(raw, &in); err != nil {
+	if err := jsonv2.Unmarshal(raw, &in); err != nil {
 		return nil, fmt.Errorf("failed to decode the pod under review: %w", err)
 	}
 	pod := &corev1.Pod{

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -42,20 +43,27 @@ func TestDecodePod_InjectsAsTheFullPod(t *testing.T) {
 }
 
 // assertSameInjection injects the pod raw holds twice, decoded in full and by
-// DecodePod, and fails on any difference in what Inject says. A pod the full decoding
-// refuses (a wrong type in a field Inject skips) is no case: the API server sends only
-// pods it has decoded itself.
+// DecodePod, and fails on any difference in what Inject says. The pod is sent as the
+// API server sends it: decoded in full, case-sensitively, and written out again. Input
+// the full decoding refuses is no case, since the API server sends only pods it has
+// decoded itself.
 func assertSameInjection(t *testing.T, raw []byte, namespace string, nsAnnotations map[string]string, cfg Config) {
 	t.Helper()
-	full := &corev1.Pod{}
-	fullErr := json.Unmarshal(raw, full)
-	partial, partialErr := DecodePod(raw)
-	// Partial decoding accepts more (a field it skips may hold anything), never less.
-	if fullErr == nil && partialErr != nil {
-		t.Fatalf("the full decoding accepts the pod, the partial one refuses it: %v", partialErr)
-	}
-	if fullErr != nil {
+	var sent corev1.Pod
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &sent); err != nil {
 		return
+	}
+	canonical, err := json.Marshal(&sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := &corev1.Pod{}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(canonical, full); err != nil {
+		t.Fatal(err)
+	}
+	partial, err := DecodePod(canonical)
+	if err != nil {
+		t.Fatalf("the API server's JSON of a pod is refused: %v\n%s", err, canonical)
 	}
 	want, wantErr := Inject(full, namespace, nsAnnotations, cfg)
 	got, gotErr := Inject(partial, namespace, nsAnnotations, cfg)

@@ -182,6 +182,10 @@ func BenchmarkPodReviews_PeakRSS(b *testing.B) {
 		if err := w.Start(); err != nil {
 			b.Fatal(err)
 		}
+		idle, err := procStatusKiB(w.Process.Pid(), "VmRSS:")
+		if err != nil {
+			b.Fatal(err)
+		}
 		client := w.Client()
 		// Keep-alive, as the API server keeps its connections to a webhook.
 		client.Transport.(*http.Transport).DisableKeepAlives = false
@@ -217,6 +221,7 @@ func BenchmarkPodReviews_PeakRSS(b *testing.B) {
 		if failed.get() > 0 {
 			b.Errorf("%d reviews were not answered with a patch", failed.get())
 		}
+		b.ReportMetric(float64(idle)/1024, "idle-MiB")
 		b.ReportMetric(float64(hwm)/1024, "peak-MiB")
 		b.ReportMetric(float64(answered.get())/10, "reviews/s")
 	}
