@@ -196,3 +196,31 @@ func waitForBundle(b *testing.B, cp *controlplane.ControlPlane, name string) {
 	}
 	b.Fatalf("bundle %s never published", name)
 }
+
+// BenchmarkSignerAPIServerCost measures what issuing certificates costs the API
+// server: trustsync-signer at its default limits issues 300 certificates (each CSR
+// created and approved by the benchmark, as a sidecar and an approver would), and the
+// figures are per certificate: API requests (the create, the approval and the signer's
+// status write), and kube-apiserver and etcd CPU time.
+func BenchmarkSignerAPIServerCost(b *testing.B) {
+	const n = 300
+	cp := planes.Get(b, true)
+	p := startBenchSigner(b, cp, nil)
+	defer p.Stop(10 * time.Second)
+	for i := 0; b.Loop(); i++ {
+		before, err := cp.Usage(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := issueAll(b, cp, "example.com/bench", "cost-"+strconv.Itoa(i), n)
+		after, err := cp.Usage(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		u := after.Sub(before)
+		b.ReportMetric(float64(n)/took.Seconds(), "issued/s")
+		b.ReportMetric(u.Requests/n, "requests/cert")
+		b.ReportMetric(float64(u.APIServerCPU.Microseconds())/1000/n, "apiserver-cpu-ms/cert")
+		b.ReportMetric(float64(u.EtcdCPU.Microseconds())/1000/n, "etcd-cpu-ms/cert")
+	}
+}
