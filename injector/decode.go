@@ -1,9 +1,9 @@
 package injector
 
 import (
-	jsonv2 "github.com/go-json-experiment/json"
 	"fmt"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
