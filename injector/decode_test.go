@@ -18,20 +18,8 @@ import (
 // same patch, warnings, skip reason or refusal whether the pod was decoded in full or
 // only in the fields Inject reads.
 func TestDecodePod_InjectsAsTheFullPod(t *testing.T) {
-	inputs, err := filepath.Glob("testdata/*.in.yaml")
-	if err != nil || len(inputs) == 0 {
-		t.Fatalf("no golden inputs: %v", err)
-	}
-	for _, in := range inputs {
-		t.Run(strings.TrimSuffix(filepath.Base(in), ".in.yaml"), func(t *testing.T) {
-			data, err := os.ReadFile(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var input goldenInput
-			if err := yaml.UnmarshalStrict(data, &input); err != nil {
-				t.Fatal(err)
-			}
+	for name, input := range goldenInputs(t) {
+		t.Run(name, func(t *testing.T) {
 			raw, err := json.Marshal(&input.Pod)
 			if err != nil {
 				t.Fatal(err)
@@ -40,6 +28,28 @@ func TestDecodePod_InjectsAsTheFullPod(t *testing.T) {
 			assertSameInjection(t, raw, input.Namespace, input.NamespaceAnnotations, cfg)
 		})
 	}
+}
+
+// goldenInputs reads every testdata/<case>.in.yaml, by case name.
+func goldenInputs(tb testing.TB) map[string]goldenInput {
+	tb.Helper()
+	files, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no golden inputs: %v", err)
+	}
+	inputs := map[string]goldenInput{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var input goldenInput
+		if err := yaml.UnmarshalStrict(data, &input); err != nil {
+			tb.Fatalf("%s: %v", file, err)
+		}
+		inputs[strings.TrimSuffix(filepath.Base(file), ".in.yaml")] = input
+	}
+	return inputs
 }
 
 // assertSameInjection injects the pod raw holds twice, decoded in full and by
@@ -113,19 +123,7 @@ func TestDecodePod_RefusesWhatIsNotAPod(t *testing.T) {
 // FuzzDecodePod feeds arbitrary pod JSON (seeded with every golden pod) to both
 // decodings: whatever the full decoding accepts, Inject must treat the same.
 func FuzzDecodePod(f *testing.F) {
-	inputs, err := filepath.Glob("testdata/*.in.yaml")
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, in := range inputs {
-		data, err := os.ReadFile(in)
-		if err != nil {
-			f.Fatal(err)
-		}
-		var input goldenInput
-		if err := yaml.UnmarshalStrict(data, &input); err != nil {
-			f.Fatal(err)
-		}
+	for _, input := range goldenInputs(f) {
 		raw, err := json.Marshal(&input.Pod)
 		if err != nil {
 			f.Fatal(err)

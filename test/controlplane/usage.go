@@ -56,7 +56,7 @@ func (cp *ControlPlane) Usage(ctx context.Context) (Usage, error) {
 	if u.EtcdCPU, err = cpuTime(cp.etcd.Pid()); err != nil {
 		return Usage{}, err
 	}
-	rss, err := statusKiB(cp.apiserver.Pid(), "VmRSS:")
+	rss, err := ProcStatusKiB(cp.apiserver.Pid(), "VmRSS:")
 	u.APIServerRSS = int64(rss) << 10
 	return u, err
 }
@@ -86,7 +86,8 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
-func statusKiB(pid int, field string) (int, error) {
+// ProcStatusKiB reads one KiB field (VmRSS:, VmHWM:) of /proc/<pid>/status.
+func ProcStatusKiB(pid int, field string) (int, error) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err

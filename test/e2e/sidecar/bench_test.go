@@ -47,44 +47,12 @@ func benchPropagation(b *testing.B, n int) {
 	}
 	defer func() { _ = primary.Delete(context.Background(), name, metav1.DeleteOptions{}) }()
 
-	// The sidecars' logs would be N lines per update; the benchmark measures, not reads.
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	defer klog.LogToStderr(true)
-
-	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-		b.Fatal(err)
-	}
+	dirs := startSidecars(b, cp, name, n)
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer watcher.Close()
-	// Injected pods write to a memory-backed emptyDir, which is tmpfs; so do these.
-	root := tmpfsDir(b)
-	dirs := make([]string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		dirs[i] = filepath.Join(root, strconv.Itoa(i))
-		if err := os.Mkdir(dirs[i], 0o755); err != nil {
-			b.Fatal(err)
-		}
-		o := sidecar.NewOptions()
-		o.Kubeconfig, o.PodNamespace = kubeconfig, namespace
-		o.Spec = contract.Spec{Dir: dirs[i], Sources: []contract.Source{{Name: name, Path: "ca.pem"}}}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sidecar.Run(ctx, o); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
 	waitAll(b, dirs, merged(versions[0]...))
 	for _, d := range dirs {
 		if err := watcher.Add(d); err != nil {
@@ -114,6 +82,45 @@ func benchPropagation(b *testing.B, n int) {
 	b.ReportMetric(ms(latencies[m/2]), "p50-ms")
 	b.ReportMetric(ms(latencies[m*99/100]), "p99-ms")
 	b.ReportMetric(ms(latencies[m-1]), "max-ms")
+}
+
+// startSidecars runs n sidecars in this process until the benchmark ends, each with
+// its own clients and its own directory on tmpfs (as an injected pod's memory-backed
+// emptyDir is), all writing the bundle named name to ca.pem. Their logs are dropped:
+// n lines per update would measure the terminal.
+func startSidecars(b *testing.B, cp *controlplane.ControlPlane, name string, n int) []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		b.Fatal(err)
+	}
+	root := tmpfsDir(b)
+	dirs := make([]string, n)
+	var wg sync.WaitGroup
+	b.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		klog.LogToStderr(true)
+	})
+	for i := range n {
+		dirs[i] = filepath.Join(root, strconv.Itoa(i))
+		if err := os.Mkdir(dirs[i], 0o755); err != nil {
+			b.Fatal(err)
+		}
+		o := sidecar.NewOptions()
+		o.Kubeconfig, o.PodNamespace = kubeconfig, namespace
+		o.Spec = contract.Spec{Dir: dirs[i], Sources: []contract.Source{{Name: name, Path: "ca.pem"}}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sidecar.Run(ctx, o); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	return dirs
 }
 
 // tmpfsDir returns a fresh directory on tmpfs (/dev/shm), or fails: a disk-backed

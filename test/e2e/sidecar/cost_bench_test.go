@@ -3,21 +3,14 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/sidecar"
-	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -51,36 +44,7 @@ func benchAPIServerCost(b *testing.B, n int) {
 	}
 	defer func() { _ = primary.Delete(context.Background(), name, metav1.DeleteOptions{}) }()
 
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	defer klog.LogToStderr(true)
-	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-		b.Fatal(err)
-	}
-	root := tmpfsDir(b)
-	dirs := make([]string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		dirs[i] = filepath.Join(root, strconv.Itoa(i))
-		if err := os.Mkdir(dirs[i], 0o755); err != nil {
-			b.Fatal(err)
-		}
-		o := sidecar.NewOptions()
-		o.Kubeconfig, o.PodNamespace = kubeconfig, namespace
-		o.Spec = contract.Spec{Dir: dirs[i], Sources: []contract.Source{{Name: name, Path: "ca.pem"}}}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sidecar.Run(ctx, o); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
+	dirs := startSidecars(b, cp, name, n)
 	waitAll(b, dirs, merged(versions[0]...))
 	// Let the start-up burst (lists, discovery, Events) drain out of the figures.
 	time.Sleep(5 * time.Second)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/test/controlplane"
 )
 
 // largeReview is a pod review of just under the 6 MiB limit: an injectable pod with
@@ -34,6 +34,11 @@ func largeReview(b *testing.B) []byte {
 		}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
 	}
+	return createReview(b, pod, "apps")
+}
+
+// createReview is the API server's review of creating pod in namespace.
+func createReview(b *testing.B, pod *corev1.Pod, namespace string) []byte {
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		b.Fatal(err)
@@ -41,8 +46,8 @@ func largeReview(b *testing.B) []byte {
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
-			UID: types.UID("big"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "apps",
+			UID: types.UID("review-of-" + pod.Name + pod.GenerateName), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: namespace,
 			Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
 		},
 	})
@@ -92,7 +97,7 @@ func BenchmarkLargeReviews_PeakRSS(b *testing.B) {
 						}()
 					}
 					wg.Wait()
-					hwm, err := procStatusKiB(w.Process.Pid(), "VmHWM:")
+					hwm, err := controlplane.ProcStatusKiB(w.Process.Pid(), "VmHWM:")
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -107,19 +112,6 @@ func BenchmarkLargeReviews_PeakRSS(b *testing.B) {
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
-}
-
-func procStatusKiB(pid int, field string) (int, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			return strconv.Atoi(f[1])
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // podReview is a review of an ordinary injectable pod, as a Deployment's pods are
@@ -143,22 +135,7 @@ func podReview(b *testing.B, namespace string) []byte {
 			Volumes:    []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 		},
 	}
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID: types.UID("pod"), Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: namespace,
-			Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: raw},
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return body
+	return createReview(b, pod, namespace)
 }
 
 // BenchmarkPodReviews_PeakRSS drives a freshly started trustsync-webhook process (as
@@ -182,7 +159,7 @@ func BenchmarkPodReviews_PeakRSS(b *testing.B) {
 		if err := w.Start(); err != nil {
 			b.Fatal(err)
 		}
-		idle, err := procStatusKiB(w.Process.Pid(), "VmRSS:")
+		idle, err := controlplane.ProcStatusKiB(w.Process.Pid(), "VmRSS:")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -214,7 +191,7 @@ func BenchmarkPodReviews_PeakRSS(b *testing.B) {
 			}()
 		}
 		wg.Wait()
-		hwm, err := procStatusKiB(w.Process.Pid(), "VmHWM:")
+		hwm, err := controlplane.ProcStatusKiB(w.Process.Pid(), "VmHWM:")
 		if err != nil {
 			b.Fatal(err)
 		}
