@@ -6,6 +6,7 @@ package policy
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -71,7 +72,26 @@ type Signer struct {
 	TrustDomain string `json:"trustDomain,omitempty"`
 	// Approval configures the signer's approver; nil leaves its CSRs to others.
 	Approval *Approval `json:"approval,omitempty"`
+	// KeyTypes are the key types the signer issues PodCertificateRequests for, named
+	// as the podCertificate volume's keyType; a request for another is denied as
+	// UnsupportedKeyType. Default: every type Kubernetes allows.
+	KeyTypes []string `json:"keyTypes,omitempty"`
 }
+
+// The key types of a podCertificate volume (PodCertificateRequest's stub request), as
+// Kubernetes names them.
+const (
+	KeyECDSAP256 = "ECDSAP256"
+	KeyECDSAP384 = "ECDSAP384"
+	KeyECDSAP521 = "ECDSAP521"
+	KeyED25519   = "ED25519"
+	KeyRSA3072   = "RSA3072"
+	KeyRSA4096   = "RSA4096"
+)
+
+// PodCertificateKeyTypes are every key type Kubernetes allows in a
+// PodCertificateRequest, the default of a signer's keyTypes.
+var PodCertificateKeyTypes = []string{KeyECDSAP256, KeyECDSAP384, KeyECDSAP521, KeyED25519, KeyRSA3072, KeyRSA4096}
 
 // Approval holds what the signer's approver allows a ServiceAccount to ask for.
 type Approval struct {
@@ -180,6 +200,9 @@ func (p *Policy) setDefaults() {
 		if s.OverMaximum == "" {
 			s.OverMaximum = Clamp
 		}
+		if s.KeyTypes == nil {
+			s.KeyTypes = slices.Clone(PodCertificateKeyTypes)
+		}
 		if a := s.Approval; a != nil {
 			defaults := DefaultApproval()
 			if a.DNSNames == nil {
@@ -239,6 +262,14 @@ func (s Signer) validate(path *field.Path) field.ErrorList {
 			where = path.Child("approval", "trustDomain")
 		}
 		errs = append(errs, field.Invalid(where, s.TrustDomain, "must be a SPIFFE trust domain such as cluster.local (no scheme, port or path)"))
+	}
+	for i, k := range s.KeyTypes {
+		if !slices.Contains(PodCertificateKeyTypes, k) {
+			errs = append(errs, field.NotSupported(path.Child("keyTypes").Index(i), k, PodCertificateKeyTypes))
+		}
+	}
+	if s.KeyTypes != nil && len(s.KeyTypes) == 0 {
+		errs = append(errs, field.Required(path.Child("keyTypes"), "must list at least one key type, or be left out for all of them"))
 	}
 	if a := s.Approval; a != nil {
 		if a.TrustDomain != "" && a.TrustDomain != s.TrustDomain {

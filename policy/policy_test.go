@@ -43,6 +43,9 @@ signers:
 	if short.TrustDomain != "cluster.local" {
 		t.Errorf("a signer without approval has trust domain %q, want the default", short.TrustDomain)
 	}
+	if got := strings.Join(w.KeyTypes, ","); got != "ECDSAP256,ECDSAP384,ECDSAP521,ED25519,RSA3072,RSA4096" {
+		t.Errorf("default keyTypes %s, want every type Kubernetes allows", got)
+	}
 	if len(p.Warnings) != 0 {
 		t.Errorf("warnings %q for a policy in the current shape", p.Warnings)
 	}
@@ -91,6 +94,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"a maximum under the minimum", head + "signers:\n- signerName: a.io/b\n  minExpirationSeconds: 7200\n  maxExpirationSeconds: 3600\n", "signers[0].maxExpirationSeconds: Invalid value: 3600: must not be less than minExpirationSeconds (7200)"},
 		{"a default outside the bounds", head + "signers:\n- signerName: a.io/b\n  defaultExpirationSeconds: 9999999\n", "signers[0].defaultExpirationSeconds: Invalid value: 9999999: must be between minExpirationSeconds (600) and maxExpirationSeconds (604800)"},
 		{"an unknown overMaximum", head + "signers:\n- signerName: a.io/b\n  overMaximum: Truncate\n", `signers[0].overMaximum: Unsupported value: "Truncate": supported values: "Clamp", "Reject"`},
+		{"a key type Kubernetes does not allow", head + "signers:\n- signerName: a.io/b\n  keyTypes: [ECDSAP256, RSA2048]\n", `signers[0].keyTypes[1]: Unsupported value: "RSA2048": supported values: "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519", "RSA3072", "RSA4096"`},
+		{"an empty keyTypes list", head + "signers:\n- signerName: a.io/b\n  keyTypes: []\n", `signers[0].keyTypes: Required value: must list at least one key type`},
 		{"a trust domain with a scheme", head + "signers:\n- signerName: a.io/b\n  trustDomain: spiffe://x\n", `signers[0].trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
 		{"a trust domain with a scheme where it used to be written", head + "signers:\n- signerName: a.io/b\n  approval:\n    trustDomain: spiffe://x\n", `signers[0].approval.trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
 		{"two trust domains that disagree", head + "signers:\n- signerName: a.io/b\n  trustDomain: a.example\n  approval:\n    trustDomain: b.example\n", `signers[0].approval.trustDomain: Invalid value: "b.example": differs from the signer's trustDomain "a.example"`},

@@ -13,6 +13,8 @@ type metrics struct {
 	caNotAfter  *prometheus.GaugeVec
 	phase       *prometheus.GaugeVec
 	leader      prometheus.Gauge
+	pcrs        *prometheus.CounterVec
+	pcrLatency  *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -42,12 +44,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "trustsync_signer_ca_rotation_phase",
 			Help: "1 for the CA rotation phase each signer is in (Stable, Publishing, Waiting), 0 for the others.",
 		}, []string{"signer", "phase"}),
+		pcrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_pod_certificate_requests_total",
+			Help: "PodCertificateRequests decided, by signer, result (issued, denied, failed) and reason.",
+		}, []string{"signer", "result", "reason"}),
+		pcrLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "trustsync_signer_pod_certificate_sign_duration_seconds",
+			Help:    "Time to decide, sign and write an issued PodCertificateRequest, by signer.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"signer"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trustsync_signer_leader",
 			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.leader)
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.leader, m.pcrs, m.pcrLatency)
 	return m
 }
 

@@ -109,6 +109,13 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	defer csrQueue.ShutDown()
 
 	h := &csrHandler{client: client, signers: map[string]*signerRuntime{}, clock: clock.RealClock{}, metrics: m}
+	pcrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[pcrKey](), workqueue.TypedRateLimitingQueueConfig[pcrKey]{Name: "trustsync_signer_pcr"})
+	defer pcrQueue.ShutDown()
+	pcrs := &pcrHandler{client: client, signers: map[string]*pcrSigner{}, clock: clock.RealClock{}, metrics: m, refreshAt: spreadRefresh}
+	pcrServed, err := servesPodCertificateRequests(client)
+	if err != nil {
+		return err
+	}
 	var synced []cache.InformerSynced
 	managers := map[string]*caManager{}
 	for i := range pol.Signers {
@@ -155,10 +162,37 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			return err
 		}
 		csrLister = csrInformer.Lister()
-		mgr.loaded = func() { requeueAll(csrLister, name, csrQueue) }
 		h.signers[name] = &signerRuntime{rules: rules, csrs: csrLister, ca: mgr}
 		csrInformers.Start(ctx.Done())
 		synced = append(synced, csrInformer.Informer().HasSynced)
+
+		// Its PodCertificateRequests, where the API serves them: the kubelet's requests
+		// for podCertificate volumes naming this signer.
+		var pcrLister certlisters.PodCertificateRequestLister
+		if pcrServed {
+			pcrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
+			}))
+			pcrInformer := pcrInformers.Certificates().V1().PodCertificateRequests()
+			enqueuePCR := func(obj any) {
+				if pcr, ok := obj.(*certificatesv1.PodCertificateRequest); ok {
+					pcrQueue.Add(pcrKey{signer: name, namespace: pcr.Namespace, name: pcr.Name})
+				}
+			}
+			if _, err := pcrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }}); err != nil {
+				return err
+			}
+			pcrLister = pcrInformer.Lister()
+			pcrs.signers[name] = &pcrSigner{rules: rules, pcrs: pcrLister, ca: mgr}
+			pcrInformers.Start(ctx.Done())
+			synced = append(synced, pcrInformer.Informer().HasSynced)
+		}
+		mgr.loaded = func() {
+			requeueAll(csrLister, name, csrQueue)
+			if pcrLister != nil {
+				requeueAllPCRs(pcrLister, name, pcrQueue)
+			}
+		}
 
 		// A live bundle deleted or edited by anyone is restored.
 		for _, store := range mgr.publisher.stores {
@@ -182,11 +216,12 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 
 	go wait.UntilWithContext(ctx, func(ctx context.Context) { processCA(ctx, caQueue, managers) }, time.Second)
 	for range o.Workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { processCSR(ctx, csrQueue, h) }, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, csrQueue, h.handle) }, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, pcrQueue, pcrs.handle) }, time.Second)
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers)
+	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrServed)
 	<-ctx.Done()
 	return nil
 }
@@ -223,20 +258,22 @@ func processCA(ctx context.Context, q workqueue.TypedRateLimitingInterface[strin
 	}
 }
 
-func processCSR(ctx context.Context, q workqueue.TypedRateLimitingInterface[csrKey], h *csrHandler) {
+// processQueue works through q with handle until q shuts down: a CSR or a
+// PodCertificateRequest, one at a time per worker.
+func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[K], handle func(context.Context, K) error) {
 	for {
 		key, shutdown := q.Get()
 		if shutdown {
 			return
 		}
-		switch err := h.handle(ctx, key); {
+		switch err := handle(ctx, key); {
 		case errors.Is(err, errCANotReady):
-			// Not the CSR's fault: wait for the CA without escalating the backoff (the
-			// CA manager also requeues the signer's CSRs once it loads one).
+			// Not the request's fault: wait for the CA without escalating the backoff
+			// (the CA manager also requeues the signer's requests once it loads one).
 			q.Forget(key)
 			q.AddAfter(key, time.Second)
 		case err != nil:
-			utilruntime.HandleErrorWithContext(ctx, err, "CSR handling failed; retrying", "csr", key.name, "signer", key.signer)
+			utilruntime.HandleErrorWithContext(ctx, err, "Request handling failed; retrying", "request", fmt.Sprintf("%+v", key))
 			q.AddRateLimited(key)
 		default:
 			q.Forget(key)

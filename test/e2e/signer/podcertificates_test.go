@@ -1,0 +1,135 @@
+package signer
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/bundle"
+)
+
+// TestPodCertificateRequest_DecidedAsTheAPIServerAccepts creates PodCertificateRequests
+// as the kubelet would for a pod bound to a node, and checks that the signer ends each
+// with a status the API server accepts: issued to the pod's ServiceAccount's SPIFFE ID,
+// verifying against the published live bundle, within the request's maximum; or
+// denied with upstream's reason. (On a real node the kubelet creates them itself:
+// test/e2e/node.)
+func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
+	cp := planes.Get(t, true)
+	client := kube(t, cp.AdminConfig())
+	ctx := context.Background()
+	served, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(resourceNames(served.APIResources), "podcertificaterequests") {
+		t.Skip("this API server does not serve certificates.k8s.io/v1 PodCertificateRequests")
+	}
+	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pcr-node"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.CoreV1().ServiceAccounts(appNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "pcr-web"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pcr-web"},
+		Spec: corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stub, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcr, err := client.CertificatesV1().PodCertificateRequests(appNamespace).Create(ctx, &certificatesv1.PodCertificateRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certificatesv1.PodCertificateRequestSpec{
+				SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
+				NodeName: "pcr-node", NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
+				UnverifiedUserAnnotations: annotations,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitDecided(t, client.CertificatesV1().PodCertificateRequests(appNamespace), pcr.Name)
+	}
+
+	t.Run("issued to the pod's ServiceAccount, verifying against the live bundle, within maxExpirationSeconds", func(t *testing.T) {
+		pcr := request("pcr-web-issued", map[string]string{"trustsync.io/dns-names": "pcr-web.apps.svc"})
+		if c := pcr.Status.Conditions[0]; c.Type != "Issued" {
+			t.Fatalf("condition %s/%s: %s", c.Type, c.Reason, c.Message)
+		}
+		certs, err := bundle.ParseCertificates([]byte(pcr.Status.CertificateChain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := certs[0]
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != spiffe(appNamespace, sa.Name) || strings.Join(leaf.DNSNames, ",") != "pcr-web.apps.svc" {
+			t.Errorf("URIs %v, DNS names %v; want %s and pcr-web.apps.svc", leaf.URIs, leaf.DNSNames, spiffe(appNamespace, sa.Name))
+		}
+		if got := leaf.NotAfter.Sub(leaf.NotBefore); got != 2*time.Hour {
+			t.Errorf("lifetime %s, want spec.maxExpirationSeconds' 2h (below the policy's 24h default)", got)
+		}
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: livePool(t, liveStore(t, cp, true)), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("the certificate does not verify against the published live bundle: %v", err)
+		}
+	})
+	t.Run("a DNS name outside the policy is denied with upstream's reason", func(t *testing.T) {
+		pcr := request("pcr-web-denied", map[string]string{"trustsync.io/dns-names": "pcr-web.other.svc"})
+		c := pcr.Status.Conditions[0]
+		if c.Type != "Denied" || c.Reason != certificatesv1.PodCertificateRequestConditionInvalidUserConfig || !strings.Contains(c.Message, `"pcr-web.other.svc" matches none of the patterns`) {
+			t.Errorf("condition %s/%s %q; want Denied/%s naming the name", c.Type, c.Reason, c.Message, certificatesv1.PodCertificateRequestConditionInvalidUserConfig)
+		}
+		if pcr.Status.CertificateChain != "" {
+			t.Error("a denied request carries a certificate")
+		}
+	})
+}
+
+func resourceNames(rs []metav1.APIResource) string {
+	var names []string
+	for _, r := range rs {
+		names = append(names, r.Name)
+	}
+	return strings.Join(names, ",")
+}
+
+type pcrGetter interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*certificatesv1.PodCertificateRequest, error)
+}
+
+// waitDecided waits until the request carries a terminal condition.
+func waitDecided(t *testing.T, pcrs pcrGetter, name string) *certificatesv1.PodCertificateRequest {
+	t.Helper()
+	var pcr *certificatesv1.PodCertificateRequest
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pcr, err = pcrs.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && len(pcr.Status.Conditions) > 0, err
+	})
+	if err != nil {
+		t.Fatalf("PodCertificateRequest %s was never decided: %v", name, err)
+	}
+	return pcr
+}
