@@ -92,6 +92,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzInject$$' -fuzztime=$(FUZZTIME) ./injector/
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodePod$$' -fuzztime=$(FUZZTIME) ./injector/
 	$(GO) test -run='^$$' -fuzz='^FuzzAdmissionReview$$' -fuzztime=$(FUZZTIME) ./webhook/
+	$(GO) test -run='^$$' -fuzz='^FuzzIssuePCR$$' -fuzztime=$(FUZZTIME) ./signer/
 
 # One image holds all three binaries. The Dockerfile builds it where a container engine
 # runs; this writes the same content as a tarball (`ctr images import`, `docker load`)

@@ -1,0 +1,122 @@
+package node
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/trustsync/trustsync/test/cluster"
+)
+
+const identityPath = "/var/run/identity"
+
+// podCertificatePod is an app pod with a plain podCertificate projected volume naming
+// trustsync's signer: no trustsync annotation, no sidecar; the kubelet asks, the
+// signer issues.
+func podCertificatePod(name string, userAnnotations map[string]string) *corev1.Pod {
+	pod := appPod(name, nil, 1000, "exec sleep 3600")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "identity", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{
+			SignerName: "trustsync.io/workload", KeyType: "ECDSAP256", CredentialBundlePath: "credentials.pem", UserAnnotations: userAnnotations,
+		}}},
+	}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "identity", MountPath: identityPath, ReadOnly: true}}
+	return pod
+}
+
+// A pod with a plain podCertificate volume starts: its credential bundle, as the app
+// reads it, holds a key and a certificate for that key, carrying the pod's
+// ServiceAccount's SPIFFE ID, living the policy's default lifetime, and verifying
+// against the signer's published live bundle.
+func TestPod_PlainPodCertificateVolumeIsIssuedByTheSigner(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "pod-certificate", restricted)
+	createPod(t, ns, podCertificatePod("app", map[string]string{"trustsync.io/dns-names": "app." + ns + ".svc"}))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	bundle, err := n.Exec(context.Background(), ns, "app", "app", "cat", identityPath+"/credentials.pem")
+	if err != nil {
+		t.Fatalf("the app cannot read its credential bundle: %v", err)
+	}
+	var key crypto.Signer
+	var chain []*x509.Certificate
+	for rest := []byte(bundle); ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		switch block.Type {
+		case "PRIVATE KEY":
+			k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key = k.(crypto.Signer)
+		case "CERTIFICATE":
+			c, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain = append(chain, c)
+		}
+	}
+	if key == nil || len(chain) == 0 {
+		t.Fatalf("the credential bundle holds no key or no certificate:\n%s", bundle)
+	}
+	leaf := chain[0]
+	if !key.Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) {
+		t.Error("the certificate is not for the key beside it")
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/default" || strings.Join(leaf.DNSNames, ",") != "app."+ns+".svc" {
+		t.Errorf("URIs %v, DNS names %v; want the pod's ServiceAccount SPIFFE ID and app.%s.svc", leaf.URIs, leaf.DNSNames, ns)
+	}
+	if got := leaf.NotAfter.Sub(leaf.NotBefore); got != 24*time.Hour {
+		t.Errorf("lifetime %s, want the policy's default 24h", got)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(liveAnchors(t)))
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the certificate does not verify against the signer's live bundle: %v", err)
+	}
+}
+
+// A request outside the policy (a DNS name in another namespace) is denied with the
+// reason, and the pod's Events say so; the pod does not start.
+func TestPod_PodCertificateOutsideThePolicyIsDeniedAndThePodsEventsSayWhy(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "pod-certificate-denied", restricted)
+	pod := createPod(t, ns, podCertificatePod("app", map[string]string{"trustsync.io/dns-names": "app.other.svc"}))
+	var seen []string
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
+		if err != nil {
+			return false, nil
+		}
+		seen = seen[:0]
+		for _, e := range events.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == "Denied" && strings.Contains(e.Message, "InvalidUnverifiedUserAnnotations") && strings.Contains(e.Message, "app.other.svc") && strings.Contains(e.Message, "matches none of the patterns") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no Denied event naming the refused DNS name on the pod within 2 minutes; its events:\n%s", strings.Join(seen, "\n"))
+	}
+	got, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster.PodReady(got) {
+		t.Error("the pod started without its certificate")
+	}
+}
