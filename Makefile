@@ -82,7 +82,7 @@ bench: controlplane
 # Each native edit waits for the kubelet's periodic sync (about a minute): 3 edits, after
 # the discarded first run testing makes.
 bench-node: controlplane node build
-	$(GO) test -run='^$$' -bench=NativeVsTrustsync -benchtime=3x -timeout 40m ./test/e2e/node/
+	$(GO) test -run='^$$' -bench='NativeVsTrustsync|PodCertificates_Burst' -benchtime=3x -timeout 40m ./test/e2e/node/
 
 # Every fuzz target, one after another (go test fuzzes one target at a time).
 fuzz:

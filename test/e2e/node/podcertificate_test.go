@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,68 @@ func TestPod_PodCertificateOutsideThePolicyIsDeniedAndThePodsEventsSayWhy(t *tes
 	if cluster.PodReady(got) {
 		t.Error("the pod started without its certificate")
 	}
+}
+
+// BenchmarkPodCertificates_Burst creates N pods with podCertificate volumes at once on
+// the node and measures, from the first create, the time until every one of their
+// PodCertificateRequests is issued, and the issued requests per second over that span:
+// the kubelet asks, trustsync-signer (as the chart installs it) signs.
+func BenchmarkPodCertificates_Burst(b *testing.B) {
+	for _, pods := range []int{30, 90} {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) { benchPodCertificateBurst(b, pods) })
+	}
+}
+
+func benchPodCertificateBurst(b *testing.B, pods int) {
+	n := installChart(b)
+	var spans []time.Duration
+	for i := 0; b.Loop(); i++ {
+		ns := n.Namespace(b, fmt.Sprintf("pod-certificate-burst-%d-%d", pods, i), restricted)
+		start := time.Now()
+		for p := range pods {
+			createPod(b, ns, podCertificatePod(fmt.Sprintf("app-%d", p), nil))
+		}
+		var issued int
+		var firstIssue, lastIssue time.Time
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := n.Client.CertificatesV1().PodCertificateRequests(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			issued, firstIssue, lastIssue = 0, time.Time{}, time.Time{}
+			for _, pcr := range list.Items {
+				for _, c := range pcr.Status.Conditions {
+					if c.Type != "Issued" {
+						continue
+					}
+					issued++
+					if at := c.LastTransitionTime.Time; firstIssue.IsZero() || at.Before(firstIssue) {
+						firstIssue = at
+					}
+					if at := c.LastTransitionTime.Time; at.After(lastIssue) {
+						lastIssue = at
+					}
+				}
+			}
+			return issued >= pods, nil
+		})
+		if err != nil {
+			b.Fatalf("%d of %d pod certificates issued within 5 minutes", issued, pods)
+		}
+		// Condition times have one-second resolution; the span is measured from the
+		// first create to the moment all were seen issued.
+		took := time.Since(start)
+		spans = append(spans, took)
+		b.Logf("%d pods: all %d certificates issued %.1fs after the first create (first issued %s, last %s)", pods, issued, took.Seconds(), firstIssue.Format(time.TimeOnly), lastIssue.Format(time.TimeOnly))
+		// The node holds at most 110 pods: clear this burst before the next.
+		b.StopTimer()
+		if err := n.Client.CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		waitNoPods(b, n, ns)
+		b.StartTimer()
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(spans).Seconds(), "s-to-all-issued")
+	b.ReportMetric(float64(pods)/median(spans).Seconds(), "issued/s")
 }

@@ -68,7 +68,7 @@ func TestUninstall_LeavesExactlyWhatTheDocsSay(t *testing.T) {
 	}
 }
 
-func waitNoPods(t *testing.T, n *cluster.Node, namespace string) {
+func waitNoPods(t testing.TB, n *cluster.Node, namespace string) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -77,7 +77,7 @@ func waitNoPods(t *testing.T, n *cluster.Node, namespace string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pods of %s still there 2 minutes after the uninstall", namespace)
+			t.Fatalf("pods of %s still there after 2 minutes", namespace)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
