@@ -58,7 +58,7 @@ var knownAnnotations = []string{
 	AnnotationOptional, AnnotationBundles, AnnotationMountPath, AnnotationContainers, AnnotationSSLCertFile, AnnotationSidecarMode,
 	AnnotationCPURequest, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationVolumeSize,
 	AnnotationCertificate, AnnotationCertificateSigner, AnnotationCertificateExpiration, AnnotationCertificateDNSNames,
-	AnnotationCertificateKeyType, AnnotationCertificateCredentialBundle,
+	AnnotationCertificateKeyType, AnnotationCertificateCredentialBundle, AnnotationDelivery,
 }
 
 // unknownAnnotationWarnings names each trustsync.io/ key that trustsync does not read,
@@ -155,6 +155,7 @@ func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
 
 // request is what the annotations ask for, parsed and checked.
 type request struct {
+	delivery        Delivery
 	sources         []contract.Source
 	mountPath       string
 	containers      []string // nil: every app container
@@ -263,6 +264,10 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	r.certificate = p.certificate()
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
+	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative)}))
+	if r.delivery == DeliveryNative {
+		p.errs = append(p.errs, checkNative(a, r, cfg)...)
+	}
 	return r, p.errs
 }
 

@@ -35,6 +35,8 @@ type Config struct {
 	Namespace string
 	// Policy gives the trust domain of a requested certificate's signer.
 	Policy *policy.Policy
+	// NativeAPIs are the native APIs the API server serves: delivery native needs them.
+	NativeAPIs NativeAPIs
 }
 
 // SystemNamespaces are never injected.

@@ -24,8 +24,7 @@ func TestDecodePod_InjectsAsTheFullPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: input.DefaultMode, Policy: goldenPolicy}
-			assertSameInjection(t, raw, input.Namespace, input.NamespaceAnnotations, cfg)
+			assertSameInjection(t, raw, input.Namespace, input.NamespaceAnnotations, input.config())
 		})
 	}
 }
@@ -130,7 +129,7 @@ func FuzzDecodePod(f *testing.F) {
 		}
 		f.Add(raw)
 	}
-	cfg := Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", Policy: goldenPolicy}
+	cfg := goldenInput{}.config()
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		assertSameInjection(t, raw, "apps", nil, cfg)
 	})

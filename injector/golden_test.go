@@ -21,7 +21,18 @@ type goldenInput struct {
 	Namespace            string            `json:"namespace"`
 	NamespaceAnnotations map[string]string `json:"namespaceAnnotations,omitempty"`
 	DefaultMode          Mode              `json:"defaultMode,omitempty"`
-	Pod                  corev1.Pod        `json:"pod"`
+	// NativeAPIs are what the API server serves; unset means both native APIs.
+	NativeAPIs *NativeAPIs `json:"nativeAPIs,omitempty"`
+	Pod        corev1.Pod  `json:"pod"`
+}
+
+// config is the injector's configuration for a case.
+func (in goldenInput) config() Config {
+	apis := NativeAPIs{ClusterTrustBundles: true, PodCertificates: true}
+	if in.NativeAPIs != nil {
+		apis = *in.NativeAPIs
+	}
+	return Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: in.DefaultMode, Policy: goldenPolicy, NativeAPIs: apis}
 }
 
 // goldenOutput is what the injector made of it.
@@ -60,8 +71,7 @@ func TestInject_Golden(t *testing.T) {
 			if err := yaml.UnmarshalStrict(data, &input); err != nil {
 				t.Fatalf("%s: %v", in, err)
 			}
-			cfg := Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: input.DefaultMode, Policy: goldenPolicy}
-			got := run(t, &input.Pod, input.Namespace, input.NamespaceAnnotations, cfg)
+			got := run(t, &input.Pod, input.Namespace, input.NamespaceAnnotations, input.config())
 			out, err := yaml.Marshal(got)
 			if err != nil {
 				t.Fatal(err)

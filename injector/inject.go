@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
@@ -53,10 +54,13 @@ func (e *RefusalError) Error() string {
 // Status is recorded in the trustsync.io/status annotation: what was injected, so a
 // second admission (reinvocation, or a stored pod sent again) changes nothing.
 type Status struct {
-	Mode      Mode   `json:"mode"`
-	Sidecar   string `json:"sidecar"`
-	Volume    string `json:"volume"`
-	MountPath string `json:"mountPath"`
+	// Delivery is empty for the sidecar (as before delivery existed) and "native" for
+	// native volumes, which have no sidecar.
+	Delivery  Delivery `json:"delivery,omitempty"`
+	Mode      Mode     `json:"mode,omitempty"`
+	Sidecar   string   `json:"sidecar,omitempty"`
+	Volume    string   `json:"volume"`
+	MountPath string   `json:"mountPath"`
 }
 
 // Inject decides what pod, created in namespace, gets. nsAnnotations are the
@@ -230,6 +234,9 @@ func containerNames(all []target) []string {
 // build assembles the patch. Edits to existing containers come before the sidecar is
 // inserted at the front of initContainers, so their indices are still right.
 func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]PatchOp, []string) {
+	if req.delivery == DeliveryNative {
+		return buildNative(pod, req, targets)
+	}
 	var warnings []string
 	names := newNamer(pod)
 	volume := names.volume("trustsync-anchors")
@@ -237,12 +244,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	status := Status{Mode: req.mode, Sidecar: sidecar, Volume: volume, MountPath: req.mountPath}
 
 	p := &patch{}
-	statusJSON, _ := json.Marshal(status)
-	if pod.Annotations == nil {
-		p.add("/metadata/annotations", map[string]string{AnnotationStatus: string(statusJSON)})
-	} else {
-		p.add("/metadata/annotations/"+escapeKey(AnnotationStatus), string(statusJSON))
-	}
+	addStatus(p, pod, status)
 
 	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
 	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
@@ -284,6 +286,28 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	default:
 		first(s.container(names.container("trustsync-init"), "init", false))
 		p.add("/spec/containers/-", s.container(sidecar, "run", false))
+	}
+	return p.ops, warnings
+}
+
+// buildNative gives the pod the projected volume and the same mounts and environment
+// as the sidecar would, and no sidecar.
+func buildNative(pod *corev1.Pod, req *request, targets []target) ([]PatchOp, []string) {
+	var warnings []string
+	volume := newNamer(pod).volume("trustsync-anchors")
+	p := &patch{}
+	addStatus(p, pod, Status{Delivery: DeliveryNative, Volume: volume, MountPath: req.mountPath})
+	var uid *int64
+	if req.certificate != nil {
+		if runsAs(pod, targets, appUID(pod, targets)) {
+			uid = ptr.To(appUID(pod, targets))
+		} else {
+			warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the kubelet writes %s owned by root, which an app running as another uid cannot read; set securityContext.runAsUser to the app's uid", targets[0].c.Name, contract.FileKey))
+		}
+	}
+	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, nativeVolume(volume, req, uid))
+	for _, t := range targets {
+		mountInto(p, t, req, volume)
 	}
 	return p.ops, warnings
 }
@@ -336,3 +360,13 @@ func unique(taken sets.Set[string], base string) string {
 
 func (n *namer) volume(base string) string    { return unique(n.volumes, base) }
 func (n *namer) container(base string) string { return unique(n.containers, base) }
+
+// addStatus records what was injected, for reinvocation.
+func addStatus(p *patch, pod *corev1.Pod, status Status) {
+	statusJSON, _ := json.Marshal(status)
+	if pod.Annotations == nil {
+		p.add("/metadata/annotations", map[string]string{AnnotationStatus: string(statusJSON)})
+	} else {
+		p.add("/metadata/annotations/"+escapeKey(AnnotationStatus), string(statusJSON))
+	}
+}

@@ -89,6 +89,11 @@ const (
 	KeyRSA4096   = "RSA4096"
 )
 
+// PodCertificateDNSNamesAnnotation is the one user annotation trustsync's signer reads
+// from a PodCertificateRequest (a podCertificate volume's userAnnotations): DNS names
+// for the certificate, comma-separated, each within the signer's dnsNames patterns.
+const PodCertificateDNSNamesAnnotation = "trustsync.io/dns-names"
+
 // PodCertificateKeyTypes are every key type Kubernetes allows in a
 // PodCertificateRequest, the default of a signer's keyTypes.
 var PodCertificateKeyTypes = []string{KeyECDSAP256, KeyECDSAP384, KeyECDSAP521, KeyED25519, KeyRSA3072, KeyRSA4096}

@@ -34,12 +34,6 @@ const (
 	// its own clock, and the signer's clock may differ from it too.
 	pcrBackdate = time.Minute
 
-	// AnnotationDNSNames is the one user annotation the signer reads from a
-	// PodCertificateRequest (spec.unverifiedUserAnnotations, which the kubelet copies
-	// from the pod's podCertificate volume source): DNS names for the certificate,
-	// comma-separated, each within the signer's policy's dnsNames patterns.
-	AnnotationDNSNames = "trustsync.io/dns-names"
-
 	reasonIssued         = "Issued"
 	reasonInvalidRequest = "InvalidRequest"
 	reasonIdentity       = "IdentityRefused"
@@ -178,8 +172,8 @@ func terminal(pcr *certificatesv1.PodCertificateRequest, conditionType, reason, 
 func requestedDNSNames(pcr *certificatesv1.PodCertificateRequest, rules *policy.Signer) ([]string, string) {
 	var names []string
 	for key, value := range pcr.Spec.UnverifiedUserAnnotations {
-		if key != AnnotationDNSNames {
-			return nil, fmt.Sprintf("user annotation %q is not one signer %s knows; the only one it reads is %s", key, rules.SignerName, AnnotationDNSNames)
+		if key != policy.PodCertificateDNSNamesAnnotation {
+			return nil, fmt.Sprintf("user annotation %q is not one signer %s knows; the only one it reads is %s", key, rules.SignerName, policy.PodCertificateDNSNamesAnnotation)
 		}
 		for _, name := range strings.Split(value, ",") {
 			if name = strings.TrimSpace(name); name != "" {

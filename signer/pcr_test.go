@@ -182,7 +182,7 @@ func TestIssuePCR(t *testing.T) {
 			policy: "  maxExpirationSeconds: 1800\n  defaultExpirationSeconds: 1800\n", wantType: "Denied", wantReason: "LifetimeRefused", wantMessage: "raise the policy's maxExpirationSeconds",
 		},
 		{
-			name: "DNS names within the policy's patterns are certified", pcr: podCertificateRequest(ecdsaStub, nil, map[string]string{AnnotationDNSNames: "web.apps.svc, web.apps.svc.cluster.local"}),
+			name: "DNS names within the policy's patterns are certified", pcr: podCertificateRequest(ecdsaStub, nil, map[string]string{policy.PodCertificateDNSNamesAnnotation: "web.apps.svc, web.apps.svc.cluster.local"}),
 			wantType: "Issued", wantReason: "Issued",
 			check: func(t *testing.T, leaf *x509.Certificate) {
 				if strings.Join(leaf.DNSNames, ",") != "web.apps.svc,web.apps.svc.cluster.local" {
@@ -191,7 +191,7 @@ func TestIssuePCR(t *testing.T) {
 			},
 		},
 		{
-			name: "a DNS name outside the policy's patterns is denied with upstream's reason, naming the patterns", pcr: podCertificateRequest(ecdsaStub, nil, map[string]string{AnnotationDNSNames: "web.other.svc"}),
+			name: "a DNS name outside the policy's patterns is denied with upstream's reason, naming the patterns", pcr: podCertificateRequest(ecdsaStub, nil, map[string]string{policy.PodCertificateDNSNamesAnnotation: "web.other.svc"}),
 			wantType: "Denied", wantReason: "InvalidUnverifiedUserAnnotations", wantMessage: `DNS name "web.other.svc" matches none of the patterns signer trustsync.io/workload allows in namespace "apps": *.apps.svc`,
 		},
 		{
@@ -308,7 +308,7 @@ func FuzzIssuePCR(f *testing.F) {
 	var ca *CA
 	f.Fuzz(func(t *testing.T, stub []byte, dnsNames string) {
 		once.Do(func() { ca = testCA(t, pcrNow.Add(-time.Hour), 365*24*time.Hour) })
-		pcr := podCertificateRequest(stub, nil, map[string]string{AnnotationDNSNames: dnsNames})
+		pcr := podCertificateRequest(stub, nil, map[string]string{policy.PodCertificateDNSNamesAnnotation: dnsNames})
 		out, err := issuePCR(pcr, pcrRules(t, ""), ca, pcrNow, 0.7)
 		if err != nil {
 			t.Fatal(err)

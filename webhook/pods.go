@@ -23,6 +23,7 @@ type NamespaceAnnotations func(ctx context.Context, namespace string) (map[strin
 type podAdmission struct {
 	cfg        injector.Config
 	namespaces NamespaceAnnotations
+	nativeAPIs func() injector.NativeAPIs
 	metrics    *Metrics
 }
 
@@ -47,7 +48,11 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 		warnings = append(warnings, fmt.Sprintf("trustsync could not read namespace %q's default annotations (%v); only the pod's own were used", ar.Namespace, err))
 	}
 
-	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, a.cfg)
+	cfg := a.cfg
+	if a.nativeAPIs != nil {
+		cfg.NativeAPIs = a.nativeAPIs()
+	}
+	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, cfg)
 	var refusal *injector.RefusalError
 	switch {
 	case errors.As(err, &refusal):

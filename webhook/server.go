@@ -54,6 +54,9 @@ type Config struct {
 	// none).
 	Injector   injector.Config
 	Namespaces NamespaceAnnotations
+	// NativeAPIs, when set, supplies Injector.NativeAPIs for each review: what the API
+	// server serves can change while the webhook runs.
+	NativeAPIs func() injector.NativeAPIs
 	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
 	// DefaultReviewBytesInFlight.
 	ReviewBytesInFlight int64
@@ -82,7 +85,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	csrs := &csrAdmission{policy: cfg.Policy, metrics: metrics}
 	// Every route decodes into unstructured objects: the mutating ones must not drop
 	// fields the compiled types do not know, and the bundle route takes two kinds.
-	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, metrics: metrics}
+	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, metrics: metrics}
 	routes := []struct {
 		path      string
 		validator kwhvalidating.Validator
@@ -195,13 +198,15 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err != nil {
 		return err
 	}
+	native := &nativeAPIs{}
+	go native.run(ctx, client.Discovery(), time.Minute)
 
 	var shuttingDown atomic.Bool
 	// Ready once the namespace cache has synced and, with self-managed TLS, once the
 	// API server trusts the certificate served: `helm install --wait` then returns
 	// only when pods can be admitted.
 	readyFn := func() bool {
-		return synced() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
+		return synced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
 	}
 	ready.Store(&readyFn)
 	registry := prometheus.NewRegistry()
@@ -216,6 +221,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 			DefaultMode: injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
 		},
 		Namespaces:          namespaces,
+		NativeAPIs:          native.get,
 		ReviewBytesInFlight: o.ReviewBytesInFlight,
 	})
 	if err != nil {

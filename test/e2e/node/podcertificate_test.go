@@ -185,3 +185,56 @@ func benchPodCertificateBurst(b *testing.B, pods int) {
 	b.ReportMetric(median(spans).Seconds(), "s-to-all-issued")
 	b.ReportMetric(float64(pods)/median(spans).Seconds(), "issued/s")
 }
+
+// The same pod, asking with trustsync's annotations in delivery native: it runs with
+// no sidecar, and finds the same files at the same paths: the bundle as
+// ca_certificates.pem, and tls.key and tls.crt owned by its uid, the certificate
+// verifying against the live bundle it also reads.
+func TestPod_DeliveryNativeGivesTheSameFilesWithoutASidecar(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "delivery-native", restricted)
+	pod := createPod(t, ns, appPod("app", map[string]string{
+		"trustsync.io/inject":         "true",
+		"trustsync.io/delivery":       "native",
+		"trustsync.io/signer-name":    "trustsync.io/workload",
+		"trustsync.io/label-selector": liveLabel + "=live",
+		"trustsync.io/certificate":    "true",
+	}, 1000, "exec sleep 3600"))
+	if len(pod.Spec.InitContainers) != 0 || len(pod.Spec.Containers) != 1 {
+		t.Fatalf("delivery native added containers: init %d, app %d", len(pod.Spec.InitContainers), len(pod.Spec.Containers))
+	}
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	ctx := context.Background()
+	read := func(file string) string {
+		t.Helper()
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/"+file)
+		if err != nil {
+			t.Fatalf("the app (uid 1000) cannot read %s: %v", file, err)
+		}
+		return out
+	}
+	trust, crt := read("ca_certificates.pem"), read("tls.crt")
+	if b, _ := pem.Decode([]byte(read("tls.key"))); b == nil || !strings.Contains(b.Type, "PRIVATE KEY") {
+		t.Fatal("tls.key as the app reads it is no private key")
+	}
+	if got, want := strings.Join(anchorSet(t, trust), ","), strings.Join(anchorSet(t, liveAnchors(t)), ","); got != want {
+		t.Errorf("ca_certificates.pem holds %s, want the live bundle's %s", got, want)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(trust))
+	b, _ := pem.Decode([]byte(crt))
+	if b == nil {
+		t.Fatalf("tls.crt holds no PEM:\n%s", crt)
+	}
+	leaf, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("tls.crt does not verify against the trust file beside it: %v", err)
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/default" {
+		t.Errorf("certificate URIs %v, want the pod's ServiceAccount SPIFFE ID", leaf.URIs)
+	}
+}
