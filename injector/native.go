@@ -113,7 +113,8 @@ func nativeVolume(name string, r *request, uid *int64) corev1.Volume {
 	if c := r.certificate; c != nil {
 		pc := &corev1.PodCertificateProjection{
 			SignerName: c.signer, KeyType: c.keyType, KeyPath: contract.FileKey, CertificateChainPath: contract.FileCertificate,
-			// The app's uid owns the key, as the sidecar would write it.
+			// The app's uid owns the key, as the sidecar would write it, where the API
+			// server keeps the field (the AtomicWriteVolumeUserFields gate).
 			User: uid,
 		}
 		if c.expirationSeconds != 0 {

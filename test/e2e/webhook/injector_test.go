@@ -158,3 +158,69 @@ func (w *webhookServer) review(t *testing.T, pod *corev1.Pod) *admissionv1.Admis
 	}
 	return out.Response
 }
+
+// Delivery native through the real API server: the pod is stored with Kubernetes'
+// projected volume and no sidecar, and everything native volumes cannot do is refused
+// with the annotation and the reason.
+func TestInjector_DeliveryNative(t *testing.T) {
+	cp, _ := env(t, true)
+	ctx := controlplane.Context(t)
+	if err := cp.CreateNamespace(ctx, "native-apps", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	pods := kube(t, cp).CoreV1().Pods("native-apps")
+	native := func(extra map[string]string) map[string]string {
+		a := map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "native"}
+		for k, v := range extra {
+			a[k] = v
+		}
+		return a
+	}
+
+	t.Run("a bundle and a certificate become one projected volume, with no sidecar", func(t *testing.T) {
+		got, err := pods.Create(ctx, restrictedPod("native", native(map[string]string{
+			"trustsync.io/bundle-name": "corp-roots", "trustsync.io/certificate": "true", "trustsync.io/ssl-cert-file": "true",
+		})), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("refused: %v", err)
+		}
+		if len(got.Spec.InitContainers) != 0 || len(got.Spec.Containers) != 1 {
+			t.Fatalf("containers were added: init %d, app %d", len(got.Spec.InitContainers), len(got.Spec.Containers))
+		}
+		var projected *corev1.ProjectedVolumeSource
+		for _, v := range got.Spec.Volumes {
+			if v.Name == "trustsync-anchors" {
+				projected = v.Projected
+			}
+		}
+		if projected == nil || len(projected.Sources) != 2 || projected.Sources[0].ClusterTrustBundle == nil || projected.Sources[1].PodCertificate == nil {
+			t.Fatalf("volume trustsync-anchors = %+v, want a projected clusterTrustBundle and podCertificate", projected)
+		}
+		// user is kept only where the API server enables AtomicWriteVolumeUserFields
+		// (alpha in 1.37); otherwise it drops the field and the kubelet's defaults apply.
+		if pc := projected.Sources[1].PodCertificate; pc.KeyPath != "tls.key" || pc.CertificateChainPath != "tls.crt" || (pc.User != nil && *pc.User != 1000) {
+			t.Errorf("podCertificate = %+v, want tls.key and tls.crt, owned by the app's uid 1000 if at all", pc)
+		}
+	})
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        string
+	}{
+		{"two sources merged into one path", map[string]string{"trustsync.io/bundles": `[{"name":"a","path":"ca.pem"},{"name":"b","path":"ca.pem"}]`},
+			`with trustsync.io/delivery: native, 2 sources write "ca.pem", and merging them into one file is the sidecar's`},
+		{"a Secret source", map[string]string{"trustsync.io/bundles": `[{"secret":{"name":"corp","key":"ca.crt"},"path":"corp.pem"}]`},
+			`with trustsync.io/delivery: native, the ConfigMap or Secret source for "corp.pem" is read by the sidecar alone`},
+		{"the public roots", map[string]string{"trustsync.io/bundles": `[{"defaultCAs":true,"path":"public.pem"}]`},
+			`with trustsync.io/delivery: native, the public roots for "public.pem" are added by the sidecar alone`},
+		{"a sidecar setting", map[string]string{"trustsync.io/bundle-name": "corp-roots", "trustsync.io/sidecar-memory-limit": "128Mi"},
+			`metadata.annotations[trustsync.io/sidecar-memory-limit]: Invalid value: "128Mi": with trustsync.io/delivery: native, there is no sidecar for it to configure`},
+		{"a key type only the sidecar makes", map[string]string{"trustsync.io/certificate": "true", "trustsync.io/certificate-key-type": "RSA2048"},
+			`metadata.annotations[trustsync.io/certificate-key-type]: Invalid value: "RSA2048": with trustsync.io/delivery: native, a podCertificate volume takes ECDSAP256`},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			_, err := pods.Create(ctx, restrictedPod("refused", native(tc.annotations)), metav1.CreateOptions{})
+			wantErrContaining(t, err, tc.want)
+		})
+	}
+}
