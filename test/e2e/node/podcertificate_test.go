@@ -221,20 +221,5 @@ func TestPod_DeliveryNativeGivesTheSameFilesWithoutASidecar(t *testing.T) {
 	if got, want := strings.Join(anchorSet(t, trust), ","), strings.Join(anchorSet(t, liveAnchors(t)), ","); got != want {
 		t.Errorf("ca_certificates.pem holds %s, want the live bundle's %s", got, want)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM([]byte(trust))
-	b, _ := pem.Decode([]byte(crt))
-	if b == nil {
-		t.Fatalf("tls.crt holds no PEM:\n%s", crt)
-	}
-	leaf, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		t.Errorf("tls.crt does not verify against the trust file beside it: %v", err)
-	}
-	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/"+ns+"/sa/default" {
-		t.Errorf("certificate URIs %v, want the pod's ServiceAccount SPIFFE ID", leaf.URIs)
-	}
+	assertIdentity(t, crt, trust, ns)
 }

@@ -228,6 +228,14 @@ func TestPod_NonRootAppOpensItsKeyAndTheChainVerifiesAgainstItsTrustFile(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
+	assertIdentity(t, crt, trust, ns)
+}
+
+// assertIdentity checks a workload certificate as the app reads it: it verifies
+// against the trust file the app reads, and names the pod's ServiceAccount (default in
+// namespace ns) as its SPIFFE ID.
+func assertIdentity(t *testing.T, crt, trust, ns string) {
+	t.Helper()
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM([]byte(trust)) {
 		t.Fatalf("the trust file holds no certificate:\n%s", trust)
