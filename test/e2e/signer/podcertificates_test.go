@@ -46,7 +46,7 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 	}
 	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "pcr-web"},
-		Spec: corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+		Spec:       corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
