@@ -3,9 +3,11 @@ package node
 import (
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +224,117 @@ func TestPod_DeliveryNativeGivesTheSameFilesWithoutASidecar(t *testing.T) {
 		t.Errorf("ca_certificates.pem holds %s, want the live bundle's %s", got, want)
 	}
 	assertIdentity(t, crt, trust, ns)
+}
+
+// The signer's CA rotates while pods run: a pod's trust file, kept by its sidecar,
+// takes the new CA before it signs anything, and a pod certificate issued after the
+// rotation (by the new CA) verifies against that trust file as the app reads it.
+func TestPod_PodCertificatesIssuedAfterACARotationVerifyAgainstTheTrustFile(t *testing.T) {
+	n := installChart(t)
+	// A short propagation window, as the demo uses, so the new CA signs within the test;
+	// put back afterwards.
+	setWindow := func(window string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		if _, err := n.Run(ctx, "helm", "upgrade", release, "charts/trustsync", "-n", releaseNamespace, "--reuse-values",
+			"--set", "signer.caPropagationWindow="+window, "--wait", "--timeout", "3m"); err != nil {
+			t.Fatalf("helm upgrade: %v", err)
+		}
+	}
+	setWindow("5s")
+	t.Cleanup(func() { setWindow("10m") })
+
+	ns := n.Namespace(t, "pod-certificate-rotation", restricted)
+	createPod(t, ns, appPod("trust", map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/signer-name": "trustsync.io/workload", "trustsync.io/label-selector": liveLabel + "=live",
+	}, 1000, "exec sleep 3600"))
+	n.WaitPod(t, ns, "trust", 2*time.Minute, "Ready", cluster.PodReady)
+	ctx := context.Background()
+	trustFile := func() string {
+		out, err := n.Exec(ctx, ns, "trust", "app", "cat", mountPath+"/ca_certificates.pem")
+		if err != nil {
+			return ""
+		}
+		return out
+	}
+	before := anchorSet(t, trustFile())
+
+	secrets := n.Client.CoreV1().Secrets(releaseNamespace)
+	caSecret, err := secrets.Get(ctx, "trustsync-ca-trustsync.io-workload", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caSecret.Annotations == nil {
+		caSecret.Annotations = map[string]string{}
+	}
+	caSecret.Annotations["trustsync.io/rotate-requested-at"] = time.Now().UTC().Format(time.RFC3339)
+	if _, err := secrets.Update(ctx, caSecret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var trust string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		trust = trustFile()
+		return len(anchorSet(t, trust)) > len(before), nil
+	}); err != nil {
+		t.Fatalf("the trust file did not take the new CA within 2 minutes; it holds:\n%s", trust)
+	}
+
+	// Pods created from now on are issued by the new CA once its window has passed.
+	var leaf *x509.Certificate
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("app-%d", i)
+		createPod(t, ns, podCertificatePod(name, nil))
+		n.WaitPod(t, ns, name, 2*time.Minute, "Ready", cluster.PodReady)
+		bundle, err := n.Exec(ctx, ns, name, "app", "cat", identityPath+"/credentials.pem")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf = leafOf(t, bundle)
+		if !slices.Contains(before, fmt.Sprintf("%x", sha256.Sum256(issuerOf(t, leaf, trust)))) {
+			t.Logf("pod %s, created %d after the trust file took the new CA, has a certificate from it", name, i+1)
+			break
+		}
+		if i == 10 {
+			t.Fatal("ten pods after the rotation, every certificate still comes from the old CA")
+		}
+		time.Sleep(3 * time.Second)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(trust))
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Fatalf("a certificate issued by the new CA does not verify against the trust file the other pod reads: %v", err)
+	}
+}
+
+// leafOf is the first CERTIFICATE block of a credential bundle: the leaf.
+func leafOf(t *testing.T, bundle string) *x509.Certificate {
+	t.Helper()
+	for rest := []byte(bundle); ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			t.Fatalf("no certificate in the credential bundle:\n%s", bundle)
+		}
+		if block.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+	}
+}
+
+// issuerOf returns the DER of the anchor in trust that signed leaf.
+func issuerOf(t *testing.T, leaf *x509.Certificate, trust string) []byte {
+	t.Helper()
+	for rest := []byte(trust); ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			t.Fatalf("no anchor of the trust file signed the certificate (issuer %s)", leaf.Issuer)
+		}
+		ca, err := x509.ParseCertificate(block.Bytes)
+		if err == nil && leaf.CheckSignatureFrom(ca) == nil {
+			return block.Bytes
+		}
+	}
 }
