@@ -204,3 +204,15 @@ func lastBytes(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// RestartKubelet stops the node's kubelet and starts it again with the same
+// configuration, as a kubelet upgrade or crash would, and waits until the node is
+// Ready: pods keep running meanwhile.
+func (n *Node) RestartKubelet() error {
+	stop(n.Dir, "kubelet", 15*time.Second)
+	c := &node{dir: n.Dir, o: Options{Bin: filepath.Join(n.Root, "bin")}, admin: n.Client}
+	if err := c.startKubelet(); err != nil {
+		return err
+	}
+	return c.waitNodeReady()
+}

@@ -338,3 +338,45 @@ func issuerOf(t *testing.T, leaf *x509.Certificate, trust string) []byte {
 		}
 	}
 }
+
+// The kubelet refreshes a pod's certificate and the app sees the new one in its file.
+// A restarted kubelet refreshes every podCertificate volume at once (it keeps no
+// state across restarts), which shows the refresh path in seconds; the timer path
+// (beginRefreshAt, at least 10 minutes after issue plus up to 5 minutes of the
+// kubelet's jitter) is the same request and the same signer.
+func TestPod_RefreshedPodCertificateIsWhatTheAppSees(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "pod-certificate-refresh", restricted)
+	createPod(t, ns, podCertificatePod("app", nil))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	ctx := context.Background()
+	serial := func() string {
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", identityPath+"/credentials.pem")
+		if err != nil {
+			return ""
+		}
+		return leafOf(t, out).SerialNumber.String()
+	}
+	first := serial()
+	if first == "" {
+		t.Fatal("the app cannot read its credential bundle")
+	}
+	if err := n.RestartKubelet(); err != nil {
+		t.Fatalf("restart the kubelet: %v", err)
+	}
+	var now string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		now = serial()
+		return now != "" && now != first, nil
+	}); err != nil {
+		t.Fatalf("the app still reads certificate %s 3 minutes after the kubelet restarted", first)
+	}
+	pcrs, err := n.Client.CertificatesV1().PodCertificateRequests(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pcrs.Items) < 2 {
+		t.Errorf("%d PodCertificateRequests in the namespace; the refresh should have made a second", len(pcrs.Items))
+	}
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+}
