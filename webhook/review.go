@@ -7,16 +7,15 @@ import (
 	"net/http"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
-
 	jsonv2 "github.com/go-json-experiment/json"
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
 	kwhwebhook "github.com/slok/kubewebhook/v2/pkg/webhook"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // reviewHandler carries admission reviews between HTTP and a kubewebhook Webhook: it
@@ -27,7 +26,7 @@ import (
 // (webhooks, validators, mutators, the measured webhook) is still used through, for
 // two reasons: that handler decodes every review twice (a universal deserializer
 // first decodes the whole body to sniff its kind, then decodes it again into the
-// typed review), which was a third of /mutate/pods' CPU (docs/benchmarks.md); and it
+// typed review), which was a quarter to a third of /mutate/pods' handler CPU (docs/benchmarks.md); and it
 // panics on a review without a request, which anything that reaches the port can send.
 type reviewHandler struct {
 	webhook kwhwebhook.Webhook
