@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"net/url"
@@ -55,6 +56,54 @@ type pcrOutcome struct {
 // chose. refreshAt is the fraction of the lifetime after which the kubelet should
 // refresh, drawn per request so that a node's pods do not all renew at once.
 func issuePCR(pcr *certificatesv1.PodCertificateRequest, rules *policy.Signer, ca *CA, now time.Time, refreshAt float64) (pcrOutcome, error) {
+	pub, why := stubRequestKey(pcr.Spec.StubPKCS10Request)
+	return decidePCR(pcr, pub, why, rules, ca, now, refreshAt)
+}
+
+// stubRequestKey is the public key of a v1 request's stub PKCS#10 request, or why it
+// has none.
+func stubRequestKey(stub []byte) (crypto.PublicKey, string) {
+	req, err := x509.ParseCertificateRequest(stub)
+	if err != nil {
+		return nil, fmt.Sprintf("spec.stubPKCS10Request does not parse as a PKCS#10 request: %v", err)
+	}
+	// The API server checks the proof of possession at admission; checked again so
+	// that nothing that reached the signer another way is signed without it.
+	if err := req.CheckSignature(); err != nil {
+		return nil, fmt.Sprintf("spec.stubPKCS10Request's signature does not verify with its public key: %v", err)
+	}
+	return req.PublicKey, ""
+}
+
+// pkixKey is the public key of a v1beta1 request, given as a PKIX public key with a
+// proof of possession: the key's signature over the pod's UID, as upstream checks it
+// (Ed25519 over the bytes; ECDSA, ASN.1, and RSA-PSS over their SHA-256).
+func pkixKey(pkixKey, proof []byte, podUID string) (crypto.PublicKey, string) {
+	pub, err := x509.ParsePKIXPublicKey(pkixKey)
+	if err != nil {
+		return nil, fmt.Sprintf("spec.pkixPublicKey does not parse: %v", err)
+	}
+	digest := sha256.Sum256([]byte(podUID))
+	ok := false
+	switch k := pub.(type) {
+	case ed25519.PublicKey:
+		ok = ed25519.Verify(k, []byte(podUID), proof)
+	case *ecdsa.PublicKey:
+		ok = ecdsa.VerifyASN1(k, digest[:], proof)
+	case *rsa.PublicKey:
+		ok = rsa.VerifyPSS(k, crypto.SHA256, digest[:], proof, nil) == nil
+	default:
+		return nil, fmt.Sprintf("spec.pkixPublicKey is a %T, which is no key type Kubernetes allows", pub)
+	}
+	if !ok {
+		return nil, "spec.proofOfPossession is not the key's signature over the pod's UID"
+	}
+	return pub, ""
+}
+
+// decidePCR is issuePCR once the request's public key is known (nil, with why, when
+// it has none that proves possession), whatever version the request came in.
+func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, why string, rules *policy.Signer, ca *CA, now time.Time, refreshAt float64) (pcrOutcome, error) {
 	deny := func(reason, format string, args ...any) pcrOutcome {
 		return terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeDenied, reason, fmt.Sprintf(format, args...), now)
 	}
@@ -62,19 +111,13 @@ func issuePCR(pcr *certificatesv1.PodCertificateRequest, rules *policy.Signer, c
 		return terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeFailed, reason, fmt.Sprintf(format, args...), now)
 	}
 
-	req, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
-	if err != nil {
-		return deny(reasonInvalidRequest, "spec.stubPKCS10Request does not parse as a PKCS#10 request: %v", err), nil
+	if pub == nil {
+		return deny(reasonInvalidRequest, "%s", why), nil
 	}
-	// The API server checks the proof of possession at admission; checked again so
-	// that nothing that reached the signer another way is signed without it.
-	if err := req.CheckSignature(); err != nil {
-		return deny(reasonInvalidRequest, "spec.stubPKCS10Request's signature does not verify with its public key: %v", err), nil
-	}
-	keyType, ok := podCertificateKeyType(req.PublicKey)
+	keyType, ok := podCertificateKeyType(pub)
 	if !ok || !slices.Contains(rules.KeyTypes, keyType) {
 		if !ok {
-			keyType = fmt.Sprintf("%T", req.PublicKey)
+			keyType = fmt.Sprintf("%T", pub)
 		}
 		return deny(certificatesv1.PodCertificateRequestConditionUnsupportedKeyType,
 			"key type %s is not one signer %s issues for; use one of keyType %s in the podCertificate volume", keyType, rules.SignerName, strings.Join(rules.KeyTypes, ", ")), nil
@@ -115,12 +158,12 @@ func issuePCR(pcr *certificatesv1.PodCertificateRequest, rules *policy.Signer, c
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, NotBefore: notBefore, NotAfter: notAfter,
-		URIs: []*url.URL{uri}, DNSNames: dnsNames, PublicKey: req.PublicKey,
-		KeyUsage:              keyUsage(req.PublicKey),
+		URIs: []*url.URL{uri}, DNSNames: dnsNames, PublicKey: pub,
+		KeyUsage:              keyUsage(pub),
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 	}
-	leafPEM, leaf, err := pki.SignCertificate(tmpl, ca.Cert, req.PublicKey, ca.Key)
+	leafPEM, leaf, err := pki.SignCertificate(tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return pcrOutcome{}, fmt.Errorf("failed to sign PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -315,4 +317,80 @@ func FuzzIssuePCR(f *testing.F) {
 		}
 		assertUpstreamStatusRules(t, pcr, out, pcrNow)
 	})
+}
+
+// proofOfPossession signs the pod's UID as the kubelet does for a v1beta1 request.
+func proofOfPossession(t *testing.T, key crypto.Signer, podUID string) []byte {
+	t.Helper()
+	digest := sha256.Sum256([]byte(podUID))
+	var sig []byte
+	var err error
+	switch k := key.(type) {
+	case ed25519.PrivateKey:
+		sig = ed25519.Sign(k, []byte(podUID))
+	case *ecdsa.PrivateKey:
+		sig, err = ecdsa.SignASN1(rand.Reader, k, digest[:])
+	case *rsa.PrivateKey:
+		sig, err = rsa.SignPSS(rand.Reader, k, crypto.SHA256, digest[:], nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sig
+}
+
+func TestPKIXKey_AcceptsOnlyAProofOverThePodUID(t *testing.T) {
+	keys := testKeys()
+	for _, name := range []string{policy.KeyECDSAP256, policy.KeyED25519, policy.KeyRSA3072} {
+		key := keys[name]
+		der, err := x509.MarshalPKIXPublicKey(key.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name+": a signature over the pod's UID proves possession", func(t *testing.T) {
+			pub, why := pkixKey(der, proofOfPossession(t, key, "pod-uid"), "pod-uid")
+			if pub == nil || !key.Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(pub) {
+				t.Fatalf("refused: %s", why)
+			}
+		})
+		t.Run(name+": a signature over another pod's UID does not", func(t *testing.T) {
+			if pub, why := pkixKey(der, proofOfPossession(t, key, "other-pod"), "pod-uid"); pub != nil || !strings.Contains(why, "not the key's signature over the pod's UID") {
+				t.Fatalf("accepted, or refused saying %q", why)
+			}
+		})
+	}
+	t.Run("a key that does not parse is refused, saying so", func(t *testing.T) {
+		if pub, why := pkixKey([]byte("junk"), nil, "pod-uid"); pub != nil || !strings.Contains(why, "spec.pkixPublicKey does not parse") {
+			t.Fatalf("accepted, or refused saying %q", why)
+		}
+	})
+}
+
+func TestDecidePCR_AV1beta1RequestIsIssuedToItsProvenKey(t *testing.T) {
+	ca := testCA(t, pcrNow.Add(-time.Hour), 365*24*time.Hour)
+	key := testKeys()[policy.KeyECDSAP256]
+	der, _ := x509.MarshalPKIXPublicKey(key.Public())
+	beta := &certificatesv1beta1.PodCertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web-beta"},
+		Spec: certificatesv1beta1.PodCertificateRequestSpec{
+			SignerName: "trustsync.io/workload", PodName: "web", PodUID: "pod-uid", ServiceAccountName: "web", NodeName: "node-1",
+			MaxExpirationSeconds: ptr.To[int32](3600), PKIXPublicKey: der, ProofOfPossession: proofOfPossession(t, key, "pod-uid"),
+		},
+	}
+	pub, why := pkixKey(beta.Spec.PKIXPublicKey, beta.Spec.ProofOfPossession, string(beta.Spec.PodUID))
+	out, err := decidePCR(v1FromBeta(beta), pub, why, pcrRules(t, ""), ca, pcrNow, 0.7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := out.status.Conditions[0]; c.Type != "Issued" {
+		t.Fatalf("condition %s/%s: %s", c.Type, c.Reason, c.Message)
+	}
+	block, _ := pem.Decode([]byte(out.status.CertificateChain))
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !key.Public().(interface{ Equal(crypto.PublicKey) bool }).Equal(leaf.PublicKey) || leaf.URIs[0].String() != "spiffe://example.org/ns/apps/sa/web" || leaf.NotAfter.Sub(leaf.NotBefore) != time.Hour {
+		t.Errorf("leaf for %v, URI %v, lifetime %s; want the proven key, the ServiceAccount's SPIFFE ID, 1h", leaf.PublicKey, leaf.URIs, leaf.NotAfter.Sub(leaf.NotBefore))
+	}
 }

@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"crypto"
+
 	certificatesv1 "k8s.io/api/certificates/v1"
+	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
+	certlistersv1beta1 "k8s.io/client-go/listers/certificates/v1beta1"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -23,11 +27,13 @@ type pcrKey struct {
 	signer, namespace, name string
 }
 
-// pcrSigner is one signer's PodCertificateRequests: its rules, its requests, its CA.
+// pcrSigner is one signer's PodCertificateRequests: its rules, its requests (from the
+// v1 API, or from v1beta1 where only that is served), its CA.
 type pcrSigner struct {
-	rules *policy.Signer
-	pcrs  certlisters.PodCertificateRequestLister
-	ca    *caManager
+	rules    *policy.Signer
+	pcrs     certlisters.PodCertificateRequestLister
+	betaPCRs certlistersv1beta1.PodCertificateRequestLister
+	ca       *caManager
 }
 
 // pcrHandler issues, denies or fails the PodCertificateRequests of the policy's
@@ -50,7 +56,7 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	if !ok {
 		return nil
 	}
-	pcr, err := ps.pcrs.PodCertificateRequests(key.namespace).Get(key.name)
+	pcr, pub, why, beta, err := ps.get(key)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -65,13 +71,23 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	if ca == nil {
 		return errCANotReady
 	}
-	out, err := issuePCR(pcr, ps.rules, ca, start, h.refreshAt())
+	out, err := decidePCR(pcr, pub, why, ps.rules, ca, start, h.refreshAt())
 	if err != nil {
 		return err
 	}
-	pcr = pcr.DeepCopy()
-	pcr.Status = out.status
-	if _, err := h.client.CertificatesV1().PodCertificateRequests(pcr.Namespace).UpdateStatus(ctx, pcr, metav1.UpdateOptions{}); err != nil {
+	if beta != nil {
+		beta = beta.DeepCopy()
+		beta.Status = certificatesv1beta1.PodCertificateRequestStatus{
+			Conditions: out.status.Conditions, CertificateChain: out.status.CertificateChain,
+			NotBefore: out.status.NotBefore, BeginRefreshAt: out.status.BeginRefreshAt, NotAfter: out.status.NotAfter,
+		}
+		_, err = h.client.CertificatesV1beta1().PodCertificateRequests(beta.Namespace).UpdateStatus(ctx, beta, metav1.UpdateOptions{})
+	} else {
+		pcr = pcr.DeepCopy()
+		pcr.Status = out.status
+		_, err = h.client.CertificatesV1().PodCertificateRequests(pcr.Namespace).UpdateStatus(ctx, pcr, metav1.UpdateOptions{})
+	}
+	if err != nil {
 		return fmt.Errorf("failed to write the status of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}
 	h.metrics.pcrs.WithLabelValues(key.signer, out.result, out.reason).Inc()
@@ -84,6 +100,43 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	// The kubelet records the refusal on the pod, where its author looks.
 	logger.Info("Refused pod certificate", "result", out.result, "reason", out.reason, "message", out.status.Conditions[0].Message)
 	return nil
+}
+
+// get reads the request named by key as a v1 request with its public key (or why it
+// has none). A v1beta1 request is returned as well, to write its status back through
+// its own version.
+func (ps *pcrSigner) get(key pcrKey) (*certificatesv1.PodCertificateRequest, crypto.PublicKey, string, *certificatesv1beta1.PodCertificateRequest, error) {
+	if ps.betaPCRs == nil {
+		pcr, err := ps.pcrs.PodCertificateRequests(key.namespace).Get(key.name)
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		pub, why := stubRequestKey(pcr.Spec.StubPKCS10Request)
+		return pcr, pub, why, nil, nil
+	}
+	beta, err := ps.betaPCRs.PodCertificateRequests(key.namespace).Get(key.name)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	pub, why := pkixKey(beta.Spec.PKIXPublicKey, beta.Spec.ProofOfPossession, string(beta.Spec.PodUID))
+	return v1FromBeta(beta), pub, why, beta, nil
+}
+
+// v1FromBeta is a v1beta1 request in v1 form, its key fields aside (v1 has none).
+func v1FromBeta(b *certificatesv1beta1.PodCertificateRequest) *certificatesv1.PodCertificateRequest {
+	return &certificatesv1.PodCertificateRequest{
+		ObjectMeta: b.ObjectMeta,
+		Spec: certificatesv1.PodCertificateRequestSpec{
+			SignerName: b.Spec.SignerName, PodName: b.Spec.PodName, PodUID: b.Spec.PodUID,
+			ServiceAccountName: b.Spec.ServiceAccountName, ServiceAccountUID: b.Spec.ServiceAccountUID,
+			NodeName: b.Spec.NodeName, NodeUID: b.Spec.NodeUID, MaxExpirationSeconds: b.Spec.MaxExpirationSeconds,
+			UnverifiedUserAnnotations: b.Spec.UnverifiedUserAnnotations,
+		},
+		Status: certificatesv1.PodCertificateRequestStatus{
+			Conditions: b.Status.Conditions, CertificateChain: b.Status.CertificateChain,
+			NotBefore: b.Status.NotBefore, BeginRefreshAt: b.Status.BeginRefreshAt, NotAfter: b.Status.NotAfter,
+		},
+	}
 }
 
 // decided reports whether the request carries a terminal condition already: it is
@@ -100,31 +153,44 @@ func decided(pcr *certificatesv1.PodCertificateRequest) bool {
 
 func spreadRefresh() float64 { return 0.6 + 0.2*rand.Float64() }
 
-// servesPodCertificateRequests asks whether certificates.k8s.io/v1 serves
-// PodCertificateRequests (Kubernetes 1.37 and later, or earlier with the beta API
-// promoted by feature gates). Where it does not, the signer signs CSRs alone.
-func servesPodCertificateRequests(client kubernetes.Interface) (bool, error) {
-	list, err := client.Discovery().ServerResourcesForGroupVersion(certificatesv1.SchemeGroupVersion.String())
-	if err != nil {
-		return false, fmt.Errorf("failed to discover the certificates.k8s.io/v1 resources: %w", err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == "podcertificaterequests" {
-			return true, nil
+// podCertificateRequestVersion asks which version of certificates.k8s.io serves
+// PodCertificateRequests: v1 (Kubernetes 1.37 and later), else v1beta1 (1.35 and
+// 1.36 with the beta API enabled), else none, and the signer signs CSRs alone.
+func podCertificateRequestVersion(client kubernetes.Interface) (string, error) {
+	for _, gv := range []string{certificatesv1.SchemeGroupVersion.String(), certificatesv1beta1.SchemeGroupVersion.String()} {
+		list, err := client.Discovery().ServerResourcesForGroupVersion(gv)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("failed to discover the %s resources: %w", gv, err)
+		}
+		for _, r := range list.APIResources {
+			if r.Name == "podcertificaterequests" {
+				return gv, nil
+			}
 		}
 	}
-	klog.InfoS("The API server does not serve certificates.k8s.io/v1 PodCertificateRequests; signing CSRs only")
-	return false, nil
+	klog.InfoS("The API server serves no PodCertificateRequests (certificates.k8s.io v1 or v1beta1); signing CSRs only")
+	return "", nil
 }
 
-// requeueAllPCRs queues every PodCertificateRequest of signer, for when its first CA
+// requeueAll queues every PodCertificateRequest of the signer, for when its first CA
 // is loaded.
-func requeueAllPCRs(lister certlisters.PodCertificateRequestLister, signer string, q workqueue.TypedRateLimitingInterface[pcrKey]) {
-	pcrs, err := lister.List(labels.Everything())
-	if err != nil {
-		return
+func (ps *pcrSigner) requeueAll(signer string, q workqueue.TypedRateLimitingInterface[pcrKey]) {
+	var keys []pcrKey
+	if ps.betaPCRs != nil {
+		pcrs, _ := ps.betaPCRs.List(labels.Everything())
+		for _, pcr := range pcrs {
+			keys = append(keys, pcrKey{signer: signer, namespace: pcr.Namespace, name: pcr.Name})
+		}
+	} else if ps.pcrs != nil {
+		pcrs, _ := ps.pcrs.List(labels.Everything())
+		for _, pcr := range pcrs {
+			keys = append(keys, pcrKey{signer: signer, namespace: pcr.Namespace, name: pcr.Name})
+		}
 	}
-	for _, pcr := range pcrs {
-		q.Add(pcrKey{signer: signer, namespace: pcr.Namespace, name: pcr.Name})
+	for _, k := range keys {
+		q.Add(k)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -112,7 +113,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	pcrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[pcrKey](), workqueue.TypedRateLimitingQueueConfig[pcrKey]{Name: "trustsync_signer_pcr"})
 	defer pcrQueue.ShutDown()
 	pcrs := &pcrHandler{client: client, signers: map[string]*pcrSigner{}, clock: clock.RealClock{}, metrics: m, refreshAt: spreadRefresh}
-	pcrServed, err := servesPodCertificateRequests(client)
+	pcrVersion, err := podCertificateRequestVersion(client)
 	if err != nil {
 		return err
 	}
@@ -168,30 +169,34 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 
 		// Its PodCertificateRequests, where the API serves them: the kubelet's requests
 		// for podCertificate volumes naming this signer.
-		var pcrLister certlisters.PodCertificateRequestLister
-		if pcrServed {
+		ps := &pcrSigner{rules: rules, ca: mgr}
+		if pcrVersion != "" {
 			pcrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 				lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 			}))
-			pcrInformer := pcrInformers.Certificates().V1().PodCertificateRequests()
 			enqueuePCR := func(obj any) {
-				if pcr, ok := obj.(*certificatesv1.PodCertificateRequest); ok {
-					pcrQueue.Add(pcrKey{signer: name, namespace: pcr.Namespace, name: pcr.Name})
+				if m, err := meta.Accessor(obj); err == nil {
+					pcrQueue.Add(pcrKey{signer: name, namespace: m.GetNamespace(), name: m.GetName()})
 				}
 			}
-			if _, err := pcrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }}); err != nil {
+			var informer cache.SharedIndexInformer
+			if pcrVersion == certificatesv1.SchemeGroupVersion.String() {
+				i := pcrInformers.Certificates().V1().PodCertificateRequests()
+				informer, ps.pcrs = i.Informer(), i.Lister()
+			} else {
+				i := pcrInformers.Certificates().V1beta1().PodCertificateRequests()
+				informer, ps.betaPCRs = i.Informer(), i.Lister()
+			}
+			if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }}); err != nil {
 				return err
 			}
-			pcrLister = pcrInformer.Lister()
-			pcrs.signers[name] = &pcrSigner{rules: rules, pcrs: pcrLister, ca: mgr}
+			pcrs.signers[name] = ps
 			pcrInformers.Start(ctx.Done())
-			synced = append(synced, pcrInformer.Informer().HasSynced)
+			synced = append(synced, informer.HasSynced)
 		}
 		mgr.loaded = func() {
 			requeueAll(csrLister, name, csrQueue)
-			if pcrLister != nil {
-				requeueAllPCRs(pcrLister, name, pcrQueue)
-			}
+			ps.requeueAll(name, pcrQueue)
 		}
 
 		// A live bundle deleted or edited by anyone is restored.
@@ -221,7 +226,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrServed)
+	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
 	<-ctx.Done()
 	return nil
 }

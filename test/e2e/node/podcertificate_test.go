@@ -91,36 +91,82 @@ func TestPod_PlainPodCertificateVolumeIsIssuedByTheSigner(t *testing.T) {
 	}
 }
 
-// A request outside the policy (a DNS name in another namespace) is denied with the
-// reason, and the pod's Events say so; the pod does not start.
+// A request outside the policy is denied with the reason, and the pod's Events say
+// so; the pod does not start. The key-type case narrows the policy's keyTypes with
+// `helm upgrade`, as an operator would, and puts it back.
 func TestPod_PodCertificateOutsideThePolicyIsDeniedAndThePodsEventsSayWhy(t *testing.T) {
 	n := installChart(t)
-	ns := n.Namespace(t, "pod-certificate-denied", restricted)
-	pod := createPod(t, ns, podCertificatePod("app", map[string]string{"trustsync.io/dns-names": "app.other.svc"}))
-	var seen []string
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
-		if err != nil {
-			return false, nil
-		}
-		seen = seen[:0]
-		for _, e := range events.Items {
-			seen = append(seen, e.Reason+": "+e.Message)
-			if e.Reason == "Denied" && strings.Contains(e.Message, "InvalidUnverifiedUserAnnotations") && strings.Contains(e.Message, "app.other.svc") && strings.Contains(e.Message, "matches none of the patterns") {
-				return true, nil
+	for _, tc := range []struct {
+		name, keyType string
+		annotations   map[string]string
+		keyTypes      string // the policy's signers with narrowed keyTypes, set for the case
+		want          []string
+	}{
+		{name: "dns", keyType: "ECDSAP256", annotations: map[string]string{"trustsync.io/dns-names": "app.other.svc"},
+			want: []string{"InvalidUnverifiedUserAnnotations", "app.other.svc", "matches none of the patterns"}},
+		{name: "key-type", keyType: "ED25519", keyTypes: `[{"signerName":"trustsync.io/workload","trustDomain":"cluster.local","approval":{},"keyTypes":["ECDSAP256","ECDSAP384"]}]`,
+			want: []string{"UnsupportedKeyType", "key type ED25519 is not one signer trustsync.io/workload issues for", "use one of keyType ECDSAP256, ECDSAP384"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.keyTypes != "" {
+				upgradeChart(t, n, "--set-json", "policy.signers="+tc.keyTypes)
+				t.Cleanup(func() { upgradeChart(t, n, "--reset-values") })
 			}
+			ns := n.Namespace(t, "pod-certificate-denied-"+tc.name, restricted)
+			spec := podCertificatePod("app", tc.annotations)
+			spec.Spec.Volumes[0].Projected.Sources[0].PodCertificate.KeyType = tc.keyType
+			pod := createPod(t, ns, spec)
+			var seen []string
+			err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+				events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
+				if err != nil {
+					return false, nil
+				}
+				seen = seen[:0]
+				for _, e := range events.Items {
+					seen = append(seen, e.Reason+": "+e.Message)
+					if e.Reason == "Denied" && containsAll(e.Message, tc.want) {
+						return true, nil
+					}
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Fatalf("no Denied event saying %q on the pod within 2 minutes; its events:\n%s", tc.want, strings.Join(seen, "\n"))
+			}
+			got, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "app", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cluster.PodReady(got) {
+				t.Error("the pod started without its certificate")
+			}
+		})
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
 		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no Denied event naming the refused DNS name on the pod within 2 minutes; its events:\n%s", strings.Join(seen, "\n"))
 	}
-	got, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "app", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	return true
+}
+
+// upgradeChart upgrades the installed release with args (--set and friends, reusing
+// the other values; or --reset-values, back to the defaults it was installed with)
+// and waits until it is rolled out.
+func upgradeChart(t *testing.T, n *cluster.Node, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if len(args) > 0 && args[0] != "--reset-values" {
+		args = append([]string{"--reuse-values"}, args...)
 	}
-	if cluster.PodReady(got) {
-		t.Error("the pod started without its certificate")
+	cmd := append([]string{"upgrade", release, "charts/trustsync", "-n", releaseNamespace, "--wait", "--timeout", "3m"}, args...)
+	if _, err := n.Run(ctx, "helm", cmd...); err != nil {
+		t.Fatalf("helm upgrade %v: %v", args, err)
 	}
 }
 
@@ -233,16 +279,8 @@ func TestPod_PodCertificatesIssuedAfterACARotationVerifyAgainstTheTrustFile(t *t
 	n := installChart(t)
 	// A short propagation window, as the demo uses, so the new CA signs within the test;
 	// put back afterwards.
-	setWindow := func(window string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		if _, err := n.Run(ctx, "helm", "upgrade", release, "charts/trustsync", "-n", releaseNamespace, "--reuse-values",
-			"--set", "signer.caPropagationWindow="+window, "--wait", "--timeout", "3m"); err != nil {
-			t.Fatalf("helm upgrade: %v", err)
-		}
-	}
-	setWindow("5s")
-	t.Cleanup(func() { setWindow("10m") })
+	upgradeChart(t, n, "--set", "signer.caPropagationWindow=5s")
+	t.Cleanup(func() { upgradeChart(t, n, "--reset-values") })
 
 	ns := n.Namespace(t, "pod-certificate-rotation", restricted)
 	createPod(t, ns, appPod("trust", map[string]string{

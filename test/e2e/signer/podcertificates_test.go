@@ -5,18 +5,21 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"strings"
 	"testing"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/controlplane"
 )
 
 // TestPodCertificateRequest_DecidedAsTheAPIServerAccepts creates PodCertificateRequests
@@ -132,4 +135,92 @@ func waitDecided(t *testing.T, pcrs pcrGetter, name string) *certificatesv1.PodC
 		t.Fatalf("PodCertificateRequest %s was never decided: %v", name, err)
 	}
 	return pcr
+}
+
+// TestPodCertificateRequest_V1beta1WhereOnlyItIsServed runs the signer against an API
+// server serving PodCertificateRequests in v1beta1 alone, as Kubernetes 1.35 and 1.36
+// do with the beta API on: a request whose key comes as a PKIX public key with a proof
+// of possession over the pod's UID is issued to that key.
+func TestPodCertificateRequest_V1beta1WhereOnlyItIsServed(t *testing.T) {
+	cp, err := controlplane.Start(controlplane.Options{ExtraAPIServerFlags: []string{
+		"--runtime-config=certificates.k8s.io/v1beta1=true,certificates.k8s.io/v1/podcertificaterequests=false",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	if err := setup(cp, true); err != nil {
+		t.Fatal(err)
+	}
+	defer signers[cp].Stop(10 * time.Second)
+	client := kube(t, cp.AdminConfig())
+	ctx := context.Background()
+	v1, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beta, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1beta1")
+	if err != nil || strings.Contains(resourceNames(v1.APIResources), "podcertificaterequests") || !strings.Contains(resourceNames(beta.APIResources), "podcertificaterequests") {
+		t.Fatalf("the API server does not serve PodCertificateRequests in v1beta1 alone (v1: %s; v1beta1: %v)", resourceNames(v1.APIResources), err)
+	}
+
+	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "beta-node"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.CoreV1().ServiceAccounts(appNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "beta-web"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "beta-web"},
+		Spec:       corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256([]byte(pod.UID))
+	proof, err := ecdsa.SignASN1(rand.Reader, key, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcrs := client.CertificatesV1beta1().PodCertificateRequests(appNamespace)
+	created, err := pcrs.Create(ctx, &certificatesv1beta1.PodCertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "beta-web-1"},
+		Spec: certificatesv1beta1.PodCertificateRequestSpec{
+			SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
+			NodeName: "beta-node", NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](3600), PKIXPublicKey: der, ProofOfPossession: proof,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *certificatesv1beta1.PodCertificateRequest
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err = pcrs.Get(ctx, created.Name, metav1.GetOptions{})
+		return err == nil && len(got.Status.Conditions) > 0, err
+	}); err != nil {
+		t.Fatalf("the v1beta1 request was never decided: %v", err)
+	}
+	if c := got.Status.Conditions[0]; c.Type != "Issued" {
+		t.Fatalf("condition %s/%s: %s", c.Type, c.Reason, c.Message)
+	}
+	certs, err := bundle.ParseCertificates([]byte(got.Status.CertificateChain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !key.PublicKey.Equal(certs[0].PublicKey) || certs[0].URIs[0].String() != spiffe(appNamespace, sa.Name) {
+		t.Errorf("issued to %v for %v; want the proven key and %s", certs[0].PublicKey, certs[0].URIs, spiffe(appNamespace, sa.Name))
+	}
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: livePool(t, liveStore(t, cp, true)), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("the certificate does not verify against the live bundle: %v", err)
+	}
 }
