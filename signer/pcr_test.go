@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 v1beta1 PodCertificateRequests of Kubernetes 1.35 carry the key in the deprecated fields, which these tests send.
+
 package signer
 
 import (

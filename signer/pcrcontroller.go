@@ -118,6 +118,13 @@ func (ps *pcrSigner) get(key pcrKey) (*certificatesv1.PodCertificateRequest, cry
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
+	// A v1beta1 request carries the stub request (Kubernetes 1.36) or, deprecated, a
+	// PKIX public key with a proof of possession (1.35).
+	if len(beta.Spec.StubPKCS10Request) > 0 {
+		pub, why := stubRequestKey(beta.Spec.StubPKCS10Request)
+		return v1FromBeta(beta), pub, why, beta, nil
+	}
+	//lint:ignore SA1019 the v1beta1 API of Kubernetes 1.35 carries the key only here.
 	pub, why := pkixKey(beta.Spec.PKIXPublicKey, beta.Spec.ProofOfPossession, string(beta.Spec.PodUID))
 	return v1FromBeta(beta), pub, why, beta, nil
 }

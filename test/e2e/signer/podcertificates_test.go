@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 v1beta1 PodCertificateRequests of Kubernetes 1.35 carry the key in the deprecated fields, which these tests send.
+
 package signer
 
 import (
@@ -15,7 +17,9 @@ import (
 	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -39,21 +43,7 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 	if !strings.Contains(resourceNames(served.APIResources), "podcertificaterequests") {
 		t.Skip("this API server does not serve certificates.k8s.io/v1 PodCertificateRequests")
 	}
-	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "pcr-node"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sa, err := client.CoreV1().ServiceAccounts(appNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "pcr-web"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "pcr-web"},
-		Spec:       corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, sa, pod := boundPod(t, client, "pcr")
 	request := func(name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
 		t.Helper()
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -68,7 +58,7 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: certificatesv1.PodCertificateRequestSpec{
 				SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
-				NodeName: "pcr-node", NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
+				NodeName: types.NodeName(node.Name), NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
 				UnverifiedUserAnnotations: annotations,
 			},
 		}, metav1.CreateOptions{})
@@ -108,6 +98,29 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 			t.Error("a denied request carries a certificate")
 		}
 	})
+}
+
+// boundPod creates a node <prefix>-node, a ServiceAccount <prefix>-web and a pod
+// <prefix>-web running as it, bound to the node: what a kubelet's request names.
+func boundPod(t *testing.T, client kubernetes.Interface, prefix string) (*corev1.Node, *corev1.ServiceAccount, *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-node"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, err := client.CoreV1().ServiceAccounts(appNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: prefix + "-web"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: prefix + "-web"},
+		Spec:       corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, sa, pod
 }
 
 func resourceNames(rs []metav1.APIResource) string {
@@ -164,21 +177,7 @@ func TestPodCertificateRequest_V1beta1WhereOnlyItIsServed(t *testing.T) {
 		t.Fatalf("the API server does not serve PodCertificateRequests in v1beta1 alone (v1: %s; v1beta1: %v)", resourceNames(v1.APIResources), err)
 	}
 
-	node, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "beta-node"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sa, err := client.CoreV1().ServiceAccounts(appNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "beta-web"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod, err := client.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "beta-web"},
-		Spec:       corev1.PodSpec{NodeName: node.Name, ServiceAccountName: sa.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, sa, pod := boundPod(t, client, "beta")
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +196,7 @@ func TestPodCertificateRequest_V1beta1WhereOnlyItIsServed(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "beta-web-1"},
 		Spec: certificatesv1beta1.PodCertificateRequestSpec{
 			SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
-			NodeName: "beta-node", NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](3600), PKIXPublicKey: der, ProofOfPossession: proof,
+			NodeName: types.NodeName(node.Name), NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](3600), PKIXPublicKey: der, ProofOfPossession: proof,
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
