@@ -2,7 +2,9 @@ package bundle
 
 import (
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/pem"
+	"time"
 	"unsafe"
 )
 
@@ -13,12 +15,23 @@ import (
 type Anchor struct {
 	DER []byte
 	Sum [sha256.Size]byte
-	pem []byte
+	// NotAfter is when the anchor expires (zero if der does not parse, which a decoded
+	// anchor always does).
+	NotAfter time.Time
+	pem      []byte
 }
 
 // NewAnchor makes an anchor of a DER certificate; the anchor keeps der, which the
 // caller must not modify afterwards.
 func NewAnchor(der []byte) *Anchor {
+	a := newAnchor(der)
+	if cert, err := x509.ParseCertificate(der); err == nil {
+		a.NotAfter = cert.NotAfter
+	}
+	return a
+}
+
+func newAnchor(der []byte) *Anchor {
 	return &Anchor{DER: der, Sum: sha256.Sum256(der), pem: pem.EncodeToMemory(&pem.Block{Type: certificateBlockType, Bytes: der})}
 }
 
@@ -94,7 +107,9 @@ func DecodeEdited(text string, prev *Decoding) (*Decoding, error) {
 			return d, nil
 		}
 		pos = len(data) - len(rest)
-		d.blocks = append(d.blocks, decodedBlock{end: pos, anchor: NewAnchor(cert.Raw)})
+		a := newAnchor(cert.Raw)
+		a.NotAfter = cert.NotAfter
+		d.blocks = append(d.blocks, decodedBlock{end: pos, anchor: a})
 	}
 }
 

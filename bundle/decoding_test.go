@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -121,4 +122,27 @@ func BenchmarkDecodeEdited_1MiBOneAnchorChanged(b *testing.B) {
 		_ = p.PEM()
 	}
 	b.ReportMetric(float64(n), "anchors")
+}
+
+func TestPool_EarliestNotAfterIsTheFirstAnchorToExpire(t *testing.T) {
+	soon := time.Now().Add(48 * time.Hour).Truncate(time.Second)
+	later := fixtures.CA("later")
+	first := fixtures.MustNew(fixtures.Options{CommonName: "soon", NotAfter: soon})
+	for _, tc := range []struct {
+		name string
+		add  func(p *Pool)
+		want time.Time
+	}{
+		{"decoded from PEM", func(p *Pool) { _ = p.AddPEM([]byte(fixtures.Bundle(later, first))) }, soon},
+		{"added as DER", func(p *Pool) { p.AddDER(later.Cert.Raw); p.AddDER(first.Cert.Raw) }, soon},
+		{"an empty pool has none", func(*Pool) {}, time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPool()
+			tc.add(p)
+			if got := p.EarliestNotAfter(); !got.Equal(tc.want) {
+				t.Errorf("earliest notAfter %s, want %s", got, tc.want)
+			}
+		})
+	}
 }

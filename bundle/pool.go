@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"slices"
+	"time"
 )
 
 // Pool is a set of trust anchors, deduplicated by DER bytes. Its encoding orders
@@ -43,12 +44,12 @@ func (p *Pool) AddAnchor(a *Anchor) bool {
 // AddPEM adds every certificate in data, decoded as DecodeCertificates does. It is all
 // or nothing: on error the pool is unchanged.
 func (p *Pool) AddPEM(data []byte) error {
-	ders, err := DecodeCertificates(data)
+	d, err := DecodeEdited(string(data), nil)
 	if err != nil {
 		return err
 	}
-	for _, der := range ders {
-		p.AddDER(der)
+	for _, a := range d.Anchors() {
+		p.AddAnchor(a)
 	}
 	return nil
 }
@@ -58,6 +59,17 @@ func (p *Pool) AddPool(other *Pool) {
 	for sum, a := range other.anchors {
 		p.anchors[sum] = a
 	}
+}
+
+// EarliestNotAfter is when the first of the pool's anchors expires (zero when empty).
+func (p *Pool) EarliestNotAfter() time.Time {
+	var earliest time.Time
+	for _, a := range p.anchors {
+		if !a.NotAfter.IsZero() && (earliest.IsZero() || a.NotAfter.Before(earliest)) {
+			earliest = a.NotAfter
+		}
+	}
+	return earliest
 }
 
 // Len returns the number of distinct anchors.

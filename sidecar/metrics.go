@@ -26,6 +26,7 @@ type metrics struct {
 	mu          sync.Mutex
 	syncs       map[string]*histogram // by result
 	anchors     map[string]int        // by path
+	expiries    map[string]time.Time  // the earliest notAfter of each path's anchors
 	lastSuccess time.Time
 	certExpiry  time.Time // zero without a workload certificate
 	renewErrors uint64
@@ -47,7 +48,7 @@ type histogram struct {
 }
 
 func newMetrics(now func() time.Time) *metrics {
-	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}}
+	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}}
 }
 
 func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Duration) {
@@ -77,6 +78,22 @@ func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Dura
 	h.sum += secs
 	for p, n := range anchors {
 		m.anchors[p] = n
+	}
+}
+
+// setAnchorExpiry records, per file written, when its first anchor expires.
+func (m *metrics) setAnchorExpiry(expiries map[string]time.Time) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p, t := range expiries {
+		if t.IsZero() {
+			delete(m.expiries, p)
+			continue
+		}
+		m.expiries[p] = t
 	}
 }
 
@@ -126,6 +143,10 @@ func (m *metrics) write(w io.Writer) {
 	header(w, "trustsync_sidecar_anchors", "gauge", "Distinct trust anchors in each file, as last written.")
 	for _, p := range sortedKeys(m.anchors) {
 		fmt.Fprintf(w, "trustsync_sidecar_anchors{path=%s} %d\n", quote(p), m.anchors[p])
+	}
+	header(w, "trustsync_sidecar_anchor_expiry_timestamp_seconds", "gauge", "When the first of each file's anchors expires (Unix seconds), as last written; alert well before.")
+	for _, p := range sortedKeys(m.expiries) {
+		fmt.Fprintf(w, "trustsync_sidecar_anchor_expiry_timestamp_seconds{path=%s} %d\n", quote(p), m.expiries[p].Unix())
 	}
 	header(w, "trustsync_sidecar_seconds_since_last_success", "gauge", "Seconds since every trust file was last synced without error (-1 before the first success); alert when it grows.")
 	since := -1.0

@@ -16,6 +16,8 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	m := newMetrics(func() time.Time { return now })
 	m.observe(syncResult{}, map[string]int{"ca.pem": 3, `odd "path"\n`: 1}, 3*time.Millisecond)
 	m.observe(syncResult{failed: map[string]error{"ca.pem": errors.New("x")}}, nil, 10*time.Second)
+	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
+	m.setAnchorExpiry(map[string]time.Time{"ca.pem": expires, "empty.pem": {}})
 	now = now.Add(90 * time.Second)
 
 	var out strings.Builder
@@ -51,6 +53,9 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 		{"trustsync_sidecar_sync_duration_seconds", "result", "error", 1},
 		{"trustsync_sidecar_anchors", "path", "ca.pem", 3},
 		{"trustsync_sidecar_anchors", "path", `odd "path"\n`, 1},
+		{"trustsync_sidecar_anchor_expiry_timestamp_seconds", "path", "ca.pem", float64(expires.Unix())},
+		// A file with no anchor has no expiry to report.
+		{"trustsync_sidecar_anchor_expiry_timestamp_seconds", "path", "empty.pem", -1},
 	} {
 		if got := count(tc.name, tc.label, tc.value); got != tc.want {
 			t.Errorf("%s{%s=%q} = %v, want %v", tc.name, tc.label, tc.value, got, tc.want)

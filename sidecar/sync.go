@@ -85,8 +85,9 @@ func (s *syncer) sync() syncResult {
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
 	anchors := map[string]int{}
+	expiries := map[string]time.Time{}
 	for _, g := range s.groups {
-		content, n, err := s.render(g)
+		content, n, expiry, err := s.render(g)
 		if err != nil {
 			res.failed[g.path] = err
 			if last, ok := s.lastGood[g.path]; ok {
@@ -96,6 +97,7 @@ func (s *syncer) sync() syncResult {
 		}
 		payload[g.path] = File{Data: content, Mode: trustFileMode}
 		anchors[g.path] = n
+		expiries[g.path] = expiry
 	}
 	s.decoder.endSync()
 	if s.extra != nil {
@@ -118,6 +120,9 @@ func (s *syncer) sync() syncResult {
 		}
 	}
 	s.metrics.observe(res, anchors, s.clock.Since(start))
+	if err == nil {
+		s.metrics.setAnchorExpiry(expiries)
+	}
 	s.reporter.report(res, anchors)
 	return res
 }
@@ -125,7 +130,7 @@ func (s *syncer) sync() syncResult {
 // render merges one path's items. An item that matched nothing is skipped when
 // optional and fails the path otherwise; an item that is invalid fails the path
 // whether optional or not, since it is a misconfiguration worth holding for.
-func (s *syncer) render(g pathGroup) ([]byte, int, error) {
+func (s *syncer) render(g pathGroup) ([]byte, int, time.Time, error) {
 	pool := tsbundle.NewPool()
 	var errs []error
 	for _, it := range g.items {
@@ -141,9 +146,9 @@ func (s *syncer) render(g pathGroup) ([]byte, int, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, 0, errors.Join(errs...)
+		return nil, 0, time.Time{}, errors.Join(errs...)
 	}
-	return pool.PEM(), pool.Len(), nil
+	return pool.PEM(), pool.Len(), pool.EarliestNotAfter(), nil
 }
 
 // reporter tells people what a sync did: logs always, Events on the pod on changes.
