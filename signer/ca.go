@@ -29,6 +29,16 @@ func (ca *CA) Anchor() *x509.Certificate {
 	return ca.Cert
 }
 
+// withChain appends to a leaf's PEM what relying parties need to reach the anchor
+// they trust: nothing for a root CA; for an intermediate, itself and the
+// intermediates above it, the root left out.
+func (ca *CA) withChain(leafPEM []byte) []byte {
+	if len(ca.Chain) == 0 {
+		return leafPEM
+	}
+	return append(leafPEM, encodeCerts(append([]*x509.Certificate{ca.Cert}, ca.Chain[:len(ca.Chain)-1]...)...)...)
+}
+
 // generateCA makes a self-signed ECDSA P-256 CA for signerName, valid from now for
 // validity.
 func generateCA(signerName string, now time.Time, validity time.Duration) (*CA, error) {

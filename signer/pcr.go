@@ -167,10 +167,7 @@ func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, 
 	if err != nil {
 		return pcrOutcome{}, fmt.Errorf("failed to sign PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}
-	chain := leafPEM
-	if len(ca.Chain) > 0 {
-		chain = append(chain, encodeCerts(append([]*x509.Certificate{ca.Cert}, ca.Chain[:len(ca.Chain)-1]...)...)...)
-	}
+	chain := ca.withChain(leafPEM)
 
 	out := terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeIssued, reasonIssued,
 		fmt.Sprintf("Issued to %s, valid until %s", spiffeID, leaf.NotAfter.UTC().Format(time.RFC3339)), now)

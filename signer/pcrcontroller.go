@@ -2,10 +2,9 @@ package signer
 
 import (
 	"context"
+	"crypto"
 	"fmt"
 	"math/rand/v2"
-
-	"crypto"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"

@@ -93,12 +93,7 @@ func sign(csr *certificatesv1.CertificateSigningRequest, ca *CA, lifetime time.D
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(ca.Chain) == 0 {
-		return leafPEM, leaf, nil
-	}
-	// An intermediate CA: relying parties trust the root, so send the path to it.
-	chain := append([]*x509.Certificate{ca.Cert}, ca.Chain[:len(ca.Chain)-1]...)
-	return append(leafPEM, encodeCerts(chain...)...), leaf, nil
+	return ca.withChain(leafPEM), leaf, nil
 }
 
 // parseRequest decodes spec.request and checks its signature: the requester must hold
