@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
+	"slices"
 	"time"
 	"unsafe"
 )
@@ -122,18 +123,16 @@ func (d *Decoding) resume(prev *Decoding, pos, suffix int) bool {
 		return false
 	}
 	shift := len(d.text) - len(prev.text)
-	from := -1
-	if len(prev.text) == remaining {
-		from = 0
-	}
-	for i, b := range prev.blocks {
-		if len(prev.text)-b.end == remaining {
-			from = i + 1
-			break
+	// prev's boundary at the same distance from the end: its start, or a block's end
+	// (block ends only grow, so a binary search finds it).
+	at := len(prev.text) - remaining
+	from := 0
+	if at != 0 {
+		i, found := slices.BinarySearchFunc(prev.blocks, at, func(b decodedBlock, at int) int { return b.end - at })
+		if !found {
+			return false
 		}
-	}
-	if from < 0 {
-		return false
+		from = i + 1
 	}
 	for _, b := range prev.blocks[from:] {
 		d.blocks = append(d.blocks, decodedBlock{end: b.end + shift, anchor: b.anchor})
