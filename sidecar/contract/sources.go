@@ -45,6 +45,35 @@ type Source struct {
 	// Optional: a source that matches nothing is not an error. A path is optional
 	// only when every source writing it is.
 	Optional bool `json:"optional,omitempty"`
+	// Format of the file: FormatPEM (the default), or a Java truststore, FormatPKCS12
+	// or FormatJKS. Items sharing a path agree on it.
+	Format string `json:"format,omitempty"`
+	// PasswordSecret names the key of a Secret in the pod's namespace that holds a
+	// truststore's password; without it the password is DefaultStorePassword.
+	PasswordSecret *KeyRef `json:"passwordSecret,omitempty"`
+}
+
+// File formats.
+const (
+	FormatPEM    = "pem"
+	FormatPKCS12 = "pkcs12"
+	FormatJKS    = "jks"
+)
+
+// Formats lists every file format, the default first.
+var Formats = []string{FormatPEM, FormatPKCS12, FormatJKS}
+
+// DefaultStorePassword is a truststore's password when no Secret names one: Java's
+// default, since a truststore's content is public and the password only guards it
+// against tampering in transit, which a local file does not see.
+const DefaultStorePassword = "changeit"
+
+// FileFormat is the source's format, the default made explicit.
+func (s Source) FileFormat() string {
+	if s.Format == "" {
+		return FormatPEM
+	}
+	return s.Format
 }
 
 // KeyRef names one key of a ConfigMap or Secret in the pod's namespace.
@@ -118,6 +147,7 @@ func ValidateSources(sources []Source, fldPath *field.Path) field.ErrorList {
 		}
 		errs = append(errs, itemErrs...)
 	}
+	errs = append(errs, validateSharedPaths(sources, fldPath)...)
 	// One item's file cannot be another's directory: the pod's files are written in one
 	// step, so such a pair would leave every file of the pod unwritten.
 	if file, under, ok := FileDirectoryConflict(paths); ok {
@@ -143,10 +173,47 @@ func (s Source) Validate(fldPath *field.Path) field.ErrorList {
 	case s.Secret != nil:
 		errs = append(errs, s.Secret.validate(fldPath.Child("secret"))...)
 	}
+	if s.Format != "" && !slices.Contains(Formats, s.Format) {
+		errs = append(errs, field.NotSupported(fldPath.Child("format"), s.Format, Formats))
+	}
+	if s.PasswordSecret != nil {
+		if s.FileFormat() == FormatPEM {
+			errs = append(errs, field.Invalid(fldPath.Child("passwordSecret"), s.PasswordSecret.Name, "goes with format pkcs12 or jks only; a PEM file has no password"))
+		}
+		errs = append(errs, s.PasswordSecret.validate(fldPath.Child("passwordSecret"))...)
+	}
 	if s.LabelSelector != nil && s.SignerName == "" && s.Name == "" {
 		errs = append(errs, field.Invalid(fldPath.Child("labelSelector"), "", "labelSelector goes with signerName only"))
 	}
 	return append(errs, ValidatePath(fldPath.Child("path"), s.Path)...)
+}
+
+// validateSharedPaths checks that the items writing one file agree on its format and
+// password: the file is encoded once, from all of them.
+func validateSharedPaths(sources []Source, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	first := map[string]int{}
+	for i, s := range sources {
+		j, seen := first[s.Path]
+		if !seen {
+			first[s.Path] = i
+			continue
+		}
+		if f, g := s.FileFormat(), sources[j].FileFormat(); f != g {
+			errs = append(errs, field.Invalid(fldPath.Index(i).Child("format"), f, fmt.Sprintf("item %d writes %q as %s; items sharing a path must agree on its format", j, s.Path, g)))
+		}
+		if a, b := s.PasswordSecret, sources[j].PasswordSecret; (a == nil) != (b == nil) || (a != nil && *a != *b) {
+			errs = append(errs, field.Invalid(fldPath.Index(i).Child("passwordSecret"), describeKeyRef(a), fmt.Sprintf("item %d names %s for %q; items sharing a path must agree on its password", j, describeKeyRef(b), s.Path)))
+		}
+	}
+	return errs
+}
+
+func describeKeyRef(r *KeyRef) string {
+	if r == nil {
+		return "no passwordSecret"
+	}
+	return fmt.Sprintf("passwordSecret %s/%s", r.Name, r.Key)
 }
 
 func (r *KeyRef) validate(fldPath *field.Path) field.ErrorList {

@@ -30,6 +30,15 @@ func TestParseSources(t *testing.T) {
 		{name: "one item's file is another's directory", json: `[{"name": "a", "path": "certs"}, {"name": "b", "path": "certs/extra.pem"}]`, wantErr: `sources[1].path: Invalid value: "certs/extra.pem": needs "certs" to be a directory, but another item writes the file "certs"`},
 		{name: "a deeper file under another item's file", json: `[{"name": "b", "path": "a/b/c.pem"}, {"name": "a", "path": "a"}]`, wantErr: `sources[0].path: Invalid value: "a/b/c.pem": needs "a" to be a directory`},
 		{name: "items sharing a path merge, they do not conflict", json: `[{"name": "a", "path": "ca.pem"}, {"name": "b", "path": "ca.pem"}, {"name": "c", "path": "nested/ca.pem"}]`, wantLen: 3},
+		{name: "truststores in both Java formats, one with a password from a Secret", wantLen: 3, json: `[
+			{"name": "a", "path": "truststore.p12", "format": "pkcs12"},
+			{"name": "b", "path": "truststore.p12", "format": "pkcs12"},
+			{"name": "a", "path": "truststore.jks", "format": "jks", "passwordSecret": {"name": "store-pass", "key": "password"}}]`},
+		{name: "an unknown format is refused with the ones there are", json: `[{"name": "a", "path": "t.p12", "format": "p12"}]`, wantErr: `sources[0].format: Unsupported value: "p12": supported values: "pem", "pkcs12", "jks"`},
+		{name: "items sharing a path must agree on its format", json: `[{"name": "a", "path": "t"}, {"name": "b", "path": "t", "format": "jks"}]`, wantErr: `sources[1].format: Invalid value: "jks": item 0 writes "t" as pem; items sharing a path must agree on its format`},
+		{name: "items sharing a path must agree on its password", json: `[{"name": "a", "path": "t", "format": "jks", "passwordSecret": {"name": "p", "key": "k"}}, {"name": "b", "path": "t", "format": "jks"}]`, wantErr: `sources[1].passwordSecret: Invalid value: "no passwordSecret": item 0 names passwordSecret p/k for "t"`},
+		{name: "a PEM file has no password", json: `[{"name": "a", "path": "t.pem", "passwordSecret": {"name": "p", "key": "k"}}]`, wantErr: `sources[0].passwordSecret: Invalid value: "p": goes with format pkcs12 or jks only`},
+		{name: "a bad password Secret key", json: `[{"name": "a", "path": "t", "format": "pkcs12", "passwordSecret": {"name": "p", "key": "a b"}}]`, wantErr: `sources[0].passwordSecret.key: Invalid value: "a b"`},
 		{name: "too many sources", json: "[" + strings.Repeat(`{"defaultCAs": true, "path": "a.pem"},`, MaxSources) + `{"defaultCAs": true, "path": "a.pem"}]`, wantErr: "sources: Too many: 33: must have at most 32 items"},
 	}
 	for _, tc := range tests {

@@ -12,6 +12,7 @@ package contract
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -37,6 +38,10 @@ const (
 	FlagCertificateCredentialBundle  = "certificate-credential-bundle"
 	FlagTrustDomain                  = "trust-domain"
 	FlagStateDir                     = "state-dir"
+	FlagReloadURL                    = "reload-url"
+	FlagReloadSignal                 = "reload-signal"
+	FlagReloadContainer              = "reload-container"
+	FlagExpiryWarningDays            = "expiry-warning-days"
 
 	FlagKubeconfig           = "kubeconfig"
 	FlagKubeAPIQPS           = "kube-api-qps"
@@ -83,6 +88,54 @@ type Spec struct {
 	Sources []Source
 	// Certificate asks for a rotating workload certificate; nil asks for none.
 	Certificate *Certificate
+	// Reload tells the app when what it trusts or presents changed; nil: never.
+	Reload *Reload
+	// ExpiryWarningDays: a Warning Event on the pod for each anchor written that
+	// expires this soon (at most once a day per anchor); 0 for none.
+	ExpiryWarningDays int
+}
+
+// DefaultExpiryWarningDays is the policy's default, and the sidecar's.
+const DefaultExpiryWarningDays = 30
+
+// Reload is how the app is told that what it trusts or presents changed: a POST to a
+// URL on the pod's loopback, a signal to one container's main process, or both.
+type Reload struct {
+	URL    string
+	Signal string
+	// Container is the container that receives Signal. The injector mounts
+	// ReloadMarkerPath into it alone, which is how the sidecar finds its processes.
+	Container string
+}
+
+// ReloadMarkerPath is mounted into the container that receives the reload signal and
+// no other: the sidecar reads each process's mount table (world-readable, unlike its
+// environment) and signals the processes that have this mount point.
+const ReloadMarkerPath = "/var/run/trustsync-reload-target"
+
+// ReloadSignals are the signals an app may ask to be reloaded with: the conventional
+// reload signals. Others would stop most apps.
+var ReloadSignals = []string{"SIGHUP", "SIGUSR1", "SIGUSR2"}
+
+// ValidateReloadURL checks a reload URL: http or https to 127.0.0.1 or localhost,
+// with an optional port and no user information. The request never leaves the pod.
+func ValidateReloadURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("is not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("must be an http or https URL, such as http://127.0.0.1:8080/-/reload")
+	case u.User != nil:
+		return fmt.Errorf("must not carry user information; the reload request carries no credentials")
+	case u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost":
+		return fmt.Errorf("must be on the pod's loopback (host 127.0.0.1 or localhost), not %q: the reload request must not leave the pod", u.Hostname())
+	case u.Port() != "":
+		if n, err := strconv.Atoi(u.Port()); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("has port %q; a port is 1 to 65535", u.Port())
+		}
+	}
+	return nil
 }
 
 // Certificate is the workload certificate a sidecar obtains and rotates.
@@ -102,7 +155,7 @@ type Certificate struct {
 
 // Args renders the spec as the sidecar's flags, in a fixed order.
 func (s Spec) Args() []string {
-	args := []string{Flag(FlagDir, s.Dir), Flag(FlagProjections, EncodeSources(s.Sources))}
+	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagProjections, EncodeSources(s.Sources))}, s.optionArgs()...)
 	c := s.Certificate
 	if c == nil {
 		return args
@@ -118,6 +171,24 @@ func (s Spec) Args() []string {
 		args = append(args, "--"+FlagCertificateCredentialBundle)
 	}
 	return append(args, Flag(FlagTrustDomain, c.TrustDomain), Flag(FlagStateDir, c.StateDir))
+}
+
+// optionArgs renders what applies to every file: reloads and expiry warnings. The
+// default warning window is left out, so pods injected before the flag read the same.
+func (s Spec) optionArgs() []string {
+	var args []string
+	if r := s.Reload; r != nil {
+		if r.URL != "" {
+			args = append(args, Flag(FlagReloadURL, r.URL))
+		}
+		if r.Signal != "" {
+			args = append(args, Flag(FlagReloadSignal, r.Signal), Flag(FlagReloadContainer, r.Container))
+		}
+	}
+	if s.ExpiryWarningDays != DefaultExpiryWarningDays {
+		args = append(args, Flag(FlagExpiryWarningDays, strconv.Itoa(s.ExpiryWarningDays)))
+	}
+	return args
 }
 
 // Validate checks what every subcommand needs: a directory, something to write, and
@@ -137,6 +208,22 @@ func (s Spec) Validate() error {
 		if c.ExpirationSeconds < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d is negative; use 0 for the signer's default", FlagCertificateExpirationSeconds, c.ExpirationSeconds))
 		}
+	}
+	if r := s.Reload; r != nil {
+		if r.URL != "" {
+			if err := ValidateReloadURL(r.URL); err != nil {
+				errs = append(errs, fmt.Errorf("--%s %q %w", FlagReloadURL, r.URL, err))
+			}
+		}
+		if r.Signal != "" && !slices.Contains(ReloadSignals, r.Signal) {
+			errs = append(errs, fmt.Errorf("--%s %q is not one of %s", FlagReloadSignal, r.Signal, strings.Join(ReloadSignals, ", ")))
+		}
+		if r.Signal != "" && r.Container == "" {
+			errs = append(errs, fmt.Errorf("--%s is required with --%s: the container whose processes get the signal", FlagReloadContainer, FlagReloadSignal))
+		}
+	}
+	if s.ExpiryWarningDays < 0 {
+		errs = append(errs, fmt.Errorf("--%s %d is negative; use 0 for no warnings", FlagExpiryWarningDays, s.ExpiryWarningDays))
 	}
 	return errors.Join(errs...)
 }
@@ -188,6 +275,8 @@ type Flags struct {
 	projections string
 	certificate bool
 	cert        Certificate
+	reload      Reload
+	expiryDays  int
 }
 
 // AddFlags registers every flag of the sidecar on fs: the Spec's, read back with
@@ -204,6 +293,10 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	fs.BoolVar(&f.cert.CredentialBundle, FlagCertificateCredentialBundle, false, "Also write "+FileCredentialBundle+" (key, then chain).")
 	fs.StringVar(&f.cert.TrustDomain, FlagTrustDomain, f.cert.TrustDomain, "SPIFFE trust domain of the workload identity.")
 	fs.StringVar(&f.cert.StateDir, FlagStateDir, "", "Sidecar-only directory that keeps a pending private key across sidecar restarts.")
+	fs.StringVar(&f.reload.URL, FlagReloadURL, "", "URL on the pod's loopback (http or https, host 127.0.0.1 or localhost) to POST to after the set of anchors of a file, or the workload certificate, changed. Not at start-up.")
+	fs.StringVar(&f.reload.Signal, FlagReloadSignal, "", "Signal ("+strings.Join(ReloadSignals, ", ")+") to send to the main process of --"+FlagReloadContainer+" after the set of anchors of a file, or the workload certificate, changed. Needs the pod's process namespace shared. Not at start-up.")
+	fs.StringVar(&f.reload.Container, FlagReloadContainer, "", "The container that gets --"+FlagReloadSignal+"; the injector mounts "+ReloadMarkerPath+" into it alone, which is how its processes are found.")
+	fs.IntVar(&f.expiryDays, FlagExpiryWarningDays, DefaultExpiryWarningDays, "Record a Warning Event on the pod, at most once a day per anchor, for each anchor written that expires within this many days. 0 for none.")
 
 	fs.StringVar(&rt.Kubeconfig, FlagKubeconfig, rt.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration (the pod's ServiceAccount).")
 	fs.Float32Var(&rt.KubeAPIQPS, FlagKubeAPIQPS, rt.KubeAPIQPS, "Queries per second to the API server.")
@@ -221,7 +314,11 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 
 // Spec returns the parsed Spec, with its sources decoded and validated.
 func (f *Flags) Spec() (Spec, error) {
-	s := Spec{Dir: f.dir}
+	s := Spec{Dir: f.dir, ExpiryWarningDays: f.expiryDays}
+	if f.reload != (Reload{}) {
+		r := f.reload
+		s.Reload = &r
+	}
 	if f.projections != "" && f.projections != "[]" {
 		sources, err := ParseSources([]byte(f.projections))
 		if err != nil {
@@ -243,8 +340,8 @@ func (rt Runtime) Validate(s Spec) error {
 	if rt.APIDiscoveryInterval < 0 {
 		errs = append(errs, fmt.Errorf("--%s %s is negative; use 0 to discover only at start", FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval))
 	}
-	if rt.PodNamespace == "" && slices.ContainsFunc(s.Sources, func(src Source) bool { return src.ConfigMap != nil || src.Secret != nil }) {
-		errs = append(errs, fmt.Errorf("--%s (or $%s) is required for ConfigMap and Secret sources", FlagPodNamespace, EnvPodNamespace))
+	if rt.PodNamespace == "" && slices.ContainsFunc(s.Sources, func(src Source) bool { return src.ConfigMap != nil || src.Secret != nil || src.PasswordSecret != nil }) {
+		errs = append(errs, fmt.Errorf("--%s (or $%s) is required for ConfigMap and Secret sources and truststore passwords", FlagPodNamespace, EnvPodNamespace))
 	}
 	if c := s.Certificate; c != nil {
 		for _, req := range []struct{ flag, value string }{

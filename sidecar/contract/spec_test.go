@@ -50,6 +50,16 @@ func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
 			Signer: "example.com/workload", KeyType: KeyRSA3072, ExpirationSeconds: 3600, DNSNames: []string{"web.apps.svc", "*.web.apps.svc"},
 			CredentialBundle: true, TrustDomain: "prod.example.com", StateDir: "/state",
 		}}},
+		{name: "truststores, reloads by URL and signal, and another warning window", spec: Spec{Dir: "/trust",
+			Sources: []Source{
+				{Name: "corp-root", Path: "truststore.p12", Format: FormatPKCS12, PasswordSecret: &KeyRef{Name: "store-pass", Key: "password"}},
+				{Name: "corp-root", Path: "truststore.jks", Format: FormatJKS},
+			},
+			Reload:            &Reload{URL: "https://localhost:8443/-/reload", Signal: "SIGHUP", Container: "app"},
+			ExpiryWarningDays: 7,
+		}},
+		{name: "no expiry warnings", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: 0}},
+		{name: "the default warning window is not rendered", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: DefaultExpiryWarningDays}},
 	}
 	for _, kt := range KeyTypes {
 		tests = append(tests, struct {
@@ -87,6 +97,13 @@ func TestSpec_FlagsRefuseWhatTheSidecarCannotDo(t *testing.T) {
 		{"a source writing the certificate's file", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, `[{"name": "a", "path": "tls.key"}]`)}, "is reserved for the workload certificate"},
 		{"an unknown key type", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateKeyType, "DSA1024")}, `--certificate-key-type "DSA1024" is not one of ECDSAP256, ECDSAP384, RSA2048, RSA3072, ED25519`},
 		{"a negative lifetime", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateExpirationSeconds, "-1")}, "is negative"},
+		{"a reload URL off the pod", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "http://10.0.0.1/reload")}, `--reload-url "http://10.0.0.1/reload" must be on the pod's loopback (host 127.0.0.1 or localhost), not "10.0.0.1"`},
+		{"a reload URL that is not http", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "file:///reload")}, "must be an http or https URL"},
+		{"a reload URL with credentials", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "http://u:p@localhost/r")}, "must not carry user information"},
+		{"a reload URL with a bad port", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "http://localhost:70000/r")}, `has port "70000"`},
+		{"a signal that is no reload signal", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadSignal, "SIGKILL"), Flag(FlagReloadContainer, "app")}, `--reload-signal "SIGKILL" is not one of SIGHUP, SIGUSR1, SIGUSR2`},
+		{"a signal for no container", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadSignal, "SIGHUP")}, "--reload-container is required with --reload-signal"},
+		{"a negative warning window", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagExpiryWarningDays, "-1")}, "--expiry-warning-days -1 is negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,8 +126,10 @@ func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
 	}{
 		{"a certificate names its identity and keeps its pending key", Runtime{PodName: "web-1", PodNamespace: "apps"}, cert,
 			[]string{"--service-account is required with --certificate", "--state-dir is required with --certificate"}},
-		{"ConfigMap sources are read from the pod's namespace", Runtime{}, namespaced, []string{"--pod-namespace (or $POD_NAMESPACE) is required"}},
+		{"ConfigMap sources are read from the pod's namespace", Runtime{}, namespaced, []string{"--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources"}},
 		{"a negative discovery interval", Runtime{PodNamespace: "a", APIDiscoveryInterval: -1}, namespaced, []string{"--api-discovery-interval -1ns is negative"}},
+		{"a truststore password is read from the pod's namespace", Runtime{}, Spec{Dir: "/d", Sources: []Source{{Name: "a", Path: "t.jks", Format: FormatJKS, PasswordSecret: &KeyRef{Name: "p", Key: "k"}}}},
+			[]string{"--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources and truststore passwords"}},
 		{"bundle sources need no identity", Runtime{}, Spec{Dir: "/d", Sources: []Source{{Name: "a", Path: "a.pem"}}}, nil},
 	}
 	for _, tc := range tests {
