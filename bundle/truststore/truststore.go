@@ -1,0 +1,135 @@
+// Package truststore encodes trust anchors as Java truststores, PKCS#12 and JKS, and
+// reads back which certificates a store holds. Each anchor is a trusted certificate
+// entry under an alias derived from the certificate alone, so the same anchor keeps
+// its alias in every store and every rewrite, whatever else the store holds.
+//
+// Both encodings come from libraries: go-pkcs12's trust-store encoder with its modern
+// profile (PBES2 with AES-256 and a SHA-256 MAC, which Java reads since 8u301 and
+// 11.0.12), and keystore-go for JKS. A PKCS#12 store is salted afresh on every
+// encoding, so a caller that wants a file to change only when its anchors do must keep
+// the bytes it wrote and encode again only when the set changes.
+package truststore
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/pavlo-v-chernykh/keystore-go/v4"
+	"software.sslmate.com/src/go-pkcs12"
+
+	"github.com/trustsync/trustsync/bundle"
+)
+
+// Alias is the entry name of cert: a readable part from its subject (common name,
+// else organization, else "anchor"), lower case, then the first 12 hex digits of the
+// SHA-256 of its DER, which keeps two anchors with the same subject apart. JKS folds
+// aliases to lower case, so both formats show the same one.
+func Alias(cert *x509.Certificate) string {
+	name := cert.Subject.CommonName
+	if name == "" && len(cert.Subject.Organization) > 0 {
+		name = cert.Subject.Organization[0]
+	}
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	slug := b.String()
+	if len(slug) > 40 {
+		slug = slug[:40]
+	}
+	slug = strings.TrimSuffix(slug, "-")
+	if slug == "" {
+		slug = "anchor"
+	}
+	sum := sha256.Sum256(cert.Raw)
+	return slug + "-" + hex.EncodeToString(sum[:6])
+}
+
+// parse parses every anchor; a decoded anchor always parses.
+func parse(anchors []*bundle.Anchor) ([]*x509.Certificate, error) {
+	certs := make([]*x509.Certificate, len(anchors))
+	for i, a := range anchors {
+		c, err := x509.ParseCertificate(a.DER)
+		if err != nil {
+			return nil, fmt.Errorf("anchor %d: %w", i, err)
+		}
+		certs[i] = c
+	}
+	return certs, nil
+}
+
+// EncodePKCS12 returns a PKCS#12 truststore holding anchors, with the modern profile.
+func EncodePKCS12(anchors []*bundle.Anchor, password string) ([]byte, error) {
+	certs, err := parse(anchors)
+	if err != nil {
+		return nil, err
+	}
+	entries := make([]pkcs12.TrustStoreEntry, len(certs))
+	for i, c := range certs {
+		entries[i] = pkcs12.TrustStoreEntry{Cert: c, FriendlyName: Alias(c)}
+	}
+	return pkcs12.Modern.EncodeTrustStoreEntries(entries, password)
+}
+
+// EncodeJKS returns a JKS truststore holding anchors. Each entry's creation time is its
+// certificate's notBefore, so the same anchors and password encode to the same bytes.
+func EncodeJKS(anchors []*bundle.Anchor, password string) ([]byte, error) {
+	certs, err := parse(anchors)
+	if err != nil {
+		return nil, err
+	}
+	ks := keystore.New(keystore.WithOrderedAliases())
+	for _, c := range certs {
+		entry := keystore.TrustedCertificateEntry{CreationTime: c.NotBefore, Certificate: keystore.Certificate{Type: "X509", Content: c.Raw}}
+		if err := ks.SetTrustedCertificateEntry(Alias(c), entry); err != nil {
+			return nil, err
+		}
+	}
+	var buf bytes.Buffer
+	if err := ks.Store(&buf, []byte(password)); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodePKCS12 returns the DER of every certificate a PKCS#12 truststore holds.
+func DecodePKCS12(data []byte, password string) ([][]byte, error) {
+	certs, err := pkcs12.DecodeTrustStore(data, password)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(certs))
+	for i, c := range certs {
+		out[i] = c.Raw
+	}
+	return out, nil
+}
+
+// DecodeJKS returns the DER of every trusted certificate a JKS truststore holds.
+func DecodeJKS(data []byte, password string) ([][]byte, error) {
+	ks := keystore.New()
+	if err := ks.Load(bytes.NewReader(data), []byte(password)); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for _, alias := range ks.Aliases() {
+		e, err := ks.GetTrustedCertificateEntry(alias)
+		if err != nil {
+			return nil, fmt.Errorf("entry %q: %w", alias, err)
+		}
+		out = append(out, e.Certificate.Content)
+	}
+	return out, nil
+}

@@ -1,0 +1,150 @@
+package truststore
+
+import (
+	"bytes"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pavlo-v-chernykh/keystore-go/v4"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+func anchorsOf(certs ...*fixtures.Cert) []*bundle.Anchor {
+	out := make([]*bundle.Anchor, len(certs))
+	for i, c := range certs {
+		out[i] = bundle.NewAnchor(c.Cert.Raw)
+	}
+	return out
+}
+
+type format struct {
+	name   string
+	encode func([]*bundle.Anchor, string) ([]byte, error)
+	decode func([]byte, string) ([][]byte, error)
+}
+
+var formats = []format{{"pkcs12", EncodePKCS12, DecodePKCS12}, {"jks", EncodeJKS, DecodeJKS}}
+
+func TestEncode_HoldsEveryAnchorAsATrustedEntry(t *testing.T) {
+	certs := []*fixtures.Cert{fixtures.CA("Corp Root CA"), fixtures.CA("Partner Root"), fixtures.CA("Partner Root")}
+	for _, f := range formats {
+		for _, password := range []string{"changeit", "a longer password from a Secret"} {
+			t.Run(f.name+"/"+password, func(t *testing.T) {
+				data, err := f.encode(anchorsOf(certs...), password)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := f.decode(data, password)
+				if err != nil {
+					t.Fatalf("cannot read back the store: %v", err)
+				}
+				if len(got) != len(certs) {
+					t.Fatalf("store holds %d certificates, want %d", len(got), len(certs))
+				}
+				for _, c := range certs {
+					if !slices.ContainsFunc(got, func(der []byte) bool { return bytes.Equal(der, c.Cert.Raw) }) {
+						t.Errorf("store lacks %q", c.Cert.Subject.CommonName)
+					}
+				}
+				if _, err := f.decode(data, "wrong"); err == nil {
+					t.Error("the store opens with a wrong password")
+				}
+			})
+		}
+	}
+}
+
+func TestEncode_AnEmptySetIsAnEmptyStore(t *testing.T) {
+	for _, f := range formats {
+		data, err := f.encode(nil, "changeit")
+		if err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		if got, err := f.decode(data, "changeit"); err != nil || len(got) != 0 {
+			t.Errorf("%s: read back %d certificates, %v; want an empty store", f.name, len(got), err)
+		}
+	}
+}
+
+// Only JKS is deterministic; a PKCS#12 store is salted anew each time, which is why
+// the sidecar rewrites a store only when its set of anchors changes.
+func TestEncode_JKSIsDeterministicPKCS12IsSalted(t *testing.T) {
+	anchors := anchorsOf(fixtures.CA("a"), fixtures.CA("b"))
+	j1, _ := EncodeJKS(anchors, "changeit")
+	j2, _ := EncodeJKS(anchors, "changeit")
+	if !bytes.Equal(j1, j2) {
+		t.Error("the same anchors and password gave two JKS encodings")
+	}
+	p1, _ := EncodePKCS12(anchors, "changeit")
+	p2, _ := EncodePKCS12(anchors, "changeit")
+	if bytes.Equal(p1, p2) {
+		t.Error("two PKCS#12 encodings are equal; the salt is gone?")
+	}
+}
+
+func TestAlias(t *testing.T) {
+	// Alias reads only the subject and the DER, so the subjects fixtures would not
+	// make are built directly.
+	subject := func(name pkix.Name) *x509.Certificate { return &x509.Certificate{Subject: name, Raw: []byte(name.String())} }
+	tests := []struct {
+		name string
+		cert *x509.Certificate
+		want string // the readable part; the hash follows
+	}{
+		{"the common name, lower case, punctuation folded to one dash", fixtures.CA("Corp Root CA: G2 (2026)").Cert, "corp-root-ca-g2-2026"},
+		{"the organization when there is no common name", subject(pkix.Name{Organization: []string{"Example Corp"}}), "example-corp"},
+		{"anchor when the subject names nothing", subject(pkix.Name{Country: []string{"DE"}}), "anchor"},
+		{"a long name cut to 40 characters", fixtures.CA(strings.Repeat("abcdefghi ", 10)).Cert, "abcdefghi-abcdefghi-abcdefghi-abcdefghi"},
+		{"nothing but punctuation", fixtures.CA("***").Cert, "anchor"},
+	}
+	shape := regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{12}$`)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Alias(tc.cert)
+			if !strings.HasPrefix(got, tc.want+"-") || len(got) != len(tc.want)+13 || !shape.MatchString(got) {
+				t.Errorf("Alias = %q, want %q followed by a dash and 12 hex digits", got, tc.want)
+			}
+		})
+	}
+	sameName := []*x509.Certificate{fixtures.CA("Root").Cert, fixtures.CA("Root").Cert}
+	if Alias(sameName[0]) == Alias(sameName[1]) {
+		t.Error("two anchors with one subject share an alias")
+	}
+}
+
+// An anchor keeps its alias whatever else the store holds and in either format, so a
+// reader that looks an anchor up by alias finds it after every rewrite.
+func TestAlias_StableAcrossRewritesAndFormats(t *testing.T) {
+	a, b, c := fixtures.CA("a"), fixtures.CA("b"), fixtures.CA("c")
+	aliasesIn := func(t *testing.T, anchors []*bundle.Anchor) map[string]string {
+		t.Helper()
+		data, err := EncodeJKS(anchors, "changeit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ks := keystore.New()
+		if err := ks.Load(bytes.NewReader(data), []byte("changeit")); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, alias := range ks.Aliases() {
+			e, _ := ks.GetTrustedCertificateEntry(alias)
+			cert, _ := x509.ParseCertificate(e.Certificate.Content)
+			out[cert.Subject.CommonName] = alias
+		}
+		return out
+	}
+	before := aliasesIn(t, anchorsOf(a, b))
+	after := aliasesIn(t, anchorsOf(c, b, a))
+	for _, cn := range []string{"a", "b"} {
+		if before[cn] != after[cn] || before[cn] != Alias(map[string]*fixtures.Cert{"a": a, "b": b}[cn].Cert) {
+			t.Errorf("anchor %q: alias %q before, %q after another anchor was added and the order changed", cn, before[cn], after[cn])
+		}
+	}
+}
