@@ -85,6 +85,22 @@ func (p *Pool) sorted() []*Anchor {
 	return out
 }
 
+// Anchors returns the anchors in the pool's canonical order.
+func (p *Pool) Anchors() []*Anchor { return p.sorted() }
+
+// SetSum identifies the pool's set of anchors: the SHA-256 of their sums in canonical
+// order. Two pools have the same SetSum exactly when they hold the same anchors, in
+// whatever order and with whatever duplicates they were added.
+func (p *Pool) SetSum() [sha256.Size]byte {
+	h := sha256.New()
+	for _, a := range p.sorted() {
+		h.Write(a.Sum[:])
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
 // DER returns the anchors in the pool's canonical order.
 func (p *Pool) DER() [][]byte {
 	anchors := p.sorted()

@@ -44,6 +44,25 @@ func TestPool_SameSetSameBytes(t *testing.T) {
 	}
 }
 
+func TestPool_SetSumIdentifiesTheSetAlone(t *testing.T) {
+	abc := poolOf(t, fixtures.Bundle(caA, caB, caC)).SetSum()
+	for _, tc := range []struct {
+		name string
+		pool *Pool
+		same bool
+	}{
+		{"another order", poolOf(t, fixtures.Bundle(caC, caA, caB)), true},
+		{"duplicates and text between blocks", poolOf(t, fixtures.Bundle(caB, caA), "# comment\n"+fixtures.Bundle(caC, caA)), true},
+		{"one anchor fewer", poolOf(t, fixtures.Bundle(caA, caB)), false},
+		{"one anchor replaced", poolOf(t, fixtures.Bundle(caA, caB, fixtures.CA("d"))), false},
+		{"empty", NewPool(), false},
+	} {
+		if got := tc.pool.SetSum() == abc; got != tc.same {
+			t.Errorf("%s: same SetSum = %v, want %v", tc.name, got, tc.same)
+		}
+	}
+}
+
 func TestPool_OrdersBySHA256OfDERAscending(t *testing.T) {
 	p := poolOf(t, fixtures.Bundle(caA, caB, caC))
 	ders := p.DER()

@@ -83,6 +83,17 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, clock: clk}, m, clk); err != nil {
 		return nil, err
 	}
+	s.syncer.expiry = newExpiryWarner(o.Spec.ExpiryWarningDays, events, clk)
+	if r := o.Spec.Reload; r != nil {
+		var targets []reloadTarget
+		if r.URL != "" {
+			targets = append(targets, newURLTarget(r.URL))
+		}
+		if r.Signal != "" {
+			targets = append(targets, newSignalTarget(r.Signal, r.Container))
+		}
+		s.syncer.reload = newReloader(targets, events, clk)
+	}
 	if s.bundles != nil {
 		s.bundles.lock = &s.syncer.mu
 		if _, err := s.bundles.update(ctx, served, 0); err != nil {
@@ -109,6 +120,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 		}
 		s.cert.adopt(existing)
 		s.syncer.extra = s.cert.files
+		s.syncer.certificate = true
 	}
 	return s, nil
 }
@@ -187,9 +199,11 @@ func (s *sidecar) rediscover(ctx context.Context, full bool) bool {
 	return changed
 }
 
-// watchObjects gives each ConfigMap and Secret item a watch on its one object, and the
-// public roots their static source.
+// watchObjects gives each ConfigMap and Secret item a watch on its one object, the
+// public roots their static source, and each truststore with a password Secret a
+// watch on that Secret.
 func (s *sidecar) watchObjects(groups []pathGroup, core rest.Interface, namespace string) {
+	passwords := map[string]cache.Store{}
 	for gi := range groups {
 		for ii := range groups[gi].items {
 			it := &groups[gi].items[ii]
@@ -203,6 +217,15 @@ func (s *sidecar) watchObjects(groups []pathGroup, core rest.Interface, namespac
 			case src.DefaultCAs:
 				it.from = defaultCAsSource{}
 			}
+		}
+		// One watch per password Secret, however many stores it serves.
+		if ref := groups[gi].items[0].source.PasswordSecret; ref != nil {
+			store, ok := passwords[ref.Name]
+			if !ok {
+				store = s.informer(objectListWatch(core, "secrets", namespace, ref.Name), &corev1.Secret{})
+				passwords[ref.Name] = store
+			}
+			groups[gi].password = &passwordSource{path: groups[gi].path, namespace: namespace, name: ref.Name, key: ref.Key, store: store}
 		}
 	}
 }
@@ -272,6 +295,9 @@ func Run(ctx context.Context, o *Options) error {
 	klog.InfoS("Watching trust sources", "dir", o.Spec.Dir, "paths", len(s.syncer.groups), "watches", len(s.controllers), "certificate", o.Spec.Certificate != nil)
 	if s.cert != nil {
 		go s.cert.run(ctx)
+	}
+	if s.syncer.reload != nil {
+		go s.syncer.reload.run(ctx)
 	}
 	var rediscovery <-chan time.Time
 	if s.bundles != nil && o.APIDiscoveryInterval > 0 {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
@@ -34,10 +35,13 @@ type anchorSource interface {
 	anchors(d *decoder) ([]*tsbundle.Anchor, error)
 }
 
-// pathGroup is every item writing one file.
+// pathGroup is every item writing one file, in one format (the items agree on it).
 type pathGroup struct {
-	path  string
-	items []item
+	path   string
+	format string
+	// password is a truststore's password source; nil means the default password.
+	password *passwordSource
+	items    []item
 }
 
 type item struct {
@@ -61,7 +65,7 @@ func groupByPath(sources []contract.Source) []pathGroup {
 	for _, s := range sources {
 		i := slices.IndexFunc(groups, func(g pathGroup) bool { return g.path == s.Path })
 		if i < 0 {
-			groups = append(groups, pathGroup{path: s.Path})
+			groups = append(groups, pathGroup{path: s.Path, format: s.FileFormat()})
 			i = len(groups) - 1
 		}
 		groups[i].items = append(groups[i].items, item{source: s})
@@ -212,6 +216,51 @@ var publicRoots = sync.OnceValue(func() []*tsbundle.Anchor {
 })
 
 func (defaultCAsSource) anchors(*decoder) ([]*tsbundle.Anchor, error) { return publicRoots(), nil }
+
+// passwordSource reads a truststore's password from a key of a Secret in the pod's
+// namespace, watched like a Secret source so a new password re-encodes the store.
+type passwordSource struct {
+	path, namespace, name, key string
+	store                      cache.Store
+}
+
+// get returns the password; a missing Secret, key or value fails the store's path
+// (which keeps its last good content) with what to create.
+func (p *passwordSource) get() (string, error) {
+	if p == nil {
+		return contract.DefaultStorePassword, nil
+	}
+	obj, ok, err := p.store.GetByKey(p.namespace + "/" + p.name)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("Secret %s/%s, named by passwordSecret for the password of %s, not found; create it with the key %q, or drop passwordSecret to use the default password %q", p.namespace, p.name, p.path, p.key, contract.DefaultStorePassword)
+	}
+	v, has := obj.(*corev1.Secret).Data[p.key]
+	switch {
+	case !has:
+		return "", fmt.Errorf("Secret %s/%s, named by passwordSecret for the password of %s, has no key %q", p.namespace, p.name, p.path, p.key)
+	case len(v) == 0:
+		return "", fmt.Errorf("Secret %s/%s key %q, the password of %s, is empty; a truststore needs a password", p.namespace, p.name, p.key, p.path)
+	}
+	return string(v), nil
+}
+
+// encodeStore and decodeStore dispatch on a truststore's format.
+func encodeStore(format string, anchors []*tsbundle.Anchor, password string) ([]byte, error) {
+	if format == contract.FormatJKS {
+		return truststore.EncodeJKS(anchors, password)
+	}
+	return truststore.EncodePKCS12(anchors, password)
+}
+
+func decodeStore(format string, data []byte, password string) ([][]byte, error) {
+	if format == contract.FormatJKS {
+		return truststore.DecodeJKS(data, password)
+	}
+	return truststore.DecodePKCS12(data, password)
+}
 
 // objectListWatch lists and watches one named ConfigMap or Secret: RBAC can grant
 // list and watch on a resourceName when the request selects that name.

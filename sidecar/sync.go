@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // trustFileMode: trust anchors are public; any process of the pod may read them.
@@ -31,9 +33,22 @@ type syncer struct {
 	writer   Writer
 	decoder  *decoder
 	lastGood map[string][]byte
-	reporter reporter
-	metrics  *metrics
-	clock    clock.PassiveClock
+	// sets and passwords say what each path's last good content holds and, for a
+	// truststore, its password: a store is encoded again only when either changes.
+	sets      map[string][sha256.Size]byte
+	passwords map[string]string
+	reporter  reporter
+	metrics   *metrics
+	clock     clock.PassiveClock
+	// reload, when set, hears of every state written; certificate says a workload
+	// certificate belongs to the state the app waits for.
+	reload      *reloader
+	certificate bool
+	// expiry, when set, warns of anchors about to expire.
+	expiry *expiryWarner
+	// readDisk is done on the first sync: what a previous run left is the state
+	// the app has, if it has one.
+	readDisk bool
 }
 
 // syncResult is what one pass did.
@@ -63,7 +78,8 @@ func (r syncResult) Err() error {
 }
 
 func newSyncer(groups []pathGroup, w Writer, r reporter, m *metrics, clk clock.PassiveClock) (*syncer, error) {
-	s := &syncer{groups: groups, writer: w, decoder: newDecoder(), lastGood: map[string][]byte{}, reporter: r, metrics: m, clock: clk}
+	s := &syncer{groups: groups, writer: w, decoder: newDecoder(), lastGood: map[string][]byte{}, sets: map[string][sha256.Size]byte{},
+		passwords: map[string]string{}, reporter: r, metrics: m, clock: clk}
 	// After a container restart the files of the previous run are the last good ones.
 	current, err := w.Read()
 	if err != nil {
@@ -77,17 +93,33 @@ func newSyncer(groups []pathGroup, w Writer, r reporter, m *metrics, clk clock.P
 	return s, nil
 }
 
+// rendered is one path's new content.
+type rendered struct {
+	content  []byte
+	pool     *tsbundle.Pool
+	set      [sha256.Size]byte
+	password string
+}
+
 // sync writes every path once from the current state.
 func (s *syncer) sync() syncResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := s.clock.Now()
+	var extra map[string]File
+	if s.extra != nil {
+		extra = s.extra()
+	}
+	if !s.readDisk {
+		s.readDisk = true
+		s.readLastGood()
+		s.reload.observe(s.state(extra))
+	}
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
-	anchors := map[string]int{}
-	expiries := map[string]time.Time{}
+	written := map[string]rendered{}
 	for _, g := range s.groups {
-		content, n, expiry, err := s.render(g)
+		r, err := s.render(g)
 		if err != nil {
 			res.failed[g.path] = err
 			if last, ok := s.lastGood[g.path]; ok {
@@ -95,19 +127,17 @@ func (s *syncer) sync() syncResult {
 			}
 			continue
 		}
-		payload[g.path] = File{Data: content, Mode: trustFileMode}
-		anchors[g.path] = n
-		expiries[g.path] = expiry
+		payload[g.path] = File{Data: r.content, Mode: trustFileMode}
+		written[g.path] = r
 	}
 	s.decoder.endSync()
-	if s.extra != nil {
-		for name, f := range s.extra() {
-			payload[name] = f
-		}
+	for name, f := range extra {
+		payload[name] = f
 	}
 
 	changed, err := s.writer.Write(payload)
 	res.writeErr = err
+	anchors := map[string]int{}
 	if err != nil {
 		// Nothing new reached the directory; every path is as it was.
 		for _, g := range s.groups {
@@ -115,22 +145,28 @@ func (s *syncer) sync() syncResult {
 		}
 	} else {
 		res.changed = changed
-		for p := range anchors {
-			s.lastGood[p] = payload[p].Data
+		expiries := map[string]time.Time{}
+		files := map[string][]*tsbundle.Anchor{}
+		for p, r := range written {
+			s.lastGood[p], s.sets[p], s.passwords[p] = r.content, r.set, r.password
+			anchors[p] = r.pool.Len()
+			expiries[p] = r.pool.EarliestNotAfter()
+			files[p] = r.pool.Anchors()
 		}
+		s.metrics.setAnchorExpiry(expiries)
+		s.expiry.check(files)
+		s.reload.observe(s.state(extra))
 	}
 	s.metrics.observe(res, anchors, s.clock.Since(start))
-	if err == nil {
-		s.metrics.setAnchorExpiry(expiries)
-	}
 	s.reporter.report(res, anchors)
 	return res
 }
 
-// render merges one path's items. An item that matched nothing is skipped when
-// optional and fails the path otherwise; an item that is invalid fails the path
-// whether optional or not, since it is a misconfiguration worth holding for.
-func (s *syncer) render(g pathGroup) ([]byte, int, time.Time, error) {
+// render merges one path's items and encodes them in the path's format. An item
+// that matched nothing is skipped when optional and fails the path otherwise; an item
+// that is invalid fails the path whether optional or not, since it is a
+// misconfiguration worth holding for.
+func (s *syncer) render(g pathGroup) (rendered, error) {
 	pool := tsbundle.NewPool()
 	var errs []error
 	for _, it := range g.items {
@@ -146,9 +182,82 @@ func (s *syncer) render(g pathGroup) ([]byte, int, time.Time, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, 0, time.Time{}, errors.Join(errs...)
+		return rendered{}, errors.Join(errs...)
 	}
-	return pool.PEM(), pool.Len(), pool.EarliestNotAfter(), nil
+	r := rendered{pool: pool, set: pool.SetSum()}
+	if g.format == contract.FormatPEM {
+		r.content = pool.PEM()
+		return r, nil
+	}
+	password, err := g.password.get()
+	if err != nil {
+		return rendered{}, err
+	}
+	r.password = password
+	// A store is salted afresh at each encoding: keep the bytes while what they hold
+	// is the same, so the file (and anything watching it) changes only when it must.
+	if last, ok := s.lastGood[g.path]; ok && s.sets[g.path] == r.set && s.passwords[g.path] == password {
+		r.content = last
+		return r, nil
+	}
+	if r.content, err = encodeStore(g.format, pool.Anchors(), password); err != nil {
+		return rendered{}, fmt.Errorf("cannot encode the %s truststore: %w", g.format, err)
+	}
+	return r, nil
+}
+
+// readLastGood learns what the files a previous run left hold, so that a restarted
+// sidecar neither re-encodes a truststore nor tells the app of a change that is none.
+// A file it cannot read back is simply written anew.
+func (s *syncer) readLastGood() {
+	for _, g := range s.groups {
+		data, ok := s.lastGood[g.path]
+		if !ok {
+			continue
+		}
+		pool := tsbundle.NewPool()
+		password := ""
+		if g.format == contract.FormatPEM {
+			if err := pool.AddPEM(data); err != nil {
+				continue
+			}
+		} else {
+			var err error
+			if password, err = g.password.get(); err != nil {
+				continue
+			}
+			ders, err := decodeStore(g.format, data, password)
+			if err != nil {
+				klog.InfoS("Cannot read back the truststore a previous run wrote; writing it anew", "path", g.path, "err", err)
+				continue
+			}
+			for _, der := range ders {
+				pool.AddDER(der)
+			}
+		}
+		s.sets[g.path], s.passwords[g.path] = pool.SetSum(), password
+	}
+}
+
+// state identifies what the app is given: the set of anchors of every file and the
+// workload certificate; complete says every file it waits for is there.
+func (s *syncer) state(extra map[string]File) (string, bool) {
+	var b strings.Builder
+	complete := true
+	for _, g := range s.groups {
+		set, ok := s.sets[g.path]
+		if !ok {
+			complete = complete && g.optional()
+			continue
+		}
+		fmt.Fprintf(&b, "%s=%x;", g.path, set)
+	}
+	if s.certificate {
+		crt, ok := extra[contract.FileCertificate]
+		complete = complete && ok
+		fmt.Fprintf(&b, "%s=%x", contract.FileCertificate, sha256.Sum256(crt.Data))
+	}
+	return b.String(), complete
 }
 
 // reporter tells people what a sync did: logs always, Events on the pod on changes.

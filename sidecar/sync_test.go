@@ -82,6 +82,9 @@ func newTestSyncer(t *testing.T, w *world, writer Writer, projections string) (*
 				it.from = &bundleSource{selector: sel, match: match, stores: []cache.Store{w.native, w.mirror}}
 			}
 		}
+		if ref := groups[gi].items[0].source.PasswordSecret; ref != nil {
+			groups[gi].password = &passwordSource{path: groups[gi].path, namespace: "apps", name: ref.Name, key: ref.Key, store: w.secrets}
+		}
 	}
 	events := &fakeEvents{}
 	clk := clocktesting.NewFakeClock(time.Now())

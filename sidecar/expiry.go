@@ -1,0 +1,110 @@
+package sidecar
+
+import (
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+)
+
+const (
+	reasonAnchorExpiring = "TrustAnchorExpiring"
+	// expiryWarningEvery: an anchor about to expire is worth one Event a day on each
+	// pod that trusts it, not one per sync.
+	expiryWarningEvery = 24 * time.Hour
+)
+
+// expiryWarner records a Warning Event on the pod for each anchor it is given that
+// expires within window, at most once per expiryWarningEvery per anchor.
+type expiryWarner struct {
+	window time.Duration
+	events eventRecorder
+	clock  clock.PassiveClock
+	warned map[[32]byte]time.Time
+}
+
+func newExpiryWarner(days int, events eventRecorder, clk clock.PassiveClock) *expiryWarner {
+	if days <= 0 {
+		return nil
+	}
+	return &expiryWarner{window: time.Duration(days) * 24 * time.Hour, events: events, clock: clk, warned: map[[32]byte]time.Time{}}
+}
+
+// check looks at the anchors just written, by path.
+func (w *expiryWarner) check(files map[string][]*tsbundle.Anchor) {
+	if w == nil {
+		return
+	}
+	now := w.clock.Now()
+	for sum, at := range w.warned {
+		if now.Sub(at) >= expiryWarningEvery {
+			delete(w.warned, sum)
+		}
+	}
+	// One Event per anchor, naming every file it is in.
+	type expiring struct {
+		anchor *tsbundle.Anchor
+		paths  []string
+	}
+	var soon []*expiring
+	bySum := map[[32]byte]*expiring{}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		for _, a := range files[p] {
+			if a.NotAfter.IsZero() || a.NotAfter.Sub(now) > w.window {
+				continue
+			}
+			if _, warned := w.warned[a.Sum]; warned {
+				continue
+			}
+			e, ok := bySum[a.Sum]
+			if !ok {
+				e = &expiring{anchor: a}
+				bySum[a.Sum] = e
+				soon = append(soon, e)
+			}
+			e.paths = append(e.paths, p)
+		}
+	}
+	slices.SortFunc(soon, func(a, b *expiring) int { return a.anchor.NotAfter.Compare(b.anchor.NotAfter) })
+	for _, e := range soon {
+		msg := expiryMessage(e.anchor, e.paths, now)
+		klog.InfoS("Trust anchor expires soon", "message", msg)
+		w.events.warning(reasonAnchorExpiring, msg)
+		w.warned[e.anchor.Sum] = now
+	}
+}
+
+func expiryMessage(a *tsbundle.Anchor, paths []string, now time.Time) string {
+	subject := "(unparsable)"
+	if c, err := x509.ParseCertificate(a.DER); err == nil {
+		subject = c.Subject.String()
+	}
+	what := fmt.Sprintf("Trust anchor %q (SHA-256 %x) in %s", subject, a.Sum[:8], strings.Join(paths, ", "))
+	at := a.NotAfter.UTC().Format(time.RFC3339)
+	if !a.NotAfter.After(now) {
+		return fmt.Sprintf("%s expired at %s; remove it from its source, and make sure its successor is published", what, at)
+	}
+	return fmt.Sprintf("%s expires at %s, in %s; publish its successor and remove it before then", what, at, roughly(a.NotAfter.Sub(now)))
+}
+
+// roughly says a duration the way a person would: days, or hours under two days.
+func roughly(d time.Duration) string {
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+	}
+	if d >= 2*time.Hour {
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%d minutes", int(d/time.Minute))
+}
