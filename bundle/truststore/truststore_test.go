@@ -91,7 +91,9 @@ func TestEncode_JKSIsDeterministicPKCS12IsSalted(t *testing.T) {
 func TestAlias(t *testing.T) {
 	// Alias reads only the subject and the DER, so the subjects fixtures would not
 	// make are built directly.
-	subject := func(name pkix.Name) *x509.Certificate { return &x509.Certificate{Subject: name, Raw: []byte(name.String())} }
+	subject := func(name pkix.Name) *x509.Certificate {
+		return &x509.Certificate{Subject: name, Raw: []byte(name.String())}
+	}
 	tests := []struct {
 		name string
 		cert *x509.Certificate
