@@ -44,6 +44,12 @@ const (
 	AnnotationCertificateDNSNames         = Prefix + "certificate-dns-names"
 	AnnotationCertificateKeyType          = Prefix + "certificate-key-type"
 	AnnotationCertificateCredentialBundle = Prefix + "certificate-credential-bundle"
+
+	AnnotationFormat          = Prefix + "format"
+	AnnotationPasswordSecret  = Prefix + "password-secret"
+	AnnotationReloadURL       = Prefix + "reload-url"
+	AnnotationReloadSignal    = Prefix + "reload-signal"
+	AnnotationReloadContainer = Prefix + "reload-container"
 )
 
 const (
@@ -59,6 +65,7 @@ var knownAnnotations = []string{
 	AnnotationCPURequest, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationVolumeSize,
 	AnnotationCertificate, AnnotationCertificateSigner, AnnotationCertificateExpiration, AnnotationCertificateDNSNames,
 	AnnotationCertificateKeyType, AnnotationCertificateCredentialBundle, AnnotationDelivery,
+	AnnotationFormat, AnnotationPasswordSecret, AnnotationReloadURL, AnnotationReloadSignal, AnnotationReloadContainer,
 }
 
 // unknownAnnotationWarnings names each trustsync.io/ key that trustsync does not read,
@@ -165,6 +172,7 @@ type request struct {
 	resources       resources
 	volumeSizeLimit resource.Quantity
 	certificate     *certificateRequest
+	reload          *contract.Reload
 }
 
 type resources struct {
@@ -264,6 +272,7 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	r.certificate = p.certificate()
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
+	r.reload = p.reload()
 	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative)}))
 	if r.delivery == DeliveryNative {
 		p.errs = append(p.errs, checkNative(a, r, cfg)...)
@@ -281,6 +290,11 @@ func (p *annotationParser) sources(certificateRequested bool) []contract.Source 
 		p.invalid(AnnotationBundles, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", AnnotationBundles, AnnotationSignerName, AnnotationBundleName))
 		return nil
 	case hasList:
+		for _, key := range []string{AnnotationFormat, AnnotationPasswordSecret} {
+			if _, ok := p.a[key]; ok {
+				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\" and \"passwordSecret\"", AnnotationBundles))
+			}
+		}
 		sources, err := contract.ParseSources([]byte(p.a[AnnotationBundles]))
 		if err != nil {
 			p.invalid(AnnotationBundles, err.Error())
@@ -309,6 +323,15 @@ func (p *annotationParser) shorthand() []contract.Source {
 		SignerName: p.a[AnnotationSignerName],
 		Path:       DefaultPath,
 		Optional:   p.bool(AnnotationOptional, false),
+		Format:     p.choice(AnnotationFormat, "", contract.Formats),
+	}
+	if v, ok := p.a[AnnotationPasswordSecret]; ok {
+		name, key, found := strings.Cut(v, "/")
+		if !found {
+			p.invalid(AnnotationPasswordSecret, "must be <secret name>/<key>, such as truststore-password/password: the key of a Secret in the pod's namespace that holds the password")
+		} else {
+			s.PasswordSecret = &contract.KeyRef{Name: name, Key: key}
+		}
 	}
 	if v, ok := p.a[AnnotationPath]; ok {
 		s.Path = v
@@ -330,12 +353,16 @@ func (p *annotationParser) shorthand() []contract.Source {
 	for _, e := range s.Validate(field.NewPath("source")) {
 		key := AnnotationSignerName
 		switch f := strings.TrimPrefix(e.Field, "source."); {
+		case f == "format":
+			continue // reported by choice above
 		case strings.HasPrefix(f, "name"):
 			key = AnnotationBundleName
 		case strings.HasPrefix(f, "path"):
 			key = AnnotationPath
 		case strings.HasPrefix(f, "labelSelector"):
 			key = AnnotationLabelSelector
+		case strings.HasPrefix(f, "passwordSecret"):
+			key = AnnotationPasswordSecret
 		}
 		p.errs = append(p.errs, &field.Error{Type: e.Type, Field: annotationPath(key).String(), BadValue: p.a[key], Detail: e.Detail})
 	}
@@ -348,21 +375,22 @@ func (p *annotationParser) sslCertFile(sources []contract.Source) string {
 	if !ok || v == "false" {
 		return ""
 	}
+	// SSL_CERT_FILE is read as PEM by every library that reads it.
 	var paths []string
 	for _, s := range sources {
-		if !slices.Contains(paths, s.Path) {
+		if !slices.Contains(paths, s.Path) && s.FileFormat() == contract.FormatPEM {
 			paths = append(paths, s.Path)
 		}
 	}
 	if v == "true" {
 		if len(paths) == 0 {
-			p.invalid(AnnotationSSLCertFile, "there is no trust file to point at: name a source")
+			p.invalid(AnnotationSSLCertFile, "there is no PEM trust file to point at: name a source (a truststore will not do: SSL_CERT_FILE is read as PEM)")
 			return ""
 		}
 		return paths[0]
 	}
 	if !slices.Contains(paths, v) {
-		p.invalid(AnnotationSSLCertFile, fmt.Sprintf(`must be "true", "false" or one of the files the sources write: %s`, strings.Join(paths, ", ")))
+		p.invalid(AnnotationSSLCertFile, fmt.Sprintf(`must be "true", "false" or one of the PEM files the sources write: %s`, strings.Join(paths, ", ")))
 	}
 	return v
 }
@@ -396,6 +424,26 @@ func (p *annotationParser) certificate() *certificateRequest {
 		}
 	}
 	return c
+}
+
+// reload reads how the app is told of a change; nil when it is not.
+func (p *annotationParser) reload() *contract.Reload {
+	r := &contract.Reload{URL: p.a[AnnotationReloadURL], Signal: p.a[AnnotationReloadSignal], Container: p.a[AnnotationReloadContainer]}
+	if _, ok := p.a[AnnotationReloadURL]; ok {
+		if err := contract.ValidateReloadURL(r.URL); err != nil {
+			p.invalid(AnnotationReloadURL, err.Error())
+		}
+	}
+	if _, ok := p.a[AnnotationReloadSignal]; ok && !slices.Contains(contract.ReloadSignals, r.Signal) {
+		p.errs = append(p.errs, field.NotSupported(annotationPath(AnnotationReloadSignal), r.Signal, contract.ReloadSignals))
+	}
+	if _, ok := p.a[AnnotationReloadContainer]; ok && r.Signal == "" {
+		p.invalid(AnnotationReloadContainer, fmt.Sprintf("names the container that gets %s; set that too, or remove this", AnnotationReloadSignal))
+	}
+	if r.URL == "" && r.Signal == "" {
+		return nil
+	}
+	return r
 }
 
 func splitList(v string) []string {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Mode is how the sidecar runs.
@@ -75,4 +76,13 @@ func (c Config) trustDomain(signer string) string {
 		}
 	}
 	return policy.DefaultTrustDomain
+}
+
+// expiryWarningDays is how soon before an anchor expires the sidecar warns: the
+// policy's window, the webhook's for admission warnings.
+func (c Config) expiryWarningDays() int {
+	if c.Policy != nil {
+		return c.Policy.Bundles.ExpiryWarningDays
+	}
+	return contract.DefaultExpiryWarningDays
 }

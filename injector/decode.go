@@ -33,6 +33,8 @@ func DecodePod(raw []byte) (*corev1.Pod, error) {
 			Containers:                   containersOf(in.Spec.Containers),
 			RestartPolicy:                in.Spec.RestartPolicy,
 			AutomountServiceAccountToken: in.Spec.AutomountServiceAccountToken,
+			ShareProcessNamespace:        in.Spec.ShareProcessNamespace,
+			HostPID:                      in.Spec.HostPID,
 			SecurityContext:              in.Spec.SecurityContext.pod(),
 		},
 	}
@@ -65,6 +67,8 @@ type admittedPod struct {
 		EphemeralContainers          []named                  `json:"ephemeralContainers"`
 		RestartPolicy                corev1.RestartPolicy     `json:"restartPolicy"`
 		AutomountServiceAccountToken *bool                    `json:"automountServiceAccountToken"`
+		ShareProcessNamespace        *bool                    `json:"shareProcessNamespace"`
+		HostPID                      bool                     `json:"hostPID"`
 		SecurityContext              *admittedSecurityContext `json:"securityContext"`
 	} `json:"spec"`
 }

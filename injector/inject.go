@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -95,6 +97,9 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
 	targets, errs := targetContainers(pod, req, "")
+	if len(errs) == 0 && req.reload != nil && req.delivery != DeliveryNative {
+		errs = resolveReload(pod, req, targets)
+	}
 	if len(errs) > 0 {
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
@@ -246,7 +251,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	p := &patch{}
 	addStatus(p, pod, status)
 
-	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
+	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets), expiryWarningDays: cfg.expiryWarningDays()}
 	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
 		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the sidecar writes %s (mode 0600) as uid %d, which an app running as another uid (its image's USER, say) cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids",
 			targets[0].c.Name, contract.FileKey, defaultUID))
@@ -262,10 +267,26 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 		s.tokenVolume = names.volume("trustsync-token")
 		volumes = append(volumes, tokenVolume(s.tokenVolume))
 	}
+	marker := ""
+	if r := req.reload; r != nil && r.Signal != "" {
+		marker = names.volume("trustsync-reload-target")
+		volumes = append(volumes, corev1.Volume{Name: marker, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("4Ki")),
+		}}})
+		if pod.Spec.ShareProcessNamespace == nil {
+			p.add("/spec/shareProcessNamespace", true)
+		}
+	}
 	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, volumes...)
 
 	for _, t := range targets {
 		mountInto(p, t, req, volume)
+	}
+	if marker != "" {
+		// The signal's container alone gets the marker: how the sidecar finds it.
+		t := targetByName(pod, req.reload.Container)
+		listed := t.c.VolumeMounts != nil || slices.ContainsFunc(targets, func(x target) bool { return !x.init && x.index == t.index })
+		appendItems(p, t.path()+"/volumeMounts", listed, corev1.VolumeMount{Name: marker, MountPath: contract.ReloadMarkerPath, ReadOnly: true})
 	}
 
 	first := func(c corev1.Container) {
@@ -310,6 +331,71 @@ func buildNative(pod *corev1.Pod, req *request, targets []target) ([]PatchOp, []
 		mountInto(p, t, req, volume)
 	}
 	return p.ops, warnings
+}
+
+// resolveReload picks the container that gets the reload signal and refuses what
+// would keep it from arriving: a container the sidecar may not signal (only a
+// process's own user may, and the sidecar has no capabilities), a pod that keeps its
+// process namespace private or shares the host's.
+func resolveReload(pod *corev1.Pod, req *request, targets []target) field.ErrorList {
+	r := req.reload
+	if r.Signal == "" {
+		return nil
+	}
+	var errs field.ErrorList
+	if r.Container == "" {
+		// The first app container that gets the files, else the first app container.
+		r.Container = pod.Spec.Containers[0].Name
+		for _, t := range targets {
+			if !t.init {
+				r.Container = t.c.Name
+				break
+			}
+		}
+	}
+	// Blame the annotation that chose the container.
+	key, value := AnnotationReloadSignal, r.Signal
+	if _, ok := pod.Annotations[AnnotationReloadContainer]; ok {
+		key, value = AnnotationReloadContainer, r.Container
+	}
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == r.Container })
+	if i < 0 {
+		names := make([]string, len(pod.Spec.Containers))
+		for j, c := range pod.Spec.Containers {
+			names[j] = c.Name
+		}
+		return field.ErrorList{field.Invalid(annotationPath(AnnotationReloadContainer), r.Container, "names no app container of this pod; it has: "+strings.Join(names, ", "))}
+	}
+	c := &pod.Spec.Containers[i]
+	uid := appUID(pod, targets)
+	var runAs *int64
+	if pod.Spec.SecurityContext != nil {
+		runAs = pod.Spec.SecurityContext.RunAsUser
+	}
+	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+		runAs = c.SecurityContext.RunAsUser
+	}
+	switch {
+	case runAs == nil || *runAs == 0:
+		errs = append(errs, field.Invalid(annotationPath(key), value, fmt.Sprintf(
+			"container %q sets no non-root runAsUser (nor does the pod), so the sidecar, which runs as a non-root user without capabilities, could not signal it; set securityContext.runAsUser", c.Name)))
+	case *runAs != uid:
+		errs = append(errs, field.Invalid(annotationPath(key), value, fmt.Sprintf(
+			"container %q runs as uid %d and the sidecar as uid %d (the first container given the files), and a process may signal only its own user's; run them as one user", c.Name, *runAs, uid)))
+	}
+	if pod.Spec.ShareProcessNamespace != nil && !*pod.Spec.ShareProcessNamespace {
+		errs = append(errs, field.Invalid(annotationPath(AnnotationReloadSignal), r.Signal, "needs the pod's containers to share a process namespace, and the pod sets spec.shareProcessNamespace: false; remove it (the injector sets it), or use "+AnnotationReloadURL))
+	}
+	if pod.Spec.HostPID {
+		errs = append(errs, field.Invalid(annotationPath(AnnotationReloadSignal), r.Signal, "the pod shares the host's process namespace (hostPID), where a signal could reach the host's processes; use "+AnnotationReloadURL))
+	}
+	return errs
+}
+
+// targetByName finds an app container by name.
+func targetByName(pod *corev1.Pod, name string) target {
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	return target{index: i, c: &pod.Spec.Containers[i]}
 }
 
 // runsAs reports whether the pod or its first target container sets runAsUser to uid.

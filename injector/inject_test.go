@@ -7,6 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/policy"
 )
 
 // A pod from a newer API server can carry fields this build's types do not know. The
@@ -117,4 +120,42 @@ func FuzzInject(f *testing.F) {
 			t.Fatalf("reinjection = %+v, %v", again, err)
 		}
 	})
+}
+
+// The sidecar warns of expiring anchors within the policy's window, the same one the
+// webhook's admission warnings use.
+func TestInject_TheSidecarWarnsWithinThePolicysExpiryWindow(t *testing.T) {
+	pod := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{AnnotationInject: "true", AnnotationBundleName: "corp"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+		}
+	}
+	week, err := policy.Parse([]byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nbundles:\n  expiryWarningDays: 7\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		policy *policy.Policy
+		want   string // the flag, "" when the sidecar's default (30 days) is the policy's
+	}{
+		{"no policy file: the default window", nil, ""},
+		{"the policy's window", week, "--expiry-warning-days=7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Inject(pod(), "apps", nil, Config{Policy: tc.policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			injected, err := res.Apply(pod())
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := strings.Join(injected.Spec.InitContainers[0].Args, " ")
+			if got := strings.Contains(args, "--expiry-warning-days"); got != (tc.want != "") || !strings.Contains(args, tc.want) {
+				t.Errorf("sidecar args %q, want %q", args, tc.want)
+			}
+		})
+	}
 }

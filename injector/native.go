@@ -55,6 +55,11 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 			invalid(key, "there is no sidecar for it to configure; remove it")
 		}
 	}
+	for _, key := range []string{AnnotationReloadURL, AnnotationReloadSignal, AnnotationReloadContainer} {
+		if _, set := a[key]; set {
+			invalid(key, fmt.Sprintf("the kubelet updates the files without telling the app, so nothing would reload it; use %s: sidecar", AnnotationDelivery))
+		}
+	}
 	sourcesKey := AnnotationBundles
 	if _, ok := a[AnnotationBundles]; !ok {
 		sourcesKey = AnnotationSignerName
@@ -70,6 +75,12 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 			invalid(sourcesKey, fmt.Sprintf("the ConfigMap or Secret source for %q is read by the sidecar alone (the kubelet would copy the key unchecked, keys and all); use %s: sidecar", s.Path, AnnotationDelivery))
 		case s.DefaultCAs:
 			invalid(sourcesKey, fmt.Sprintf("the public roots for %q are added by the sidecar alone; use %s: sidecar", s.Path, AnnotationDelivery))
+		case s.FileFormat() != contract.FormatPEM:
+			key := sourcesKey
+			if _, ok := a[AnnotationFormat]; ok {
+				key = AnnotationFormat
+			}
+			invalid(key, fmt.Sprintf("%q would be PEM: the kubelet writes no %s truststore; use %s: sidecar", s.Path, s.Format, AnnotationDelivery))
 		}
 	}
 	for _, s := range r.sources {

@@ -16,6 +16,8 @@ type sidecarSpec struct {
 	stateVolume string // "" without a certificate
 	tokenVolume string // "" unless the pod opts out of token automounting
 	uid, gid    int64
+	// expiryWarningDays is the policy's window for anchors about to expire.
+	expiryWarningDays int
 }
 
 // container returns the sidecar running subcommand ("run" or "init"). A native sidecar
@@ -58,7 +60,7 @@ func (s sidecarSpec) container(name, subcommand string, native bool) corev1.Cont
 // args are the sidecar's flags, as package contract renders them. Pod name,
 // namespace, uid and ServiceAccount come from the environment (the downward API).
 func (s sidecarSpec) args() []string {
-	spec := contract.Spec{Dir: s.req.mountPath, Sources: s.req.sources}
+	spec := contract.Spec{Dir: s.req.mountPath, Sources: s.req.sources, Reload: s.req.reload, ExpiryWarningDays: s.expiryWarningDays}
 	if c := s.req.certificate; c != nil {
 		spec.Certificate = &contract.Certificate{
 			Signer: c.signer, KeyType: c.keyType, ExpirationSeconds: c.expirationSeconds, DNSNames: c.dnsNames,
