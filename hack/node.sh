@@ -29,8 +29,10 @@ if [[ "${1:-}" == "--print" ]]; then
 fi
 
 # libseccomp-dev and pkg-config build runc; busybox-static is the test shell image;
-# iptables and iproute2 set up the node's network; kmod is how the kubelet checks modules.
-need_debs libseccomp-dev pkg-config busybox-static iptables iproute2 kmod
+# iptables and iproute2 set up the node's network; kmod is how the kubelet checks modules;
+# default-jdk-headless is the Java runtime (keytool, and the source launcher that runs a
+# TLS client) that checks the truststores the sidecar writes.
+need_debs libseccomp-dev pkg-config busybox-static iptables iproute2 kmod default-jdk-headless
 
 build "$tools/kube" "$kube_dir" kubelet k8s.io/kubernetes/cmd/kubelet "$kube_ldflags"
 build "$tools/kube" "$kube_dir" kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"

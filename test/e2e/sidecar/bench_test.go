@@ -183,6 +183,18 @@ func waitAll(b *testing.B, dirs []string, want []byte) {
 // BenchmarkIdleRSS reports the resident memory of one idle `trustsync-sidecar run`
 // process holding a 150-anchor bundle: the real binary, as a pod runs it.
 func BenchmarkIdleRSS(b *testing.B) {
+	benchIdleRSS(b, func(name string) string { return fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name) })
+}
+
+// BenchmarkIdleRSS_Truststores is BenchmarkIdleRSS with the same bundle written
+// three ways: PEM, and PKCS#12 and JKS truststores.
+func BenchmarkIdleRSS_Truststores(b *testing.B) {
+	benchIdleRSS(b, func(name string) string {
+		return fmt.Sprintf(`[{"name": %[1]q, "path": "ca.pem"}, {"name": %[1]q, "path": "t.p12", "format": "pkcs12"}, {"name": %[1]q, "path": "t.jks", "format": "jks"}]`, name)
+	}, "t.p12", "t.jks")
+}
+
+func benchIdleRSS(b *testing.B, projections func(bundle string) string, alsoWritten ...string) {
 	cp := planes.Get(b, true)
 	ctx := context.Background()
 	primary, _ := stores(b, cp, true)
@@ -196,8 +208,13 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	defer func() { _ = primary.Delete(ctx, name, metav1.DeleteOptions{}) }()
 	for i := 0; b.Loop(); i++ {
-		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), fmt.Sprintf(`[{"name": %q, "path": "ca.pem"}]`, name))
+		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), projections(name))
 		s.WaitFor(b, "ca.pem", merged(anchors...))
+		for _, f := range alsoWritten {
+			if data, err := s.Read(f); err != nil || len(data) == 0 {
+				b.Fatalf("%s not written with ca.pem: %v", f, err)
+			}
+		}
 		time.Sleep(5 * time.Second) // idle: the initial list's garbage collected
 		rss, err := residentKiB(s.Process.Pid())
 		if err != nil {
