@@ -16,10 +16,23 @@ import (
 type Anchor struct {
 	DER []byte
 	Sum [sha256.Size]byte
-	// NotAfter is when the anchor expires (zero if der does not parse, which a decoded
-	// anchor always does).
-	NotAfter time.Time
-	pem      []byte
+	// NotBefore and NotAfter bound the anchor's validity (zero if der does not parse,
+	// which a decoded anchor always does).
+	NotBefore, NotAfter time.Time
+	// Name is what people call the anchor: its subject's common name, else its first
+	// organization, else empty. Kept so that naming an anchor (a truststore alias)
+	// never parses it again.
+	Name string
+	pem  []byte
+}
+
+// setCertificate records what the anchor keeps of its parsed certificate.
+func (a *Anchor) setCertificate(cert *x509.Certificate) {
+	a.NotBefore, a.NotAfter = cert.NotBefore, cert.NotAfter
+	a.Name = cert.Subject.CommonName
+	if a.Name == "" && len(cert.Subject.Organization) > 0 {
+		a.Name = cert.Subject.Organization[0]
+	}
 }
 
 // NewAnchor makes an anchor of a DER certificate; the anchor keeps der, which the
@@ -27,7 +40,7 @@ type Anchor struct {
 func NewAnchor(der []byte) *Anchor {
 	a := newAnchor(der)
 	if cert, err := x509.ParseCertificate(der); err == nil {
-		a.NotAfter = cert.NotAfter
+		a.setCertificate(cert)
 	}
 	return a
 }
@@ -109,7 +122,7 @@ func DecodeEdited(text string, prev *Decoding) (*Decoding, error) {
 		}
 		pos = len(data) - len(rest)
 		a := newAnchor(cert.Raw)
-		a.NotAfter = cert.NotAfter
+		a.setCertificate(cert)
 		d.blocks = append(d.blocks, decodedBlock{end: pos, anchor: a})
 	}
 }

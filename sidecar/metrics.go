@@ -30,6 +30,7 @@ type metrics struct {
 	lastSuccess time.Time
 	certExpiry  time.Time // zero without a workload certificate
 	renewErrors uint64
+	reloads     map[[2]string]uint64 // by target kind and result
 }
 
 // durationBuckets: 0.5 ms to 4 s, doubling.
@@ -48,7 +49,7 @@ type histogram struct {
 }
 
 func newMetrics(now func() time.Time) *metrics {
-	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}}
+	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}, reloads: map[[2]string]uint64{}}
 }
 
 func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Duration) {
@@ -115,6 +116,20 @@ func (m *metrics) renewError() {
 	m.renewErrors++
 }
 
+// reload counts one reload attempt through a target of kind ("url" or "signal").
+func (m *metrics) reload(kind string, err error) {
+	if m == nil {
+		return
+	}
+	result := "success"
+	if err != nil {
+		result = "error"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reloads[[2]string{kind, result}]++
+}
+
 // ServeHTTP writes the metrics in the Prometheus text exposition format 0.0.4.
 func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -160,6 +175,17 @@ func (m *metrics) write(w io.Writer) {
 	}
 	header(w, "trustsync_sidecar_certificate_renew_errors_total", "counter", "Failed attempts to obtain or renew the workload certificate.")
 	fmt.Fprintf(w, "trustsync_sidecar_certificate_renew_errors_total %d\n", m.renewErrors)
+	if len(m.reloads) > 0 {
+		header(w, "trustsync_sidecar_reloads_total", "counter", "Attempts to tell the app that its trust or certificate changed, by target (url, signal) and result.")
+		keys := make([][2]string, 0, len(m.reloads))
+		for k := range m.reloads {
+			keys = append(keys, k)
+		}
+		slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+" "+a[1], b[0]+" "+b[1]) })
+		for _, k := range keys {
+			fmt.Fprintf(w, "trustsync_sidecar_reloads_total{target=%s,result=%s} %d\n", quote(k[0]), quote(k[1]), m.reloads[k])
+		}
+	}
 }
 
 func header(w io.Writer, name, kind, help string) {

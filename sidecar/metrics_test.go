@@ -18,6 +18,10 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	m.observe(syncResult{failed: map[string]error{"ca.pem": errors.New("x")}}, nil, 10*time.Second)
 	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.setAnchorExpiry(map[string]time.Time{"ca.pem": expires, "empty.pem": {}})
+	m.reload("url", nil)
+	m.reload("url", errors.New("refused"))
+	m.reload("url", nil)
+	m.reload("signal", nil)
 	now = now.Add(90 * time.Second)
 
 	var out strings.Builder
@@ -52,6 +56,8 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 		{"trustsync_sidecar_syncs_total", "result", "error", 1},
 		{"trustsync_sidecar_sync_duration_seconds", "result", "error", 1},
 		{"trustsync_sidecar_anchors", "path", "ca.pem", 3},
+		{"trustsync_sidecar_reloads_total", "target", "signal", 1},
+		{"trustsync_sidecar_reloads_total", "result", "error", 1},
 		{"trustsync_sidecar_anchors", "path", `odd "path"\n`, 1},
 		{"trustsync_sidecar_anchor_expiry_timestamp_seconds", "path", "ca.pem", float64(expires.Unix())},
 		// A file with no anchor has no expiry to report.

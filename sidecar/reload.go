@@ -35,6 +35,8 @@ const (
 // reloadTarget tells the app once that what it trusts or presents changed.
 type reloadTarget interface {
 	reload(ctx context.Context) (string, error)
+	// kind is the target's label in metrics: url or signal.
+	kind() string
 	String() string
 }
 
@@ -47,6 +49,7 @@ type reloader struct {
 	targets []reloadTarget
 	events  eventRecorder
 	clock   clock.Clock
+	metrics *metrics
 
 	mu       sync.Mutex
 	baseline string
@@ -156,6 +159,7 @@ func (r *reloader) deliver(ctx context.Context) {
 		var done, errs []string
 		for _, t := range pending {
 			what, err := t.reload(ctx)
+			r.metrics.reload(t.kind(), err)
 			if err != nil {
 				failed = append(failed, t)
 				errs = append(errs, fmt.Sprintf("%s: %v", t, err))
@@ -227,6 +231,7 @@ func newURLTarget(url string) *urlTarget {
 }
 
 func (u *urlTarget) String() string { return "POST " + u.url }
+func (u *urlTarget) kind() string   { return "url" }
 
 func (u *urlTarget) reload(ctx context.Context) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, nil)

@@ -40,6 +40,7 @@ func (c *countingTarget) reload(context.Context) (string, error) {
 	return "counted", nil
 }
 func (c *countingTarget) String() string { return "counter" }
+func (c *countingTarget) kind() string   { return "url" }
 func (c *countingTarget) reloads() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

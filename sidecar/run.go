@@ -6,6 +6,7 @@ package sidecar
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -93,6 +95,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 			targets = append(targets, newSignalTarget(r.Signal, r.Container))
 		}
 		s.syncer.reload = newReloader(targets, events, clk)
+		s.syncer.reload.metrics = m
 	}
 	if s.bundles != nil {
 		s.bundles.lock = &s.syncer.mu
@@ -155,6 +158,10 @@ func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bun
 	w := &bundleWatches{dyn: dyn, apis: map[string]*apiWatch{}, gone: make(chan struct{}, 1), newInformer: func(lw cache.ListerWatcher) (cache.Store, watcher) {
 		return s.newInformer(lw, &certificatesv1.ClusterTrustBundle{})
 	}}
+	// Items with the same selector (one bundle written as PEM and as a truststore,
+	// say) share one source, so one watch per API: each watch holds its own copy of
+	// the bundles it selects.
+	bySelector := map[string]*bundleSource{}
 	for gi := range groups {
 		for ii := range groups[gi].items {
 			it := &groups[gi].items[ii]
@@ -162,16 +169,38 @@ func (s *sidecar) bundleSources(groups []pathGroup, dyn dynamic.Interface) (*bun
 			if !ok {
 				continue
 			}
+			key, err := selectorKey(sel)
+			if err != nil {
+				return nil, err
+			}
+			if src, ok := bySelector[key]; ok {
+				it.from = src
+				continue
+			}
 			match, err := sel.Matcher()
 			if err != nil {
 				return nil, err
 			}
 			src := &bundleSource{selector: sel, match: match}
+			bySelector[key] = src
 			w.sources = append(w.sources, src)
 			it.from = src
 		}
 	}
 	return w, nil
+}
+
+// selectorKey identifies what a selector selects: equal keys select the same bundles.
+func selectorKey(sel tsbundle.Selector) (string, error) {
+	labels := "nil"
+	if sel.LabelSelector != nil {
+		b, err := json.Marshal(sel.LabelSelector)
+		if err != nil {
+			return "", err
+		}
+		labels = string(b)
+	}
+	return sel.Name + "\x00" + sel.SignerName + "\x00" + labels, nil
 }
 
 // rediscover asks which bundle APIs are served now and adjusts the watches; a failure
@@ -203,29 +232,34 @@ func (s *sidecar) rediscover(ctx context.Context, full bool) bool {
 // public roots their static source, and each truststore with a password Secret a
 // watch on that Secret.
 func (s *sidecar) watchObjects(groups []pathGroup, core rest.Interface, namespace string) {
-	passwords := map[string]cache.Store{}
+	// One watch per object, however many items or stores read it.
+	stores := map[string]cache.Store{}
+	watch := func(resource, name string, obj runtime.Object) cache.Store {
+		key := resource + "/" + name
+		if store, ok := stores[key]; ok {
+			return store
+		}
+		store := s.informer(objectListWatch(core, resource, namespace, name), obj)
+		stores[key] = store
+		return store
+	}
 	for gi := range groups {
 		for ii := range groups[gi].items {
 			it := &groups[gi].items[ii]
 			switch src := it.source; {
 			case src.ConfigMap != nil:
 				it.from = &objectSource{kind: "ConfigMap", namespace: namespace, name: src.ConfigMap.Name, key: src.ConfigMap.Key,
-					store: s.informer(objectListWatch(core, "configmaps", namespace, src.ConfigMap.Name), &corev1.ConfigMap{})}
+					store: watch("configmaps", src.ConfigMap.Name, &corev1.ConfigMap{})}
 			case src.Secret != nil:
 				it.from = &objectSource{kind: "Secret", namespace: namespace, name: src.Secret.Name, key: src.Secret.Key,
-					store: s.informer(objectListWatch(core, "secrets", namespace, src.Secret.Name), &corev1.Secret{})}
+					store: watch("secrets", src.Secret.Name, &corev1.Secret{})}
 			case src.DefaultCAs:
 				it.from = defaultCAsSource{}
 			}
 		}
-		// One watch per password Secret, however many stores it serves.
 		if ref := groups[gi].items[0].source.PasswordSecret; ref != nil {
-			store, ok := passwords[ref.Name]
-			if !ok {
-				store = s.informer(objectListWatch(core, "secrets", namespace, ref.Name), &corev1.Secret{})
-				passwords[ref.Name] = store
-			}
-			groups[gi].password = &passwordSource{path: groups[gi].path, namespace: namespace, name: ref.Name, key: ref.Key, store: store}
+			groups[gi].password = &passwordSource{path: groups[gi].path, namespace: namespace, name: ref.Name, key: ref.Key,
+				store: watch("secrets", ref.Name, &corev1.Secret{})}
 		}
 	}
 }
@@ -306,7 +340,8 @@ func Run(ctx context.Context, o *Options) error {
 		rediscovery = t.C
 	}
 	failedWrites := 0
-	for first := true; ; first = false {
+	freed := false
+	for {
 		// A write that failed (a full volume, say) is retried soon, backing off, not
 		// at the next resync minutes away.
 		next := resyncPeriod
@@ -316,11 +351,18 @@ func Run(ctx context.Context, o *Options) error {
 		} else {
 			failedWrites = 0
 		}
-		if first {
-			// Start-up (discovery, the initial lists, the first merge) is the sidecar's
-			// peak; hand what it freed back to the OS now rather than when the
-			// scavenger gets to it, since this process idles in every pod.
+		if !freed && len(s.changed) == 0 {
+			// Start-up (discovery, the initial lists, the first merges and encodings)
+			// is the sidecar's peak; once no change from it is pending, hand what it
+			// freed back to the OS rather than wait for the scavenger, since this
+			// process idles in every pod.
 			debug.FreeOSMemory()
+			freed = true
+			if klogV := klog.V(2); klogV.Enabled() {
+				var ms goruntime.MemStats
+				goruntime.ReadMemStats(&ms)
+				klogV.InfoS("Returned start-up memory to the OS", "heapInUseKiB", ms.HeapInuse/1024, "heapReleasedKiB", ms.HeapReleased/1024, "stackKiB", ms.StackInuse/1024, "sysKiB", ms.Sys/1024)
+			}
 		}
 		if !s.waitForChange(ctx, rediscovery, next) {
 			return nil

@@ -42,6 +42,7 @@ func newSignalTarget(name, container string) *signalTarget {
 }
 
 func (s *signalTarget) String() string { return s.name + " to container " + s.container }
+func (s *signalTarget) kind() string   { return "signal" }
 
 func (s *signalTarget) reload(context.Context) (string, error) {
 	pids, err := s.mainProcesses()

@@ -185,22 +185,25 @@ func (s *syncer) render(g pathGroup) (rendered, error) {
 		return rendered{}, errors.Join(errs...)
 	}
 	r := rendered{pool: pool, set: pool.SetSum()}
+	if g.format != contract.FormatPEM {
+		var err error
+		if r.password, err = g.password.get(); err != nil {
+			return rendered{}, err
+		}
+	}
+	// A file is encoded again only when what it holds changed: a truststore is salted
+	// afresh at each encoding, so its file (and anything watching it) would change for
+	// nothing; a PEM file would be the same bytes, encoded for the garbage collector.
+	if last, ok := s.lastGood[g.path]; ok && s.sets[g.path] == r.set && s.passwords[g.path] == r.password {
+		r.content = last
+		return r, nil
+	}
 	if g.format == contract.FormatPEM {
 		r.content = pool.PEM()
 		return r, nil
 	}
-	password, err := g.password.get()
-	if err != nil {
-		return rendered{}, err
-	}
-	r.password = password
-	// A store is salted afresh at each encoding: keep the bytes while what they hold
-	// is the same, so the file (and anything watching it) changes only when it must.
-	if last, ok := s.lastGood[g.path]; ok && s.sets[g.path] == r.set && s.passwords[g.path] == password {
-		r.content = last
-		return r, nil
-	}
-	if r.content, err = encodeStore(g.format, pool.Anchors(), password); err != nil {
+	var err error
+	if r.content, err = encodeStore(g.format, pool.Anchors(), r.password); err != nil {
 		return rendered{}, fmt.Errorf("cannot encode the %s truststore: %w", g.format, err)
 	}
 	return r, nil

@@ -12,7 +12,6 @@ package truststore
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
@@ -24,18 +23,14 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 )
 
-// Alias is the entry name of cert: a readable part from its subject (common name,
-// else organization, else "anchor"), lower case, then the first 12 hex digits of the
-// SHA-256 of its DER, which keeps two anchors with the same subject apart. JKS folds
-// aliases to lower case, so both formats show the same one.
-func Alias(cert *x509.Certificate) string {
-	name := cert.Subject.CommonName
-	if name == "" && len(cert.Subject.Organization) > 0 {
-		name = cert.Subject.Organization[0]
-	}
+// Alias is the entry name of an anchor: a readable part from its name (its subject's
+// common name, else organization, else "anchor"), lower case, then the first 12 hex
+// digits of the SHA-256 of its DER, which keeps two anchors with the same subject
+// apart. JKS folds aliases to lower case, so both formats show the same one.
+func Alias(a *bundle.Anchor) string {
 	var b strings.Builder
 	dash := false
-	for _, r := range strings.ToLower(name) {
+	for _, r := range strings.ToLower(a.Name) {
 		switch {
 		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
 			b.WriteRune(r)
@@ -53,32 +48,19 @@ func Alias(cert *x509.Certificate) string {
 	if slug == "" {
 		slug = "anchor"
 	}
-	sum := sha256.Sum256(cert.Raw)
-	return slug + "-" + hex.EncodeToString(sum[:6])
+	return slug + "-" + hex.EncodeToString(a.Sum[:6])
 }
 
-// parse parses every anchor; a decoded anchor always parses.
-func parse(anchors []*bundle.Anchor) ([]*x509.Certificate, error) {
-	certs := make([]*x509.Certificate, len(anchors))
-	for i, a := range anchors {
-		c, err := x509.ParseCertificate(a.DER)
-		if err != nil {
-			return nil, fmt.Errorf("anchor %d: %w", i, err)
-		}
-		certs[i] = c
-	}
-	return certs, nil
-}
+// The encoders read what the anchors keep (DER, name, notBefore) and parse nothing:
+// parsing every anchor of a store at each encoding was most of a sidecar's
+// start-up garbage, and its idle memory with it (docs/benchmarks.md).
 
 // EncodePKCS12 returns a PKCS#12 truststore holding anchors, with the modern profile.
 func EncodePKCS12(anchors []*bundle.Anchor, password string) ([]byte, error) {
-	certs, err := parse(anchors)
-	if err != nil {
-		return nil, err
-	}
-	entries := make([]pkcs12.TrustStoreEntry, len(certs))
-	for i, c := range certs {
-		entries[i] = pkcs12.TrustStoreEntry{Cert: c, FriendlyName: Alias(c)}
+	entries := make([]pkcs12.TrustStoreEntry, len(anchors))
+	for i, a := range anchors {
+		// The encoder reads the certificate's DER alone.
+		entries[i] = pkcs12.TrustStoreEntry{Cert: &x509.Certificate{Raw: a.DER}, FriendlyName: Alias(a)}
 	}
 	return pkcs12.Modern.EncodeTrustStoreEntries(entries, password)
 }
@@ -86,14 +68,10 @@ func EncodePKCS12(anchors []*bundle.Anchor, password string) ([]byte, error) {
 // EncodeJKS returns a JKS truststore holding anchors. Each entry's creation time is its
 // certificate's notBefore, so the same anchors and password encode to the same bytes.
 func EncodeJKS(anchors []*bundle.Anchor, password string) ([]byte, error) {
-	certs, err := parse(anchors)
-	if err != nil {
-		return nil, err
-	}
 	ks := keystore.New(keystore.WithOrderedAliases())
-	for _, c := range certs {
-		entry := keystore.TrustedCertificateEntry{CreationTime: c.NotBefore, Certificate: keystore.Certificate{Type: "X509", Content: c.Raw}}
-		if err := ks.SetTrustedCertificateEntry(Alias(c), entry); err != nil {
+	for _, a := range anchors {
+		entry := keystore.TrustedCertificateEntry{CreationTime: a.NotBefore, Certificate: keystore.Certificate{Type: "X509", Content: a.DER}}
+		if err := ks.SetTrustedCertificateEntry(Alias(a), entry); err != nil {
 			return nil, err
 		}
 	}

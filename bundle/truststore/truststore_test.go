@@ -89,32 +89,40 @@ func TestEncode_JKSIsDeterministicPKCS12IsSalted(t *testing.T) {
 }
 
 func TestAlias(t *testing.T) {
-	// Alias reads only the subject and the DER, so the subjects fixtures would not
-	// make are built directly.
-	subject := func(name pkix.Name) *x509.Certificate {
-		return &x509.Certificate{Subject: name, Raw: []byte(name.String())}
+	// Alias reads what the anchor kept of the subject, and its sum; subjects the
+	// fixtures would not make are built directly.
+	subject := func(name pkix.Name) *bundle.Anchor {
+		cert := fixtures.CA("x").Cert
+		cert.Subject = name
+		a := bundle.NewAnchor(cert.Raw)
+		a.Name = name.CommonName
+		if a.Name == "" && len(name.Organization) > 0 {
+			a.Name = name.Organization[0]
+		}
+		return a
 	}
+	anchor := func(c *fixtures.Cert) *bundle.Anchor { return bundle.NewAnchor(c.Cert.Raw) }
 	tests := []struct {
 		name string
-		cert *x509.Certificate
-		want string // the readable part; the hash follows
+		anchor *bundle.Anchor
+		want   string // the readable part; the hash follows
 	}{
-		{"the common name, lower case, punctuation folded to one dash", fixtures.CA("Corp Root CA: G2 (2026)").Cert, "corp-root-ca-g2-2026"},
+		{"the common name, lower case, punctuation folded to one dash", anchor(fixtures.CA("Corp Root CA: G2 (2026)")), "corp-root-ca-g2-2026"},
 		{"the organization when there is no common name", subject(pkix.Name{Organization: []string{"Example Corp"}}), "example-corp"},
 		{"anchor when the subject names nothing", subject(pkix.Name{Country: []string{"DE"}}), "anchor"},
-		{"a long name cut to 40 characters", fixtures.CA(strings.Repeat("abcdefghi ", 10)).Cert, "abcdefghi-abcdefghi-abcdefghi-abcdefghi"},
-		{"nothing but punctuation", fixtures.CA("***").Cert, "anchor"},
+		{"a long name cut to 40 characters", anchor(fixtures.CA(strings.Repeat("abcdefghi ", 10))), "abcdefghi-abcdefghi-abcdefghi-abcdefghi"},
+		{"nothing but punctuation", anchor(fixtures.CA("***")), "anchor"},
 	}
 	shape := regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{12}$`)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Alias(tc.cert)
+			got := Alias(tc.anchor)
 			if !strings.HasPrefix(got, tc.want+"-") || len(got) != len(tc.want)+13 || !shape.MatchString(got) {
 				t.Errorf("Alias = %q, want %q followed by a dash and 12 hex digits", got, tc.want)
 			}
 		})
 	}
-	sameName := []*x509.Certificate{fixtures.CA("Root").Cert, fixtures.CA("Root").Cert}
+	sameName := []*bundle.Anchor{anchor(fixtures.CA("Root")), anchor(fixtures.CA("Root"))}
 	if Alias(sameName[0]) == Alias(sameName[1]) {
 		t.Error("two anchors with one subject share an alias")
 	}
@@ -145,7 +153,7 @@ func TestAlias_StableAcrossRewritesAndFormats(t *testing.T) {
 	before := aliasesIn(t, anchorsOf(a, b))
 	after := aliasesIn(t, anchorsOf(c, b, a))
 	for _, cn := range []string{"a", "b"} {
-		if before[cn] != after[cn] || before[cn] != Alias(map[string]*fixtures.Cert{"a": a, "b": b}[cn].Cert) {
+		if before[cn] != after[cn] || before[cn] != Alias(bundle.NewAnchor(map[string]*fixtures.Cert{"a": a, "b": b}[cn].Cert.Raw)) {
 			t.Errorf("anchor %q: alias %q before, %q after another anchor was added and the order changed", cn, before[cn], after[cn])
 		}
 	}

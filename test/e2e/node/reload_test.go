@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -251,7 +252,7 @@ func (j java) assertEntries(t *testing.T, store, typ, password string, anchors .
 		t.Errorf("keytool on %s: want %q:\n%s", filepath.Base(store), want, out)
 	}
 	for _, a := range anchors {
-		if alias := truststore.Alias(a.Cert); !strings.Contains(string(out), alias+", ") || !strings.Contains(string(out), "trustedCertEntry") {
+		if alias := truststore.Alias(tsbundle.NewAnchor(a.Cert.Raw)); !strings.Contains(string(out), alias+", ") || !strings.Contains(string(out), "trustedCertEntry") {
 			t.Errorf("keytool on %s lists no trusted entry %q:\n%s", filepath.Base(store), alias, out)
 		}
 	}
