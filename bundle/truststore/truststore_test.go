@@ -103,7 +103,7 @@ func TestAlias(t *testing.T) {
 	}
 	anchor := func(c *fixtures.Cert) *bundle.Anchor { return bundle.NewAnchor(c.Cert.Raw) }
 	tests := []struct {
-		name string
+		name   string
 		anchor *bundle.Anchor
 		want   string // the readable part; the hash follows
 	}{
