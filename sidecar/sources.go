@@ -235,14 +235,14 @@ func (p *passwordSource) get() (string, error) {
 		return "", err
 	}
 	if !ok {
-		return "", fmt.Errorf("Secret %s/%s, named by passwordSecret for the password of %s, not found; create it with the key %q, or drop passwordSecret to use the default password %q", p.namespace, p.name, p.path, p.key, contract.DefaultStorePassword)
+		return "", fmt.Errorf("passwordSecret %s/%s (the password of %s) not found; create the Secret with the key %q, or drop passwordSecret to use the default password %q", p.namespace, p.name, p.path, p.key, contract.DefaultStorePassword)
 	}
 	v, has := obj.(*corev1.Secret).Data[p.key]
 	switch {
 	case !has:
-		return "", fmt.Errorf("Secret %s/%s, named by passwordSecret for the password of %s, has no key %q", p.namespace, p.name, p.path, p.key)
+		return "", fmt.Errorf("passwordSecret %s/%s (the password of %s) has no key %q", p.namespace, p.name, p.path, p.key)
 	case len(v) == 0:
-		return "", fmt.Errorf("Secret %s/%s key %q, the password of %s, is empty; a truststore needs a password", p.namespace, p.name, p.key, p.path)
+		return "", fmt.Errorf("passwordSecret %s/%s key %q (the password of %s) is empty; a truststore needs a password", p.namespace, p.name, p.key, p.path)
 	}
 	return string(v), nil
 }

@@ -120,10 +120,10 @@ func TestSync_ABadPasswordSecretHoldsTheStoreAtItsLastGoodContent(t *testing.T) 
 		secret  *corev1.Secret
 		wantErr string
 	}{
-		{"a missing Secret", nil, `t.jks: Secret apps/store-pass, named by passwordSecret for the password of t.jks, not found; create it with the key "password", or drop passwordSecret to use the default password "changeit"`},
+		{"a missing Secret", nil, `t.jks: passwordSecret apps/store-pass (the password of t.jks) not found; create the Secret with the key "password", or drop passwordSecret to use the default password "changeit"`},
 		{"a missing key", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "store-pass", Namespace: "apps"}, Data: map[string][]byte{"pass": []byte("x")}},
-			`t.jks: Secret apps/store-pass, named by passwordSecret for the password of t.jks, has no key "password"`},
-		{"an empty password", passwordSecret(""), `t.jks: Secret apps/store-pass key "password", the password of t.jks, is empty; a truststore needs a password`},
+			`t.jks: passwordSecret apps/store-pass (the password of t.jks) has no key "password"`},
+		{"an empty password", passwordSecret(""), `t.jks: passwordSecret apps/store-pass key "password" (the password of t.jks) is empty; a truststore needs a password`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
