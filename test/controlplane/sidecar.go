@@ -87,6 +87,13 @@ func (s *Sidecar) WaitForContent(t testing.TB, path string) []byte {
 	return s.waitUntil(t, path, func(got []byte) bool { return len(got) > 0 }, "content")
 }
 
+// WaitUntil waits until path exists and ok says its content is what is wanted
+// (described by what, for the failure message), and returns it.
+func (s *Sidecar) WaitUntil(t testing.TB, path string, ok func([]byte) bool, what string) []byte {
+	t.Helper()
+	return s.waitUntil(t, path, ok, what)
+}
+
 func (s *Sidecar) waitUntil(t testing.TB, path string, ok func([]byte) bool, what string) []byte {
 	t.Helper()
 	var got []byte

@@ -71,7 +71,7 @@ func setupIdentities(ctx context.Context, cp *controlplane.ControlPlane) error {
 		func() error {
 			_, err := client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "web-trust-sources"}, Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"extra-cas"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"partner-tls"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"partner-tls", "store-pass"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			}}, metav1.CreateOptions{})
 			return err
