@@ -9,7 +9,8 @@
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks
-#   make bench-node    the kubelet's native projection against trustsync's sidecar, on
+#   make bench-node    the kubelet's native projection against trustsync's sidecar, pod
+#                      certificates in a burst, a bundle edit to the app's reload, on
 #                      the real node (root; about 5 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
 #   make image         the container image as a tarball in _output/, without a daemon
@@ -82,7 +83,7 @@ bench: controlplane
 # Each native edit waits for the kubelet's periodic sync (about a minute): 3 edits, after
 # the discarded first run testing makes.
 bench-node: controlplane node build
-	$(GO) test -run='^$$' -bench='NativeVsTrustsync|PodCertificates_Burst' -benchtime=3x -timeout 40m ./test/e2e/node/
+	$(GO) test -run='^$$' -bench='NativeVsTrustsync|PodCertificates_Burst|Reload_BundleEditToApp' -benchtime=3x -timeout 40m ./test/e2e/node/
 
 # Every fuzz target, one after another (go test fuzzes one target at a time).
 fuzz:

@@ -277,3 +277,45 @@ func (j java) assertTrusts(t *testing.T, store, typ, password string, root *fixt
 		t.Errorf("Java client with %s against a server issued by %q: handshake ok = %v, want %v\n%s", filepath.Base(store), root.Cert.Subject.CommonName, ok, want, out)
 	}
 }
+
+// BenchmarkReload_BundleEditToApp measures, per edit of a bundle, the time from the
+// update call until the app has handled its reload signal: the sidecar's watch, write
+// and settle time, and the signal's delivery. The app logs the anchor its file holds
+// when the SIGHUP arrives (as watchScript's lines, so seenAt finds it); the container
+// runtime timestamps the line as it reads it.
+func BenchmarkReload_BundleEditToApp(b *testing.B) {
+	n := installChart(b)
+	reloadBenchRuns++
+	ns := n.Namespace(b, fmt.Sprintf("reload-bench-%d", reloadBenchRuns), restricted)
+	name := fmt.Sprintf("e2e-reload-bench-%d", reloadBenchRuns)
+	createBundle(b, name, fixtures.CA("reload bench first"))
+	file := mountPath + "/ca_certificates.pem"
+	createPod(b, ns, appPod("app", map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/bundle-name": name, "trustsync.io/reload-signal": "SIGHUP",
+	}, 1000, `trap 'echo "SEEN reload $(sed -n 2p `+file+`)"' HUP
+while true; do sleep 1 & wait $! || true; done`))
+	n.WaitPod(b, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	ctbs := n.Client.CertificatesV1().ClusterTrustBundles()
+	var took []time.Duration
+	for i := 0; i < b.N; i++ {
+		anchor := fixtures.CA(fmt.Sprintf("reload bench %d", time.Now().UnixNano()))
+		marker := "reload " + strings.Split(string(anchor.CertPEM()), "\n")[1]
+		ctb, err := ctbs.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctb.Spec.TrustBundle = pemOf(anchor)
+		start := time.Now()
+		if _, err := ctbs.Update(context.Background(), ctb, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		d := seenAt(b, ns, "app", marker, time.Minute).Sub(start)
+		b.Logf("edit %d: the app handled its reload %.2fs after the update call began", i+1, d.Seconds())
+		took = append(took, d)
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(took).Seconds(), "s/edit-to-reload")
+}
+
+// reloadBenchRuns numbers the benchmark's runs, each with its own namespace and bundle.
+var reloadBenchRuns int
