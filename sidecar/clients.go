@@ -5,6 +5,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // coreScheme knows the six core/v1 types the sidecar reads and writes, nothing more.
@@ -64,6 +67,8 @@ func (s eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 type podEvents struct {
 	recorder record.EventRecorder
 	pod      *corev1.ObjectReference
+	sink     eventSink
+	clock    clock.PassiveClock
 }
 
 func newPodEvents(ctx context.Context, c rest.Interface, o *Options) (*podEvents, func()) {
@@ -73,9 +78,45 @@ func newPodEvents(ctx context.Context, c rest.Interface, o *Options) (*podEvents
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(eventSink{c: c})
 	return &podEvents{
-		recorder: broadcaster.NewRecorder(coreScheme, corev1.EventSource{Component: "trustsync-sidecar"}),
+		recorder: broadcaster.NewRecorder(coreScheme, corev1.EventSource{Component: eventComponent}),
 		pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: o.PodNamespace, Name: o.PodName, UID: types.UID(o.PodUID)},
+		sink:     eventSink{c: c},
+		clock:    clock.RealClock{},
 	}, broadcaster.Shutdown
+}
+
+const eventComponent = "trustsync-sidecar"
+
+// warningOnce records a Warning Event that the pod carries at most once per key: it is
+// created under a name made of the pod's uid and key, so the API server refuses a
+// second one while the first lasts (an hour, by default), whichever sidecar process
+// asks. A restarted sidecar then does not repeat what the pod still shows. It does not
+// wait for the API server.
+func (p *podEvents) warningOnce(key, reason, message string) {
+	if p.recorder == nil {
+		return
+	}
+	if p.pod.UID == "" {
+		p.warning(reason, message) // no uid to name it by: at most once per process
+		return
+	}
+	now := metav1.NewTime(p.clock.Now())
+	e := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "trustsync-" + string(p.pod.UID) + "-" + key, Namespace: p.pod.Namespace},
+		InvolvedObject: *p.pod,
+		Reason:         reason,
+		Message:        message,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: eventComponent},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	go func() {
+		if _, err := p.sink.Create(e); err != nil && !apierrors.IsAlreadyExists(err) {
+			klog.V(2).InfoS("Cannot record an Event on the pod", "reason", reason, "err", err)
+		}
+	}()
 }
 
 func (p *podEvents) warning(reason, message string) {

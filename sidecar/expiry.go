@@ -21,15 +21,22 @@ const (
 )
 
 // expiryWarner records a Warning Event on the pod for each anchor it is given that
-// expires within window, at most once per expiryWarningEvery per anchor.
+// expires within window, at most once per expiryWarningEvery per anchor: the process
+// remembers what it warned of, and each Event is keyed by the anchor and the day, so
+// a restarted sidecar does not repeat one the pod still shows.
 type expiryWarner struct {
 	window time.Duration
-	events eventRecorder
+	events onceRecorder
 	clock  clock.PassiveClock
 	warned map[[32]byte]time.Time
 }
 
-func newExpiryWarner(days int, events eventRecorder, clk clock.PassiveClock) *expiryWarner {
+// onceRecorder records a Warning Event at most once per key.
+type onceRecorder interface {
+	warningOnce(key, reason, message string)
+}
+
+func newExpiryWarner(days int, events onceRecorder, clk clock.PassiveClock) *expiryWarner {
 	if days <= 0 {
 		return nil
 	}
@@ -80,7 +87,7 @@ func (w *expiryWarner) check(files map[string][]*tsbundle.Anchor) {
 	for _, e := range soon {
 		msg := expiryMessage(e.anchor, e.paths, now)
 		klog.InfoS("Trust anchor expires soon", "message", msg)
-		w.events.warning(reasonAnchorExpiring, msg)
+		w.events.warningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], now.UTC().Format("20060102")), reasonAnchorExpiring, msg)
 		w.warned[e.anchor.Sum] = now
 	}
 }

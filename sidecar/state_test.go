@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,12 @@ func TestExpiryWarner_OncePerAnchorPerDay(t *testing.T) {
 	w.check(files)
 	if len(events.got) != 2 || !strings.Contains(events.got[1], "in 4 days") {
 		t.Fatalf("a day later: events %q, want a second warning", events.got)
+	}
+	// Each Event is keyed by the anchor and the day, so that a restarted sidecar's
+	// warning is refused while the pod still shows the first.
+	sum := fmt.Sprintf("%x", soon.Sum[:8])
+	if want := []string{"expiry-" + sum + "-20261123", "expiry-" + sum + "-20261124"}; strings.Join(events.keys, " ") != strings.Join(want, " ") {
+		t.Errorf("event keys %q, want %q", events.keys, want)
 	}
 	w.check(map[string][]*tsbundle.Anchor{"ca.pem": {expired}})
 	if got := events.got[len(events.got)-1]; !strings.Contains(got, `"CN=gone root"`) || !strings.Contains(got, "expired at") {

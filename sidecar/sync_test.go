@@ -28,10 +28,14 @@ var (
 )
 
 // fakeEvents records what would become Events on the pod.
-type fakeEvents struct{ got []string }
+type fakeEvents struct{ got, keys []string }
 
 func (f *fakeEvents) warning(reason, message string) {
 	f.got = append(f.got, "Warning "+reason+": "+message)
+}
+func (f *fakeEvents) warningOnce(key, reason, message string) {
+	f.got = append(f.got, "Warning "+reason+": "+message)
+	f.keys = append(f.keys, key)
 }
 func (f *fakeEvents) normal(reason, message string) {
 	f.got = append(f.got, "Normal "+reason+": "+message)

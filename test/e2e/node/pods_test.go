@@ -271,28 +271,8 @@ while true; do
   n=$((n+1)); [ $((n % 500)) -eq 0 ] && echo "READS $n"
 done`
 	createPod(t, ns, appPod("app", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "e2e-kill"}, 1000, script))
-	pod := n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
-
-	var sidecarID string
-	for _, s := range pod.Status.InitContainerStatuses {
-		if s.Name == "trustsync" {
-			sidecarID = strings.TrimPrefix(s.ContainerID, "containerd://")
-		}
-	}
-	if sidecarID == "" {
-		t.Fatalf("no running trustsync sidecar in %+v", pod.Status.InitContainerStatuses)
-	}
-	if _, err := n.Run(context.Background(), "ctr", "tasks", "kill", "--signal", "SIGKILL", sidecarID); err != nil {
-		t.Fatal(err)
-	}
-	n.WaitPod(t, ns, "app", time.Minute, "restarted and Ready", func(p *corev1.Pod) bool {
-		for _, s := range p.Status.InitContainerStatuses {
-			if s.Name == "trustsync" {
-				return s.RestartCount >= 1 && s.Ready && cluster.PodReady(p)
-			}
-		}
-		return false
-	})
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	killSidecar(t, n, ns, "app")
 	time.Sleep(2 * time.Second) // reads go on after the restart, too
 	logs, err := n.Logs(context.Background(), ns, "app", "app")
 	if err != nil {
@@ -304,6 +284,37 @@ done`
 	if !strings.Contains(logs, "READS") {
 		t.Fatalf("the app's read loop did not run:\n%s", logs)
 	}
+}
+
+// killSidecar kills pod's running sidecar with SIGKILL through the container runtime,
+// as an OOM kill would, and waits until the kubelet has restarted it and it is ready.
+func killSidecar(t *testing.T, n *cluster.Node, ns, pod string) {
+	t.Helper()
+	p, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sidecarID string
+	var restarts int32
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.Name == "trustsync" {
+			sidecarID, restarts = strings.TrimPrefix(s.ContainerID, "containerd://"), s.RestartCount
+		}
+	}
+	if sidecarID == "" {
+		t.Fatalf("no running trustsync sidecar in %+v", p.Status.InitContainerStatuses)
+	}
+	if _, err := n.Run(context.Background(), "ctr", "tasks", "kill", "--signal", "SIGKILL", sidecarID); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitPod(t, ns, pod, time.Minute, "restarted and Ready", func(p *corev1.Pod) bool {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == "trustsync" {
+				return s.RestartCount > restarts && s.Ready && cluster.PodReady(p)
+			}
+		}
+		return false
+	})
 }
 
 // Legacy mode runs on the same node: a long-running pod gets the file from the init

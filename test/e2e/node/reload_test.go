@@ -41,7 +41,7 @@ while true; do sleep 1 & wait $! || true; done`
 // The app hears of every change of what it trusts, once, and of nothing else: one
 // reload by URL and one by signal per change of the set of anchors, none for files
 // rewritten with the same set (a reordered bundle, a truststore re-encoded under a
-// new password), none at start. The Java truststores the sidecar writes beside the
+// new password), none at start or when the sidecar restarts. The Java truststores the sidecar writes beside the
 // PEM file are read by keytool and trusted by a Java TLS client, and take the new
 // anchor after the edit; an anchor about to expire earns the pod one Warning Event.
 func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testing.T) {
@@ -133,7 +133,17 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 		return
 	}
 
-	t.Run("the expiring anchor earned one Warning Event, and the reload a Normal one", func(t *testing.T) {
+	if !t.Run("a restarted sidecar takes what is on disk as what the app has: no reload", func(t *testing.T) {
+		killSidecar(t, n, ns, "app")
+		quiet()
+		if got := strings.Join(reloads(), " "); got != "url signal" && got != "signal url" {
+			t.Fatalf("reloads after the sidecar restarted: %q, want still the one of each from the change before", got)
+		}
+	}) {
+		return
+	}
+
+	t.Run("the expiring anchor earned one Warning Event, through a sidecar restart too, and the reload a Normal one", func(t *testing.T) {
 		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(created.UID)})
 		if err != nil {
 			t.Fatal(err)
