@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -216,33 +215,16 @@ func benchIdleRSS(b *testing.B, projections func(bundle string) string, alsoWrit
 			}
 		}
 		time.Sleep(5 * time.Second) // idle: the initial list's garbage collected
-		rss, err := residentKiB(s.Process.Pid())
+		rss, err := controlplane.ProcStatusKiB(s.Process.Pid(), "VmRSS:")
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(rss)/1024, "rss-MiB")
-		if anon, err := statusKiB(s.Process.Pid(), "RssAnon:"); err == nil {
+		if anon, err := controlplane.ProcStatusKiB(s.Process.Pid(), "RssAnon:"); err == nil {
 			b.ReportMetric(float64(anon)/1024, "anon-MiB")
 		}
 		s.Process.Stop(5 * time.Second)
 	}
-}
-
-// residentKiB reads VmRSS from /proc.
-func residentKiB(pid int) (int, error) { return statusKiB(pid, "VmRSS:") }
-
-// statusKiB reads one field of /proc/<pid>/status, in KiB.
-func statusKiB(pid int, field string) (int, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			return strconv.Atoi(f[1])
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // BenchmarkOutageRecovery: a running sidecar; the API server stops for 20 s and
