@@ -172,6 +172,8 @@ func (m *metrics) write(w io.Writer) {
 	if !m.certExpiry.IsZero() {
 		header(w, "trustsync_sidecar_certificate_expiration_seconds", "gauge", "Seconds until the workload certificate expires (as the kubelet's certificate_manager_client_expiration_seconds).")
 		fmt.Fprintf(w, "trustsync_sidecar_certificate_expiration_seconds %g\n", m.certExpiry.Sub(m.now()).Seconds())
+		header(w, "trustsync_sidecar_certificate_not_after_timestamp_seconds", "gauge", "When the workload certificate expires (Unix seconds), beside the anchors' expiry.")
+		fmt.Fprintf(w, "trustsync_sidecar_certificate_not_after_timestamp_seconds %d\n", m.certExpiry.Unix())
 	}
 	header(w, "trustsync_sidecar_certificate_renew_errors_total", "counter", "Failed attempts to obtain or renew the workload certificate.")
 	fmt.Fprintf(w, "trustsync_sidecar_certificate_renew_errors_total %d\n", m.renewErrors)

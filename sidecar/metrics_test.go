@@ -18,6 +18,8 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	m.observe(syncResult{failed: map[string]error{"ca.pem": errors.New("x")}}, nil, 10*time.Second)
 	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.setAnchorExpiry(map[string]time.Time{"ca.pem": expires, "empty.pem": {}})
+	certExpires := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	m.setCertificateExpiry(certExpires)
 	m.reload("url", nil)
 	m.reload("url", errors.New("refused"))
 	m.reload("url", nil)
@@ -81,6 +83,9 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 				}
 			}
 		}
+	}
+	if got := families["trustsync_sidecar_certificate_not_after_timestamp_seconds"].GetMetric()[0].GetGauge().GetValue(); got != float64(certExpires.Unix()) {
+		t.Errorf("certificate notAfter = %v, want %d", got, certExpires.Unix())
 	}
 	if got := families["trustsync_sidecar_seconds_since_last_success"].GetMetric()[0].GetGauge().GetValue(); got != 90 {
 		t.Errorf("seconds since last success = %v, want 90", got)
