@@ -284,7 +284,7 @@ type Flags struct {
 func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	f := &Flags{cert: Certificate{Signer: policy.DefaultSignerName, KeyType: DefaultKeyType, TrustDomain: policy.DefaultTrustDomain}}
 	fs.StringVar(&f.dir, FlagDir, "", "Directory (the shared volume) to write the trust files into.")
-	fs.StringVar(&f.projections, FlagProjections, "", `The sources to write, as the JSON list of the trustsync.io/bundles annotation, e.g. [{"signerName":"example.com/s","labelSelector":{},"path":"ca_certificates.pem"}].`)
+	fs.StringVar(&f.projections, FlagProjections, "", `The sources to write, as the JSON list of the trustsync.io/bundles annotation, e.g. [{"signerName":"example.com/s","labelSelector":{},"path":"ca_certificates.pem"}]. An item's "format" is pem (the default), pkcs12 or jks (a Java truststore, password "changeit" unless "passwordSecret" names a Secret key).`)
 	fs.BoolVar(&f.certificate, FlagCertificate, false, "Also obtain and rotate a workload certificate ("+FileCertificate+", "+FileKey+").")
 	fs.StringVar(&f.cert.Signer, FlagCertificateSigner, f.cert.Signer, "Signer to request the workload certificate from.")
 	fs.Int32Var(&f.cert.ExpirationSeconds, FlagCertificateExpirationSeconds, 0, "Lifetime to request; 0 means the signer's default.")
