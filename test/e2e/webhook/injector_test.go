@@ -224,3 +224,75 @@ func TestInjector_DeliveryNative(t *testing.T) {
 		})
 	}
 }
+
+// Reloads and truststores through the real API server: a pod asking for a reload
+// signal is stored with its process namespace shared and the marker on the signalled
+// container alone; each bad value is refused with the annotation and the reason.
+func TestInjector_ReloadsAndTruststores(t *testing.T) {
+	cp, _ := env(t, true)
+	ctx := controlplane.Context(t)
+	if err := cp.CreateNamespace(ctx, "reload-apps", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	pods := kube(t, cp).CoreV1().Pods("reload-apps")
+	with := func(extra map[string]string) map[string]string {
+		a := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "corp-roots"}
+		for k, v := range extra {
+			a[k] = v
+		}
+		return a
+	}
+
+	t.Run("a reload signal shares the process namespace and marks the app container", func(t *testing.T) {
+		got, err := pods.Create(ctx, restrictedPod("signalled", with(map[string]string{
+			"trustsync.io/reload-signal": "SIGHUP", "trustsync.io/reload-url": "http://127.0.0.1:8080/-/reload",
+			"trustsync.io/format": "pkcs12", "trustsync.io/path": "truststore.p12", "trustsync.io/password-secret": "store-pass/password",
+		})), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.ShareProcessNamespace == nil || !*got.Spec.ShareProcessNamespace {
+			t.Error("the stored pod does not share its process namespace")
+		}
+		marked := false
+		for _, m := range got.Spec.Containers[0].VolumeMounts {
+			marked = marked || m.MountPath == "/var/run/trustsync-reload-target"
+		}
+		if !marked {
+			t.Errorf("the app container has no reload marker: %+v", got.Spec.Containers[0].VolumeMounts)
+		}
+		args := strings.Join(got.Spec.InitContainers[0].Args, " ")
+		for _, want := range []string{"--reload-signal=SIGHUP", "--reload-container=app", "--reload-url=http://127.0.0.1:8080/-/reload", `"format":"pkcs12"`, `"passwordSecret":{"name":"store-pass","key":"password"}`} {
+			if !strings.Contains(args, want) {
+				t.Errorf("sidecar args %q lack %q", args, want)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		want        string
+	}{
+		{"a reload URL off the pod", map[string]string{"trustsync.io/reload-url": "http://10.0.0.5/reload"},
+			`metadata.annotations[trustsync.io/reload-url]: Invalid value: "http://10.0.0.5/reload": must be on the pod's loopback (host 127.0.0.1 or localhost), not "10.0.0.5"`},
+		{"a signal that stops apps", map[string]string{"trustsync.io/reload-signal": "SIGKILL"},
+			`metadata.annotations[trustsync.io/reload-signal]: Unsupported value: "SIGKILL": supported values: "SIGHUP", "SIGUSR1", "SIGUSR2"`},
+		{"a signalled container that is not the pod's", map[string]string{"trustsync.io/reload-signal": "SIGHUP", "trustsync.io/reload-container": "nginx"},
+			`metadata.annotations[trustsync.io/reload-container]: Invalid value: "nginx": names no app container of this pod; it has: app`},
+		{"an unknown format", map[string]string{"trustsync.io/format": "p12"},
+			`metadata.annotations[trustsync.io/format]: Unsupported value: "p12": supported values: "pem", "pkcs12", "jks"`},
+		{"a password Secret without its key", map[string]string{"trustsync.io/format": "jks", "trustsync.io/password-secret": "store-pass"},
+			`metadata.annotations[trustsync.io/password-secret]: Invalid value: "store-pass": must be <secret name>/<key>`},
+		{"items sharing a path in two formats", map[string]string{"trustsync.io/bundles": `[{"name":"a","path":"t"},{"name":"b","path":"t","format":"jks"}]`},
+			`item 0 writes "t" as pem; items sharing a path must agree on its format`},
+	} {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			annotations := with(tc.annotations)
+			if _, ok := tc.annotations["trustsync.io/bundles"]; ok {
+				delete(annotations, "trustsync.io/bundle-name")
+			}
+			_, err := pods.Create(ctx, restrictedPod("refused", annotations), metav1.CreateOptions{})
+			wantErrContaining(t, err, tc.want)
+		})
+	}
+}
