@@ -284,7 +284,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	}
 	if marker != "" {
 		// The signal's container alone gets the marker: how the sidecar finds it.
-		t := targetByName(pod, req.reload.Container)
+		t, _ := appContainer(pod, req.reload.Container) // resolveReload found it
 		listed := t.c.VolumeMounts != nil || slices.ContainsFunc(targets, func(x target) bool { return !x.init && x.index == t.index })
 		appendItems(p, t.path()+"/volumeMounts", listed, corev1.VolumeMount{Name: marker, MountPath: contract.ReloadMarkerPath, ReadOnly: true})
 	}
@@ -358,23 +358,17 @@ func resolveReload(pod *corev1.Pod, req *request, targets []target) field.ErrorL
 	if _, ok := pod.Annotations[AnnotationReloadContainer]; ok {
 		key, value = AnnotationReloadContainer, r.Container
 	}
-	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == r.Container })
-	if i < 0 {
+	t, ok := appContainer(pod, r.Container)
+	if !ok {
 		names := make([]string, len(pod.Spec.Containers))
 		for j, c := range pod.Spec.Containers {
 			names[j] = c.Name
 		}
 		return field.ErrorList{field.Invalid(annotationPath(AnnotationReloadContainer), r.Container, "names no app container of this pod; it has: "+strings.Join(names, ", "))}
 	}
-	c := &pod.Spec.Containers[i]
+	c := t.c
 	uid := appUID(pod, targets)
-	var runAs *int64
-	if pod.Spec.SecurityContext != nil {
-		runAs = pod.Spec.SecurityContext.RunAsUser
-	}
-	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
-		runAs = c.SecurityContext.RunAsUser
-	}
+	runAs := runAsUser(pod, c)
 	switch {
 	case runAs == nil || *runAs == 0:
 		errs = append(errs, field.Invalid(annotationPath(key), value, fmt.Sprintf(
@@ -392,18 +386,36 @@ func resolveReload(pod *corev1.Pod, req *request, targets []target) field.ErrorL
 	return errs
 }
 
-// targetByName finds an app container by name.
-func targetByName(pod *corev1.Pod, name string) target {
+// appContainer finds an app container by name.
+func appContainer(pod *corev1.Pod, name string) (target, bool) {
 	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
-	return target{index: i, c: &pod.Spec.Containers[i]}
+	if i < 0 {
+		return target{}, false
+	}
+	return target{index: i, c: &pod.Spec.Containers[i]}, true
+}
+
+// runAsUser is the runAsUser container c is given: its own, else the pod's; nil when
+// neither sets one (the image's user then applies).
+func runAsUser(pod *corev1.Pod, c *corev1.Container) *int64 {
+	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
+		return c.SecurityContext.RunAsUser
+	}
+	if pod.Spec.SecurityContext != nil {
+		return pod.Spec.SecurityContext.RunAsUser
+	}
+	return nil
 }
 
 // runsAs reports whether the pod or its first target container sets runAsUser to uid.
 func runsAs(pod *corev1.Pod, targets []target, uid int64) bool {
-	if len(targets) > 0 && targets[0].c.SecurityContext != nil && targets[0].c.SecurityContext.RunAsUser != nil {
-		return *targets[0].c.SecurityContext.RunAsUser == uid
+	var runAs *int64
+	if len(targets) > 0 {
+		runAs = runAsUser(pod, targets[0].c)
+	} else if pod.Spec.SecurityContext != nil {
+		runAs = pod.Spec.SecurityContext.RunAsUser
 	}
-	return pod.Spec.SecurityContext != nil && pod.Spec.SecurityContext.RunAsUser != nil && *pod.Spec.SecurityContext.RunAsUser == uid
+	return runAs != nil && *runAs == uid
 }
 
 func hasEnv(c *corev1.Container, name string) bool {
