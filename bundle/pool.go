@@ -13,6 +13,9 @@ import (
 // kubelet shuffles instead, which rewrites files for no reason.)
 type Pool struct {
 	anchors map[[sha256.Size]byte]*Anchor
+	// order is the anchors in canonical order, sorted once for every reader (a sync
+	// asks for the set's sum, the anchors and the PEM of one pool) until the next add.
+	order []*Anchor
 }
 
 // NewPool returns an empty pool.
@@ -28,6 +31,7 @@ func (p *Pool) AddDER(der []byte) bool {
 		return false
 	}
 	p.anchors[sum] = NewAnchor(der)
+	p.order = nil
 	return true
 }
 
@@ -38,6 +42,7 @@ func (p *Pool) AddAnchor(a *Anchor) bool {
 		return false
 	}
 	p.anchors[a.Sum] = a
+	p.order = nil
 	return true
 }
 
@@ -59,6 +64,7 @@ func (p *Pool) AddPool(other *Pool) {
 	for sum, a := range other.anchors {
 		p.anchors[sum] = a
 	}
+	p.order = nil
 }
 
 // EarliestNotAfter is when the first of the pool's anchors expires (zero when empty).
@@ -75,18 +81,22 @@ func (p *Pool) EarliestNotAfter() time.Time {
 // Len returns the number of distinct anchors.
 func (p *Pool) Len() int { return len(p.anchors) }
 
-// sorted returns the anchors in the pool's canonical order.
+// sorted returns the anchors in the pool's canonical order; callers must not modify it.
 func (p *Pool) sorted() []*Anchor {
+	if p.order != nil || len(p.anchors) == 0 {
+		return p.order
+	}
 	out := make([]*Anchor, 0, len(p.anchors))
 	for _, a := range p.anchors {
 		out = append(out, a)
 	}
 	slices.SortFunc(out, func(a, b *Anchor) int { return bytes.Compare(a.Sum[:], b.Sum[:]) })
+	p.order = out
 	return out
 }
 
 // Anchors returns the anchors in the pool's canonical order.
-func (p *Pool) Anchors() []*Anchor { return p.sorted() }
+func (p *Pool) Anchors() []*Anchor { return slices.Clone(p.sorted()) }
 
 // SetSum identifies the pool's set of anchors: the SHA-256 of their sums in canonical
 // order. Two pools have the same SetSum exactly when they hold the same anchors, in

@@ -113,7 +113,7 @@ func (s *syncer) sync() syncResult {
 	if !s.readDisk {
 		s.readDisk = true
 		s.readLastGood()
-		s.reload.observe(s.state(extra))
+		s.observeState(extra)
 	}
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
@@ -155,7 +155,7 @@ func (s *syncer) sync() syncResult {
 		}
 		s.metrics.setAnchorExpiry(expiries)
 		s.expiry.check(files)
-		s.reload.observe(s.state(extra))
+		s.observeState(extra)
 	}
 	s.metrics.observe(res, anchors, s.clock.Since(start))
 	s.reporter.report(res, anchors)
@@ -239,6 +239,13 @@ func (s *syncer) readLastGood() {
 			}
 		}
 		s.sets[g.path], s.passwords[g.path] = pool.SetSum(), password
+	}
+}
+
+// observeState tells the reloader, if any, the state now on disk.
+func (s *syncer) observeState(extra map[string]File) {
+	if s.reload != nil {
+		s.reload.observe(s.state(extra))
 	}
 }
 
