@@ -17,56 +17,57 @@ import (
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
+// Prefix starts every annotation trustsync reads or writes.
+const Prefix = "trustsync.io/"
+
+// knownAnnotations are every key trustsync reads, each added by annotation as it is
+// declared; any other trustsync.io/ key on a pod or its namespace is most likely a
+// typo, and earns a warning.
+var knownAnnotations []string
+
+// annotation declares a key trustsync reads.
+func annotation(name string) string {
+	knownAnnotations = append(knownAnnotations, Prefix+name)
+	return Prefix + name
+}
+
 // The annotations a pod (or, as defaults, its namespace) asks for trust with.
-const (
-	Prefix = "trustsync.io/"
+var (
+	AnnotationInject        = annotation("inject")
+	AnnotationStatus        = annotation("status")
+	AnnotationSignerName    = annotation("signer-name")
+	AnnotationLabelSelector = annotation("label-selector")
+	AnnotationBundleName    = annotation("bundle-name")
+	AnnotationPath          = annotation("path")
+	AnnotationOptional      = annotation("optional")
+	AnnotationBundles       = annotation("bundles")
+	AnnotationMountPath     = annotation("mount-path")
+	AnnotationContainers    = annotation("containers")
+	AnnotationSSLCertFile   = annotation("ssl-cert-file")
+	AnnotationSidecarMode   = annotation("sidecar-mode")
+	AnnotationCPURequest    = annotation("sidecar-cpu-request")
+	AnnotationMemoryRequest = annotation("sidecar-memory-request")
+	AnnotationMemoryLimit   = annotation("sidecar-memory-limit")
+	AnnotationVolumeSize    = annotation("volume-size-limit")
 
-	AnnotationInject        = Prefix + "inject"
-	AnnotationStatus        = Prefix + "status"
-	AnnotationSignerName    = Prefix + "signer-name"
-	AnnotationLabelSelector = Prefix + "label-selector"
-	AnnotationBundleName    = Prefix + "bundle-name"
-	AnnotationPath          = Prefix + "path"
-	AnnotationOptional      = Prefix + "optional"
-	AnnotationBundles       = Prefix + "bundles"
-	AnnotationMountPath     = Prefix + "mount-path"
-	AnnotationContainers    = Prefix + "containers"
-	AnnotationSSLCertFile   = Prefix + "ssl-cert-file"
-	AnnotationSidecarMode   = Prefix + "sidecar-mode"
-	AnnotationCPURequest    = Prefix + "sidecar-cpu-request"
-	AnnotationMemoryRequest = Prefix + "sidecar-memory-request"
-	AnnotationMemoryLimit   = Prefix + "sidecar-memory-limit"
-	AnnotationVolumeSize    = Prefix + "volume-size-limit"
+	AnnotationCertificate                 = annotation("certificate")
+	AnnotationCertificateSigner           = annotation("certificate-signer")
+	AnnotationCertificateExpiration       = annotation("certificate-expiration-seconds")
+	AnnotationCertificateDNSNames         = annotation("certificate-dns-names")
+	AnnotationCertificateKeyType          = annotation("certificate-key-type")
+	AnnotationCertificateCredentialBundle = annotation("certificate-credential-bundle")
 
-	AnnotationCertificate                 = Prefix + "certificate"
-	AnnotationCertificateSigner           = Prefix + "certificate-signer"
-	AnnotationCertificateExpiration       = Prefix + "certificate-expiration-seconds"
-	AnnotationCertificateDNSNames         = Prefix + "certificate-dns-names"
-	AnnotationCertificateKeyType          = Prefix + "certificate-key-type"
-	AnnotationCertificateCredentialBundle = Prefix + "certificate-credential-bundle"
-
-	AnnotationFormat          = Prefix + "format"
-	AnnotationPasswordSecret  = Prefix + "password-secret"
-	AnnotationReloadURL       = Prefix + "reload-url"
-	AnnotationReloadSignal    = Prefix + "reload-signal"
-	AnnotationReloadContainer = Prefix + "reload-container"
+	AnnotationFormat          = annotation("format")
+	AnnotationPasswordSecret  = annotation("password-secret")
+	AnnotationReloadURL       = annotation("reload-url")
+	AnnotationReloadSignal    = annotation("reload-signal")
+	AnnotationReloadContainer = annotation("reload-container")
 )
 
 const (
 	DefaultMountPath = "/var/run/trust-anchors"
 	DefaultPath      = "ca_certificates.pem"
 )
-
-// knownAnnotations are every key trustsync reads; any other trustsync.io/ key on a pod
-// or its namespace is most likely a typo, and earns a warning.
-var knownAnnotations = []string{
-	AnnotationInject, AnnotationStatus, AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationPath,
-	AnnotationOptional, AnnotationBundles, AnnotationMountPath, AnnotationContainers, AnnotationSSLCertFile, AnnotationSidecarMode,
-	AnnotationCPURequest, AnnotationMemoryRequest, AnnotationMemoryLimit, AnnotationVolumeSize,
-	AnnotationCertificate, AnnotationCertificateSigner, AnnotationCertificateExpiration, AnnotationCertificateDNSNames,
-	AnnotationCertificateKeyType, AnnotationCertificateCredentialBundle, AnnotationDelivery,
-	AnnotationFormat, AnnotationPasswordSecret, AnnotationReloadURL, AnnotationReloadSignal, AnnotationReloadContainer,
-}
 
 // unknownAnnotationWarnings names each trustsync.io/ key that trustsync does not read,
 // with the known key it most resembles, so a typo in an optional key (which would
@@ -269,11 +270,11 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 			p.invalid(AnnotationContainers, "must list at least one container name, separated by commas")
 		}
 	}
-	r.certificate = p.certificate()
+	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative)}))
+	r.certificate = p.certificate(r.delivery)
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
 	r.reload = p.reload()
-	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative)}))
 	if r.delivery == DeliveryNative {
 		p.errs = append(p.errs, checkNative(a, r, cfg)...)
 	}
@@ -395,13 +396,13 @@ func (p *annotationParser) sslCertFile(sources []contract.Source) string {
 	return v
 }
 
-func (p *annotationParser) certificate() *certificateRequest {
+func (p *annotationParser) certificate(delivery Delivery) *certificateRequest {
 	if !p.bool(AnnotationCertificate, false) {
 		return nil
 	}
 	c := &certificateRequest{
 		signer:           policy.DefaultSignerName,
-		keyType:          p.choice(AnnotationCertificateKeyType, contract.DefaultKeyType, contract.KeyTypes),
+		keyType:          p.keyType(delivery),
 		credentialBundle: p.bool(AnnotationCertificateCredentialBundle, false),
 	}
 	if v, ok := p.a[AnnotationCertificateSigner]; ok {
@@ -410,8 +411,8 @@ func (p *annotationParser) certificate() *certificateRequest {
 	}
 	if v, ok := p.a[AnnotationCertificateExpiration]; ok {
 		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 600 {
-			p.invalid(AnnotationCertificateExpiration, "must be a whole number of seconds, at least 600 (10 minutes)")
+		if err != nil || n < policy.MinimumExpirationSeconds {
+			p.invalid(AnnotationCertificateExpiration, fmt.Sprintf("must be a whole number of seconds, at least %d (10 minutes)", policy.MinimumExpirationSeconds))
 		}
 		c.expirationSeconds = int32(n)
 	}
@@ -424,6 +425,30 @@ func (p *annotationParser) certificate() *certificateRequest {
 		}
 	}
 	return c
+}
+
+// keyType reads the certificate's key type, checked against what the delivery makes:
+// the sidecar and the kubelet's podCertificate volume each make a type the other
+// does not, so a type of the other delivery is named as such.
+func (p *annotationParser) keyType(delivery Delivery) string {
+	v, ok := p.a[AnnotationCertificateKeyType]
+	if !ok {
+		return contract.DefaultKeyType
+	}
+	makes, other := contract.KeyTypes, nativeKeyTypes
+	what, otherWhat := "the sidecar generates", "a podCertificate volume's alone ("+AnnotationDelivery+": native)"
+	if delivery == DeliveryNative {
+		makes, other = nativeKeyTypes, contract.KeyTypes
+		what, otherWhat = "a podCertificate volume takes", "the sidecar's alone"
+	}
+	switch {
+	case slices.Contains(makes, v):
+	case slices.Contains(other, v):
+		p.invalid(AnnotationCertificateKeyType, fmt.Sprintf("with %s: %s, %s %s; %s is %s", AnnotationDelivery, delivery, what, strings.Join(makes, ", "), v, otherWhat))
+	default:
+		p.errs = append(p.errs, field.NotSupported(annotationPath(AnnotationCertificateKeyType), v, makes))
+	}
+	return v
 }
 
 // reload reads how the app is told of a change; nil when it is not.

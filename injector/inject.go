@@ -368,7 +368,7 @@ func resolveReload(pod *corev1.Pod, req *request, targets []target) field.ErrorL
 	}
 	c := t.c
 	uid := appUID(pod, targets)
-	runAs := runAsUser(pod, c)
+	runAs := containerID(pod, c, userID)
 	switch {
 	case runAs == nil || *runAs == 0:
 		errs = append(errs, field.Invalid(annotationPath(key), value, fmt.Sprintf(
@@ -379,6 +379,12 @@ func resolveReload(pod *corev1.Pod, req *request, targets []target) field.ErrorL
 	}
 	if pod.Spec.ShareProcessNamespace != nil && !*pod.Spec.ShareProcessNamespace {
 		errs = append(errs, field.Invalid(annotationPath(AnnotationReloadSignal), r.Signal, "needs the pod's containers to share a process namespace, and the pod sets spec.shareProcessNamespace: false; remove it (the injector sets it), or use "+AnnotationReloadURL))
+	}
+	if pod.Spec.AutomountServiceAccountToken != nil && !*pod.Spec.AutomountServiceAccountToken {
+		// The sidecar's token is withheld from the app, but a shared process namespace
+		// with the same user opens /proc/<sidecar>/root to the app.
+		errs = append(errs, field.Invalid(annotationPath(AnnotationReloadSignal), r.Signal, fmt.Sprintf(
+			"the pod sets automountServiceAccountToken: false, so the sidecar alone holds a token, and a signal needs the app to share the sidecar's process namespace and user, which would let the app read that token through /proc; use %s, or let the pod mount its token", AnnotationReloadURL)))
 	}
 	if pod.Spec.HostPID {
 		errs = append(errs, field.Invalid(annotationPath(AnnotationReloadSignal), r.Signal, "the pod shares the host's process namespace (hostPID), where a signal could reach the host's processes; use "+AnnotationReloadURL))
@@ -395,27 +401,52 @@ func appContainer(pod *corev1.Pod, name string) (target, bool) {
 	return target{index: i, c: &pod.Spec.Containers[i]}, true
 }
 
-// runAsUser is the runAsUser container c is given: its own, else the pod's; nil when
-// neither sets one (the image's user then applies).
-func runAsUser(pod *corev1.Pod, c *corev1.Container) *int64 {
-	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
-		return c.SecurityContext.RunAsUser
+// idField is one id of a security context, the pod's or a container's: its user or
+// its group.
+type idField struct {
+	container func(*corev1.SecurityContext) *int64
+	pod       func(*corev1.PodSecurityContext) *int64
+}
+
+var (
+	userID = idField{
+		container: func(sc *corev1.SecurityContext) *int64 { return sc.RunAsUser },
+		pod:       func(psc *corev1.PodSecurityContext) *int64 { return psc.RunAsUser },
+	}
+	groupID = idField{
+		container: func(sc *corev1.SecurityContext) *int64 { return sc.RunAsGroup },
+		pod:       func(psc *corev1.PodSecurityContext) *int64 { return psc.RunAsGroup },
+	}
+)
+
+// containerID is the id container c runs with: its own, else the pod's; nil when
+// neither sets one (the image's then applies). The one rule for who a container runs
+// as, used for the sidecar's user, the key's owner and who may be signalled.
+func containerID(pod *corev1.Pod, c *corev1.Container, f idField) *int64 {
+	if c != nil && c.SecurityContext != nil {
+		if id := f.container(c.SecurityContext); id != nil {
+			return id
+		}
 	}
 	if pod.Spec.SecurityContext != nil {
-		return pod.Spec.SecurityContext.RunAsUser
+		return f.pod(pod.Spec.SecurityContext)
 	}
 	return nil
 }
 
+// targetID is the id of the first container given the files, else the pod's.
+func targetID(pod *corev1.Pod, targets []target, f idField) *int64 {
+	var c *corev1.Container
+	if len(targets) > 0 {
+		c = targets[0].c
+	}
+	return containerID(pod, c, f)
+}
+
 // runsAs reports whether the pod or its first target container sets runAsUser to uid.
 func runsAs(pod *corev1.Pod, targets []target, uid int64) bool {
-	var runAs *int64
-	if len(targets) > 0 {
-		runAs = runAsUser(pod, targets[0].c)
-	} else if pod.Spec.SecurityContext != nil {
-		runAs = pod.Spec.SecurityContext.RunAsUser
-	}
-	return runAs != nil && *runAs == uid
+	id := targetID(pod, targets, userID)
+	return id != nil && *id == uid
 }
 
 func hasEnv(c *corev1.Container, name string) bool {

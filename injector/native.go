@@ -2,7 +2,6 @@ package injector
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,9 +23,9 @@ const (
 	// (clusterTrustBundle and podCertificate sources): no sidecar, what the kubelet
 	// can do alone.
 	DeliveryNative Delivery = "native"
-
-	AnnotationDelivery = Prefix + "delivery"
 )
+
+var AnnotationDelivery = annotation("delivery")
 
 // NativeAPIs are the native APIs the cluster serves, which delivery native needs.
 type NativeAPIs struct {
@@ -95,9 +94,6 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 	if c := r.certificate; c != nil {
 		if !cfg.NativeAPIs.PodCertificates {
 			invalid(AnnotationDelivery, "the API server does not serve certificates.k8s.io/v1 PodCertificateRequests, which a podCertificate volume needs (Kubernetes 1.37 or later); use "+AnnotationDelivery+": sidecar")
-		}
-		if !slices.Contains(nativeKeyTypes, c.keyType) {
-			invalid(AnnotationCertificateKeyType, fmt.Sprintf("a podCertificate volume takes %s; %s is the sidecar's alone", strings.Join(nativeKeyTypes, ", "), c.keyType))
 		}
 		if c.expirationSeconds != 0 && c.expirationSeconds < 3600 {
 			invalid(AnnotationCertificateExpiration, "a podCertificate volume's certificate lives at least 3600 seconds (1 hour)")

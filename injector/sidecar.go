@@ -124,26 +124,15 @@ func tokenVolume(name string) corev1.Volume {
 // included) are the app's, taken from the first target container or else the pod;
 // 65532 when neither says or the app runs as root (the sidecar never does).
 func appUID(pod *corev1.Pod, targets []target) int64 {
-	return appID(pod, targets, func(sc *corev1.SecurityContext) *int64 { return sc.RunAsUser },
-		func(psc *corev1.PodSecurityContext) *int64 { return psc.RunAsUser })
+	return nonRoot(targetID(pod, targets, userID))
 }
 
 // appGID is appUID's group.
 func appGID(pod *corev1.Pod, targets []target) int64 {
-	return appID(pod, targets, func(sc *corev1.SecurityContext) *int64 { return sc.RunAsGroup },
-		func(psc *corev1.PodSecurityContext) *int64 { return psc.RunAsGroup })
+	return nonRoot(targetID(pod, targets, groupID))
 }
 
-func appID(pod *corev1.Pod, targets []target, fromContainer func(*corev1.SecurityContext) *int64, fromPod func(*corev1.PodSecurityContext) *int64) int64 {
-	var id *int64
-	if pod.Spec.SecurityContext != nil {
-		id = fromPod(pod.Spec.SecurityContext)
-	}
-	if len(targets) > 0 && targets[0].c.SecurityContext != nil {
-		if v := fromContainer(targets[0].c.SecurityContext); v != nil {
-			id = v
-		}
-	}
+func nonRoot(id *int64) int64 {
 	if id == nil || *id == 0 {
 		return defaultUID
 	}

@@ -78,13 +78,16 @@ type Signer struct {
 	KeyTypes []string `json:"keyTypes,omitempty"`
 }
 
-// The key types of a podCertificate volume (PodCertificateRequest's stub request), as
-// Kubernetes names them.
+// Key types, as Kubernetes names them for a podCertificate volume; the one set of
+// names every part uses. Which of them a delivery can make differs:
+// PodCertificateKeyTypes for the kubelet's, sidecar/contract's KeyTypes for the
+// sidecar's (RSA2048 is the sidecar's alone).
 const (
 	KeyECDSAP256 = "ECDSAP256"
 	KeyECDSAP384 = "ECDSAP384"
 	KeyECDSAP521 = "ECDSAP521"
 	KeyED25519   = "ED25519"
+	KeyRSA2048   = "RSA2048"
 	KeyRSA3072   = "RSA3072"
 	KeyRSA4096   = "RSA4096"
 )

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
@@ -345,15 +346,15 @@ func (m *certManager) request(key crypto.Signer) (string, *certificatesv1.Certif
 
 func generateKey(keyType string) (crypto.Signer, error) {
 	switch keyType {
-	case contract.KeyECDSAP256:
+	case policy.KeyECDSAP256:
 		return ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case contract.KeyECDSAP384:
+	case policy.KeyECDSAP384:
 		return ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case contract.KeyRSA2048:
+	case policy.KeyRSA2048:
 		return rsa.GenerateKey(rand.Reader, 2048)
-	case contract.KeyRSA3072:
+	case policy.KeyRSA3072:
 		return rsa.GenerateKey(rand.Reader, 3072)
-	case contract.KeyED25519:
+	case policy.KeyED25519:
 		_, key, err := ed25519.GenerateKey(rand.Reader)
 		return key, err
 	}

@@ -66,19 +66,12 @@ const (
 	FileCredentialBundle = "credential.pem"
 )
 
-// Key types the sidecar generates for a workload certificate.
-const (
-	KeyECDSAP256 = "ECDSAP256"
-	KeyECDSAP384 = "ECDSAP384"
-	KeyRSA2048   = "RSA2048"
-	KeyRSA3072   = "RSA3072"
-	KeyED25519   = "ED25519"
+// DefaultKeyType is the workload certificate's key type when none is asked for.
+const DefaultKeyType = policy.KeyECDSAP256
 
-	DefaultKeyType = KeyECDSAP256
-)
-
-// KeyTypes lists every key type, in the order the docs give them.
-var KeyTypes = []string{KeyECDSAP256, KeyECDSAP384, KeyRSA2048, KeyRSA3072, KeyED25519}
+// KeyTypes are the key types the sidecar generates for a workload certificate (named
+// as policy names them), in the order the docs give them.
+var KeyTypes = []string{policy.KeyECDSAP256, policy.KeyECDSAP384, policy.KeyRSA2048, policy.KeyRSA3072, policy.KeyED25519}
 
 // Spec is what the injector decides for one pod's sidecar.
 type Spec struct {
