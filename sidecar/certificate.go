@@ -79,6 +79,8 @@ type certManager struct {
 	metrics *metrics
 	// write writes the trust files and the certificate files in one atomic swap.
 	write func() error
+	// failing throttles CertificateRenewalFailed Events to one per new failure.
+	failing failureEvents
 
 	mu      sync.Mutex
 	current *issuedCert
@@ -202,8 +204,10 @@ func (m *certManager) run(ctx context.Context) {
 				wait = retryDelay(failures, m.jitter())
 				failures++
 				klog.ErrorS(err, "Cannot obtain the workload certificate; keeping the current one and retrying", "retryIn", wait, "haveCertificate", current != nil)
+				m.reportFailure(err, current)
 			} else {
 				failures = 0
+				m.failing.recovered()
 				continue
 			}
 		}
@@ -213,6 +217,31 @@ func (m *certManager) run(ctx context.Context) {
 		case <-m.clock.After(wait):
 		}
 	}
+}
+
+// reportFailure tells the pod, through a Warning Event, that the certificate could not
+// be obtained and until when the current one (if any) serves; a denial already has
+// its own Event. The message leaves out the retry time so that a lasting failure is
+// recorded once (and again every repeatWarningTime), not on every retry.
+func (m *certManager) reportFailure(err error, current *issuedCert) {
+	var refused refusedError
+	if errors.As(err, &refused) {
+		return
+	}
+	msg := "Cannot obtain a workload certificate; the app has none yet; retrying: " + err.Error()
+	if current != nil {
+		msg = fmt.Sprintf("Cannot renew the workload certificate; keeping the current one, valid until %s; retrying: %v", current.leaf.NotAfter.UTC().Format(time.RFC3339), err)
+	}
+	if m.failing.due(msg) {
+		m.events.warning(reasonCertFailing, msg)
+	}
+}
+
+// refusedError is a request the signer denied or failed: the next attempt starts over.
+type refusedError struct{ name, why string }
+
+func (e refusedError) Error() string {
+	return fmt.Sprintf("CertificateSigningRequest %q was %s", e.name, e.why)
 }
 
 // obtain requests a certificate with the pending key (made and saved first if there is
@@ -242,7 +271,7 @@ func (m *certManager) obtain(ctx context.Context) error {
 		// The next attempt starts over with a fresh key and a new request.
 		_ = os.Remove(filepath.Join(m.opts.stateDir, pendingKeyFile))
 		m.events.warning(reasonCertDenied, fmt.Sprintf("CertificateSigningRequest %s was %s", name, refused))
-		return fmt.Errorf("CertificateSigningRequest %q was %s", name, refused)
+		return refusedError{name: name, why: refused}
 	}
 	issued, err := parseIssued(done.Status.Certificate, encodeKey(key))
 	if err != nil {

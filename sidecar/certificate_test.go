@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"crypto/x509"
 	"encoding/pem"
 	"math/rand/v2"
@@ -126,11 +127,19 @@ type fakeCSRs struct {
 	creates []string
 	decide  func(*certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequest
 	block   bool
+	// createErr fails every create (the API server unreachable, say); attempts counts
+	// the creates tried.
+	createErr error
+	attempts  int
 }
 
 func (f *fakeCSRs) create(_ context.Context, csr *certificatesv1.CertificateSigningRequest) (*certificatesv1.CertificateSigningRequest, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if f.createErr != nil {
+		return nil, f.createErr
+	}
 	if f.stored == nil {
 		f.stored = map[string]*certificatesv1.CertificateSigningRequest{}
 	}
@@ -177,10 +186,11 @@ func deny(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.Certifi
 func newTestCertManager(t *testing.T, stateDir string, api csrAPI, expirationSeconds int32) (*certManager, *fakeEvents, *int) {
 	writes := 0
 	events := &fakeEvents{}
+	clk := clocktesting.NewFakeClock(certNow)
 	m := &certManager{
 		opts: certOptions{signer: "trustsync.io/workload", keyType: "ECDSAP256", spiffeID: "spiffe://cluster.local/ns/apps/sa/web",
 			podName: "web-1", podUID: "uid-1", stateDir: stateDir, expirationSeconds: expirationSeconds, credentialBundle: true},
-		api: api, clock: clocktesting.NewFakeClock(certNow), jitter: func() float64 { return 0.5 }, events: events,
+		api: api, clock: clk, jitter: func() float64 { return 0.5 }, events: events, failing: failureEvents{clock: clk},
 		write: func() error { writes++; return nil },
 	}
 	return m, events, &writes
@@ -326,4 +336,91 @@ func TestGenerateKey_EveryKeyTypeMakesARequest(t *testing.T) {
 			t.Errorf("%s: key does not round-trip: %v", kt, err)
 		}
 	}
+}
+
+func (f *fakeCSRs) setCreateErr(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.createErr = err
+}
+
+func (f *fakeCSRs) attempted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.attempts
+}
+
+// A renewal that keeps failing is a Warning Event on the pod, as a stale trust file
+// is: once when it starts or changes, again every ten minutes while it lasts, never
+// once per retry; a denial has its own Event and is not repeated as a failure.
+func TestCertManager_AFailingRenewalIsAWarningOnThePod(t *testing.T) {
+	ca := fixtures.CA("signer")
+	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
+	m, _, _ := newTestCertManager(t, t.TempDir(), api, 0)
+	events := &lockedEvents{}
+	m.events = events
+	clk := m.clock.(*clocktesting.FakeClock)
+	m.failing.clock = clk
+	api.setCreateErr(errors.New("connection refused"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); m.run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// until waits for the loop to have tried n creates and to be waiting on the clock.
+	until := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for api.attempted() < n || !clk.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatalf("the renewal loop made %d attempts, want %d; events %q", api.attempted(), n, events.all())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	want := []string{"Warning CertificateRenewalFailed: Cannot obtain a workload certificate; the app has none yet; retrying: failed to create CertificateSigningRequest"}
+	check := func(step string) {
+		t.Helper()
+		got := events.all()
+		if len(got) != len(want) {
+			t.Fatalf("%s: events %q, want %d", step, got, len(want))
+		}
+		for i := range want {
+			if !strings.HasPrefix(got[i], want[i]) {
+				t.Fatalf("%s: event %d = %q, want it to start %q", step, i, got[i], want[i])
+			}
+		}
+	}
+
+	until(1)
+	check("the first failure")
+	clk.Step(time.Minute) // past the first retry
+	until(2)
+	check("the same failure again, within ten minutes")
+
+	api.setCreateErr(nil)
+	clk.Step(5 * time.Minute)
+	until(3)
+	want = append(want, "Normal CertificateIssued")
+	check("issued")
+
+	// Due for renewal (80% of the hour), and the API server is gone again.
+	api.setCreateErr(errors.New("connection refused"))
+	clk.Step(50 * time.Minute)
+	until(4)
+	want = append(want, "Warning CertificateRenewalFailed: Cannot renew the workload certificate; keeping the current one, valid until ")
+	check("a failing renewal after a recovery")
+	clk.Step(11 * time.Minute)
+	until(5)
+	want = append(want, want[len(want)-1])
+	check("the same failure, ten minutes on")
+
+	api.setCreateErr(nil)
+	api.decide = deny
+	clk.Step(6 * time.Minute)
+	until(6)
+	want = append(want, "Warning CertificateRequestDenied")
+	check("a denial has its own Event only")
 }

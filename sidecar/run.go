@@ -82,7 +82,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	s.stopEvents = stop
 	clk := clock.RealClock{}
 	writer := NewAtomicWriter(o.Spec.Dir)
-	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, clock: clk}, m, clk); err != nil {
+	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, failing: failureEvents{clock: clk}}, m, clk); err != nil {
 		return nil, err
 	}
 	s.syncer.expiry = newExpiryWarner(o.Spec.ExpiryWarningDays, events, clk)
@@ -114,7 +114,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 				keyType: c.KeyType, credentialBundle: c.CredentialBundle, spiffeID: o.spiffeID(),
 				podName: o.PodName, podUID: o.PodUID, stateDir: c.StateDir,
 			},
-			api: restCSRs{c: csrs}, clock: clk, jitter: rand.Float64, events: events, metrics: m,
+			api: restCSRs{c: csrs}, clock: clk, jitter: rand.Float64, events: events, metrics: m, failing: failureEvents{clock: clk},
 			write: func() error { return s.syncer.sync().writeErr },
 		}
 		existing, err := writer.Read()

@@ -280,10 +280,33 @@ type reporter interface {
 // sidecar recovers, so `kubectl describe pod` shows why a trust file is stale without
 // an Event per retry.
 type eventReporter struct {
-	events   eventRecorder
+	events  eventRecorder
+	failing failureEvents
+}
+
+// failureEvents decides when a lasting failure earns a Warning Event: when it is new or
+// different, and again every repeatWarningTime while it lasts, so it does not age out
+// of the pod's Events; never once per retry.
+type failureEvents struct {
+	clock    clock.PassiveClock
 	lastErr  string
 	lastWarn time.Time
-	clock    clock.PassiveClock
+}
+
+// due reports whether msg should be recorded now, and notes that it was.
+func (f *failureEvents) due(msg string) bool {
+	if msg == f.lastErr && f.clock.Since(f.lastWarn) <= repeatWarningTime {
+		return false
+	}
+	f.lastErr, f.lastWarn = msg, f.clock.Now()
+	return true
+}
+
+// recovered reports whether a failure was being reported, and forgets it.
+func (f *failureEvents) recovered() bool {
+	was := f.lastErr != ""
+	f.lastErr = ""
+	return was
 }
 
 // eventRecorder is the piece of client-go's EventRecorder the sidecar uses.
@@ -303,16 +326,12 @@ func (r *eventReporter) report(res syncResult, anchors map[string]int) {
 	switch {
 	case err != nil:
 		klog.ErrorS(err, "Trust files held at their last good content", "heldPaths", len(res.failed))
-		// Repeat an unchanged failure now and then, so it does not age out of the
-		// pod's Events while it lasts.
-		if msg := err.Error(); msg != r.lastErr || r.clock.Since(r.lastWarn) > repeatWarningTime {
+		if msg := err.Error(); r.failing.due(msg) {
 			r.events.warning(reasonSyncFailed, "Keeping the last good trust files: "+msg)
-			r.lastErr, r.lastWarn = msg, r.clock.Now()
 		}
-	case r.lastErr != "":
+	case r.failing.recovered():
 		klog.InfoS("Trust files are current again", "anchors", anchors)
 		r.events.normal(reasonRecovered, "Trust files are current again")
-		r.lastErr = ""
 	}
 	if res.changed {
 		klog.InfoS("Wrote trust files", "anchors", anchors)
