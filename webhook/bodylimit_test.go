@@ -1,16 +1,23 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // failingReader fails the test's expectation if anyone reads it.
@@ -64,7 +71,8 @@ func TestBodyBudget_RefusesOversizedReviewsWith413(t *testing.T) {
 func TestBodyBudget_BoundsTheBytesInFlight(t *testing.T) {
 	release := make(chan struct{})
 	var inFlight, peak atomic.Int64
-	h := newBodyBudget(2 * MaxReviewBytes).limit(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	b := newBodyBudget(2 * MaxReviewBytes)
+	h := b.limit(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(r.ContentLength)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
@@ -80,11 +88,15 @@ func TestBodyBudget_BoundsTheBytesInFlight(t *testing.T) {
 			done <- rec.Code
 		}()
 	}
+	// Every review has arrived: two in the handler and three waiting for room, or, were
+	// the budget broken, more than two in the handler.
 	deadline := time.Now().Add(10 * time.Second)
-	for inFlight.Load() < 2*MaxReviewBytes && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	for inFlight.Load()+b.waiting.Load()*MaxReviewBytes < 5*MaxReviewBytes && inFlight.Load() <= 2*MaxReviewBytes {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s, %d bytes in the handler and %d reviews waiting; want all five arrived", inFlight.Load(), b.waiting.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // a third, were it let in, would show now
 	if got := inFlight.Load(); got != 2*MaxReviewBytes {
 		t.Fatalf("%d bytes in the handler with a budget of two reviews, want %d", got, 2*MaxReviewBytes)
 	}
@@ -112,4 +124,191 @@ func TestBodyBudget_BoundsTheBytesInFlight(t *testing.T) {
 			t.Fatalf("status %d, want 503", rec.Code)
 		}
 	})
+}
+
+// trickle opens a TLS connection to srv that declares a body of declared bytes for
+// /mutate/pods and sends one byte every interval until the test ends: a hostile tenant
+// holding the webhook's port.
+func trickle(t *testing.T, srv *httptest.Server, declared int, query string, interval time.Duration) *tls.Conn {
+	t.Helper()
+	conn, err := tls.Dial("tcp", srv.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := fmt.Fprintf(conn, "POST /mutate/pods%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", query, declared); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := conn.Write([]byte("x")); err != nil {
+				return
+			}
+			time.Sleep(interval)
+		}
+	}()
+	return conn
+}
+
+// Slow senders hold only the bytes they sent, never the budget their declared length
+// would take: with any number of them trickling, a legitimate review is answered. On
+// the webhook before the receiving stage, three connections declaring 6,000,000 bytes
+// stopped every review until they gave up.
+func TestBodyBudget_SlowSendersCannotHoldTheBudgetFastReviewsNeed(t *testing.T) {
+	for _, senders := range []int{3, 50} {
+		t.Run(fmt.Sprintf("%d slow senders", senders), func(t *testing.T) {
+			b := newBodyBudget(DefaultReviewBytesInFlight)
+			srv := httptest.NewTLSServer(b.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n, _ := io.Copy(io.Discard, r.Body)
+				fmt.Fprintf(w, "%d", n)
+			})))
+			t.Cleanup(srv.Close) // after the slow senders' connections close
+			for range senders {
+				trickle(t, srv, 6_000_000, "", 50*time.Millisecond)
+			}
+			// Every slow sender is being received: each has had a byte charged.
+			deadline := time.Now().Add(20 * time.Second)
+			for b.arriving.Load() < int64(senders) {
+				if time.Now().After(deadline) {
+					t.Fatalf("only %d bytes arriving after 20 s, want %d senders' first bytes", b.arriving.Load(), senders)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			// The largest review there is, and ordinary ones, are answered meanwhile; a
+			// client that waits far longer than any answer takes tells a held budget.
+			client := srv.Client()
+			client.Timeout = 15 * time.Second
+			for _, size := range []int{MaxReviewBytes, 4 << 10, 4 << 10} {
+				resp, err := client.Post(srv.URL+"/mutate/pods?timeout=10s", "application/json", bytes.NewReader(bytes.Repeat([]byte("y"), size)))
+				if err != nil {
+					t.Fatalf("a %d-byte review while %d senders trickle: %v", size, senders, err)
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || string(got) != strconv.Itoa(size) {
+					t.Fatalf("a %d-byte review while %d senders trickle: HTTP %d %q", size, senders, resp.StatusCode, got)
+				}
+			}
+			if held := b.arriving.Load(); held > int64(senders)*minGrowth {
+				t.Errorf("the slow senders hold %d bytes of the receiving budget, want at most %d each", held, minGrowth)
+			}
+		})
+	}
+}
+
+// A body that takes longer than the review's timeout (or MaxBodyWait) is answered
+// 408, saying so, and what it held is released; through every route's handler chain,
+// which must let the deadline reach the connection.
+func TestBodyBudget_ABodySlowerThanItsTimeoutIsCutOff(t *testing.T) {
+	s := newTestServer(t, "", nil)
+	srv := httptest.NewTLSServer(s.handler)
+	t.Cleanup(srv.Close)
+	conn := trickle(t, srv, 6_000_000, "?timeout=1s", 100*time.Millisecond)
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a body slower than its 1 s timeout: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "did not arrive within 1s") {
+		t.Fatalf("HTTP %d %q; want 408 saying the body did not arrive within 1s", resp.StatusCode, body)
+	}
+	if got := gauge(t, s.registry, "trustsync_webhook_review_bytes_arriving"); got != 0 {
+		t.Errorf("%v bytes still charged after the body was cut off", got)
+	}
+}
+
+// gauge reads one unlabelled gauge from reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestBodyWait_IsTheReviewsTimeoutAtMostMaxBodyWait(t *testing.T) {
+	for query, want := range map[string]time.Duration{
+		"":               MaxBodyWait,
+		"?timeout=10s":   10 * time.Second,
+		"?timeout=5m":    MaxBodyWait,
+		"?timeout=-1s":   MaxBodyWait,
+		"?timeout=bogus": MaxBodyWait,
+	} {
+		if got := bodyWait(httptest.NewRequest(http.MethodPost, "/mutate/pods"+query, nil)); got != want {
+			t.Errorf("bodyWait(%q) = %s, want %s", query, got, want)
+		}
+	}
+}
+
+// A flood of bodies arriving at once beyond the receiving budget is refused at once
+// with 503, not queued while holding part of itself.
+func TestBodyBudget_AFloodBeyondTheReceivingBudgetIsRefusedAtOnce(t *testing.T) {
+	b := newBodyBudget(MaxReviewBytes)
+	if !b.receiving.TryAcquire(receivingFactor * MaxReviewBytes) {
+		t.Fatal("cannot fill the receiving budget")
+	}
+	rec := httptest.NewRecorder()
+	b.limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler reached") })).
+		ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate/pods", strings.NewReader("{}")))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "arriving at once") {
+		t.Fatalf("HTTP %d %q, want 503 saying too many bytes are arriving", rec.Code, rec.Body.String())
+	}
+}
+
+// A body shorter than it declared is a clear 400, never a truncated review decoded.
+func TestBodyBudget_ABodyShorterThanDeclaredIsRefused(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/mutate/pods", io.MultiReader(strings.NewReader("{}"), iotest.ErrReader(io.ErrUnexpectedEOF)))
+	r.ContentLength = 100
+	rec := httptest.NewRecorder()
+	newBodyBudget(DefaultReviewBytesInFlight).limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler reached") })).ServeHTTP(rec, r)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "ended after 2 of the 100 bytes it declared") {
+		t.Fatalf("HTTP %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// BenchmarkReview_WhileSlowSendersTrickle is the latency of an ordinary review (4 KiB)
+// while N connections each declare 6,000,000 bytes and send one byte every 50 ms.
+func BenchmarkReview_WhileSlowSendersTrickle(b *testing.B) {
+	for _, senders := range []int{0, 3, 10, 50} {
+		b.Run(fmt.Sprintf("senders=%d", senders), func(b *testing.B) {
+			t := &testing.T{}
+			budget := newBodyBudget(DefaultReviewBytesInFlight)
+			srv := httptest.NewTLSServer(budget.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+			})))
+			defer srv.Close()
+			var conns []*tls.Conn
+			for range senders {
+				conns = append(conns, trickle(t, srv, 6_000_000, "", 50*time.Millisecond))
+			}
+			defer func() {
+				for _, c := range conns {
+					_ = c.Close()
+				}
+			}()
+			for budget.arriving.Load() < int64(senders) {
+				time.Sleep(time.Millisecond)
+			}
+			client := srv.Client()
+			client.Timeout = 15 * time.Second
+			review := bytes.Repeat([]byte("y"), 4<<10)
+			b.ResetTimer()
+			for range b.N {
+				resp, err := client.Post(srv.URL+"/mutate/pods", "application/json", bytes.NewReader(review))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
 }

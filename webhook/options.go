@@ -92,7 +92,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
-	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes held at once; a review waits for room, so memory stays bounded however many arrive together. A review costs about three times its size while decoded; at least 6291456 (one review of the largest size).")
+	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes decoded at once; a review whose body is in waits for room, so memory stays bounded however many arrive together (bodies still arriving are bounded at four times this, charged by the bytes they sent). A review costs about five times its size while decoded; at least 6291456 (one review of the largest size).")
 	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "The port on which to serve /healthz and /readyz over plain HTTP, open from start-up, for probes; 0 turns it off.")
 }
 

@@ -75,6 +75,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	}
 	budget := newBodyBudget(cfg.ReviewBytesInFlight)
 	metrics := NewMetrics(cfg.Registry)
+	budget.register(cfg.Registry)
 	recorder, err := kwhprometheus.NewRecorder(kwhprometheus.RecorderConfig{Registry: cfg.Registry})
 	if err != nil {
 		return nil, err
@@ -147,6 +148,9 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.status = code
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (the body's read deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Run serves until ctx is done, then shuts down gracefully: /readyz fails at once so
 // the Service stops sending reviews, and in-flight reviews get the grace period. With
