@@ -2,9 +2,9 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"

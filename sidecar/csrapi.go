@@ -2,34 +2,58 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+)
+
+// How often a pending request is read: signers answer in milliseconds, people later.
+const (
+	csrPollFirst = 100 * time.Millisecond
+	csrPollCap   = 5 * time.Second
 )
 
 // restCSRs is csrAPI over the sidecar's minimal REST client.
-type restCSRs struct{ c rest.Interface }
+type restCSRs struct {
+	c rest.Interface
+	// poll is the first wait between reads of a pending request, doubling to pollCap.
+	poll, pollCap time.Duration
+}
 
 func (r restCSRs) create(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*certificatesv1.CertificateSigningRequest, error) {
 	out := &certificatesv1.CertificateSigningRequest{}
 	return out, r.c.Post().Resource("certificatesigningrequests").Body(csr).Do(ctx).Into(out)
 }
 
-// waitDone watches, not polls: client-go's UntilWithSync lists, watches, and re-lists
-// after a dropped watch, so an API server restart mid-wait loses nothing.
+// waitDone reads the request by name until it is issued, denied or failed. It polls
+// rather than watches on purpose: a watch, even of one name, needs list and watch on
+// every CSR in the cluster (they are cluster-scoped), which would let any tenant
+// enumerate everyone's requests; get by a name derived from the key and the pod (64
+// unguessable bits) reveals nothing. Signers answer in milliseconds, so the first
+// reads, 100 ms apart and doubling, find most answers; a request that waits for a
+// person's approval is read every pollCap. An API server outage only delays it.
 func (r restCSRs) waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
-	lw := cache.NewListWatchFromClient(r.c, "certificatesigningrequests", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
-	ev, err := watchtools.UntilWithSync(ctx, lw, &certificatesv1.CertificateSigningRequest{}, nil, func(ev watch.Event) (bool, error) {
-		csr, ok := ev.Object.(*certificatesv1.CertificateSigningRequest)
-		return ok && (len(csr.Status.Certificate) > 0 || refusal(csr) != ""), nil
+	var done *certificatesv1.CertificateSigningRequest
+	err := bundleapi.Retry(ctx, r.poll, r.pollCap, func(ctx context.Context) (bool, error) {
+		csr := &certificatesv1.CertificateSigningRequest{}
+		err := r.c.Get().Resource("certificatesigningrequests").Name(name).Do(ctx).Into(csr)
+		switch {
+		case apierrors.IsNotFound(err):
+			return false, fmt.Errorf("it was deleted before it was answered")
+		case err != nil:
+			klog.V(2).InfoS("Cannot read the certificate request yet; retrying", "csr", name, "err", err)
+			return false, nil
+		case len(csr.Status.Certificate) > 0 || refusal(csr) != "":
+			done = csr
+			return true, nil
+		}
+		return false, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return ev.Object.(*certificatesv1.CertificateSigningRequest), nil
+	return done, err
 }

@@ -22,7 +22,6 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -114,7 +113,7 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 				keyType: c.KeyType, credentialBundle: c.CredentialBundle, spiffeID: o.spiffeID(),
 				podName: o.PodName, podUID: o.PodUID, stateDir: c.StateDir,
 			},
-			api: restCSRs{c: csrs}, clock: clk, jitter: rand.Float64, events: events, metrics: m, failing: failureEvents{clock: clk},
+			api: restCSRs{c: csrs, poll: csrPollFirst, pollCap: csrPollCap}, clock: clk, jitter: rand.Float64, events: events, metrics: m, failing: failureEvents{clock: clk},
 			write: func() error { return s.syncer.sync().writeErr },
 		}
 		existing, err := writer.Read()
@@ -140,7 +139,7 @@ func needsBundles(sources []contract.Source) bool {
 // discover finds the served bundle APIs, retrying while the API server is unreachable.
 func discover(ctx context.Context, core rest.Interface) (tsbundle.Served, error) {
 	var served tsbundle.Served
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 30 * time.Second}, func(context.Context) (bool, error) {
+	err := bundleapi.Retry(ctx, time.Second, 30*time.Second, func(context.Context) (bool, error) {
 		var err error
 		served, err = bundleapi.Discover(bundleapi.RESTResourceLister{Client: core})
 		if err != nil {

@@ -33,6 +33,9 @@ type Options struct {
 	SidecarImagePullPolicy string
 	DefaultSidecarMode     string
 	Namespace              string
+	// SidecarEventsClusterRole, when set, is the ClusterRole bound in every served
+	// namespace to that namespace's ServiceAccounts (eventsBinder).
+	SidecarEventsClusterRole string
 
 	// ShutdownGracePeriod is how long in-flight reviews may take to finish after
 	// SIGTERM before the server closes their connections.
@@ -90,6 +93,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", o.SidecarImagePullPolicy, "Pull policy of the injected sidecar: Always, IfNotPresent or Never.")
 	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.SidecarEventsClusterRole, "sidecar-events-cluster-role", o.SidecarEventsClusterRole, "A ClusterRole letting sidecars record Events; when set, every namespace the injector serves gets a RoleBinding of that name binding it to the namespace's own ServiceAccounts (group system:serviceaccounts:<namespace>), so a sidecar may write Events in its own namespace only. Empty: none are kept.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
 	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes decoded at once; a review whose body is in waits for room, so memory stays bounded however many arrive together (bodies still arriving are bounded at four times this, charged by the bytes they sent). A review costs about five times its size while decoded; at least 6291456 (one review of the largest size).")

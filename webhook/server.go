@@ -26,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -198,10 +197,12 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return err
 	}
 
-	namespaces, synced, err := namespaceAnnotations(ctx, client)
-	if err != nil {
-		return err
+	factory := informers.NewSharedInformerFactory(client, 0)
+	namespaces, synced := namespaceAnnotations(factory, client)
+	if o.SidecarEventsClusterRole != "" {
+		go newEventsBinder(client, factory, o.SidecarEventsClusterRole, o.Namespace).run(ctx)
 	}
+	factory.Start(ctx.Done())
 	native := &nativeAPIs{}
 	go native.run(ctx, client.Discovery(), time.Minute)
 
@@ -279,12 +280,10 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 
 // namespaceAnnotations serves namespace defaults from an informer's cache, falling back
 // to a live read for a namespace created a moment ago that the cache has not seen yet.
-func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (NamespaceAnnotations, func() bool, error) {
-	factory := informers.NewSharedInformerFactory(client, 0)
+func namespaceAnnotations(factory informers.SharedInformerFactory, client kubernetes.Interface) (NamespaceAnnotations, func() bool) {
 	informer := factory.Core().V1().Namespaces()
 	lister := informer.Lister()
 	synced := informer.Informer().HasSynced
-	factory.Start(ctx.Done())
 	get := func(ctx context.Context, name string) (map[string]string, error) {
 		ns, err := lister.Get(name)
 		if apierrors.IsNotFound(err) {
@@ -295,7 +294,7 @@ func namespaceAnnotations(ctx context.Context, client kubernetes.Interface) (Nam
 		}
 		return ns.Annotations, nil
 	}
-	return get, synced, nil
+	return get, synced
 }
 
 // startSelfManagedTLS makes the serving certificate available (retrying while
@@ -315,7 +314,7 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 		st.released = released
 		campaignForTLS(ctx, campaign, o, restCfg, &leading, elected, released)
 	}
-	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Steps: 1 << 30, Cap: 10 * time.Second}, func(ctx context.Context) (bool, error) {
+	err := bundleapi.Retry(ctx, time.Second, 10*time.Second, func(ctx context.Context) (bool, error) {
 		if err := st.sync(ctx); err != nil {
 			klog.ErrorS(err, "Cannot set up self-managed TLS yet; retrying")
 			return false, nil

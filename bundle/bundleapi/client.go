@@ -4,8 +4,12 @@
 package bundleapi
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -24,4 +28,13 @@ func RESTConfig(kubeconfig string, qps float32, burst int, userAgent string) (*r
 	}
 	cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, userAgent
 	return cfg, nil
+}
+
+// Retry runs condition until it is done or fails, or ctx ends: at once, then after
+// first, doubling to most, and every most from then on. It never gives up on its own,
+// as a component waiting out an API server outage must not;
+// wait.ExponentialBackoffWithContext, by contrast, stops with ErrWaitTimeout as soon
+// as the doubling reaches its cap, however many steps were asked for.
+func Retry(ctx context.Context, first, most time.Duration, condition wait.ConditionWithContextFunc) error {
+	return wait.Backoff{Duration: first, Factor: 2, Cap: most, Steps: math.MaxInt32}.DelayFunc().Until(ctx, true, false, condition)
 }

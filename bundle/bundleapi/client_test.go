@@ -1,10 +1,13 @@
 package bundleapi
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRESTConfig(t *testing.T) {
@@ -43,4 +46,22 @@ current-context: x
 			t.Fatalf("error %v, want one saying to give --kubeconfig", err)
 		}
 	})
+}
+
+// Retry keeps trying past the point where its waits stop doubling: an outage longer
+// than the doubling lasts must not end the caller.
+func TestRetry_KeepsTryingPastTheCap(t *testing.T) {
+	calls := 0
+	err := Retry(context.Background(), time.Millisecond, 2*time.Millisecond, func(context.Context) (bool, error) {
+		calls++
+		return calls == 20, nil
+	})
+	if err != nil || calls != 20 {
+		t.Fatalf("Retry returned %v after %d attempts, want success on the 20th", err, calls)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Retry(ctx, time.Millisecond, time.Millisecond, func(context.Context) (bool, error) { return false, nil }); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled Retry returned %v, want context.Canceled", err)
+	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/policy"
 )
 
 // parse parses args exactly as the sidecar does.
@@ -47,7 +49,7 @@ func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
 			Signer: "trustsync.io/workload", KeyType: DefaultKeyType, TrustDomain: "cluster.local", StateDir: "/var/run/trustsync-state",
 		}}},
 		{name: "trust and a certificate with every option", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, Certificate: &Certificate{
-			Signer: "example.com/workload", KeyType: KeyRSA3072, ExpirationSeconds: 3600, DNSNames: []string{"web.apps.svc", "*.web.apps.svc"},
+			Signer: "example.com/workload", KeyType: policy.KeyRSA3072, ExpirationSeconds: 3600, DNSNames: []string{"web.apps.svc", "*.web.apps.svc"},
 			CredentialBundle: true, TrustDomain: "prod.example.com", StateDir: "/state",
 		}}},
 		{name: "truststores, reloads by URL and signal, and another warning window", spec: Spec{Dir: "/trust",

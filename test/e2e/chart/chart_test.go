@@ -25,8 +25,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -223,6 +225,18 @@ func toString(v any) string {
 	return string(b)
 }
 
+// chartArg is the value of a flag the chart gives the webhook.
+func chartArg(t *testing.T, manifest []byte, flag string) string {
+	t.Helper()
+	for _, line := range strings.Split(string(manifest), "\n") {
+		if _, value, ok := strings.Cut(strings.TrimSpace(line), "- "+flag+"="); ok {
+			return value
+		}
+	}
+	t.Fatalf("the chart gives the webhook no %s", flag)
+	return ""
+}
+
 // serviceAccountKubeconfig writes a kubeconfig for one of the chart's ServiceAccounts.
 func serviceAccountKubeconfig(t *testing.T, cp *controlplane.ControlPlane, namespace, name string) string {
 	t.Helper()
@@ -314,7 +328,8 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		_ = os.WriteFile(policy, []byte(cm.Data["policy.yaml"]), 0o600)
 		p := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
 			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
-			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-port=0", "--policy="+policy)
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-port=0", "--policy="+policy,
+			"--sidecar-events-cluster-role="+chartArg(t, manifest, "--sidecar-events-cluster-role"))
 		eventually(t, "the webhook set its CA in both configurations", p, func(ctx context.Context) (bool, error) {
 			secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
 			if err != nil {
@@ -355,6 +370,68 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		})
 		if again, _ := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{}); *again.Spec.HolderIdentity != *lease.Spec.HolderIdentity {
 			t.Errorf("the Lease moved to the second replica")
+		}
+	})
+
+	t.Run("a tenant's ServiceAccounts may write Events in their own namespace only, and enumerate no CSRs", func(t *testing.T) {
+		for _, name := range []string{"tenant-a", "tenant-b"} {
+			if err := cp.CreateNamespace(ctx, name, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The webhook, as its ServiceAccount, binds the sidecar's Event role in each
+		// namespace it serves, to that namespace's ServiceAccounts.
+		eventually(t, "the webhook bound the Event role in both tenants' namespaces", nil, func(ctx context.Context) (bool, error) {
+			for _, name := range []string{"tenant-a", "tenant-b"} {
+				rb, err := client.RbacV1().RoleBindings(name).Get(ctx, "trustsync-sidecar-events", metav1.GetOptions{})
+				if err != nil || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "system:serviceaccounts:"+name {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if _, err := client.RbacV1().RoleBindings("kube-system").Get(ctx, "trustsync-sidecar-events", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("kube-system got a sidecar Event binding (err %v); the injector never serves it", err)
+		}
+		tenant := authenticationv1.UserInfo{Username: "system:serviceaccount:tenant-a:default",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:tenant-a", "system:authenticated"}}
+		for _, tc := range []struct {
+			verb, group, resource, namespace, name string
+			want                                   bool
+		}{
+			{"create", "", "events", "tenant-a", "", true},
+			{"patch", "", "events", "tenant-a", "", true},
+			{"create", "", "events", "kube-system", "", false},
+			{"create", "", "events", "tenant-b", "", false},
+			{"list", "certificates.k8s.io", "certificatesigningrequests", "", "", false},
+			{"watch", "certificates.k8s.io", "certificatesigningrequests", "", "", false},
+			{"create", "certificates.k8s.io", "certificatesigningrequests", "", "", true},
+			{"get", "certificates.k8s.io", "certificatesigningrequests", "", "trustsync-web-0123456789abcdef", true},
+			{"list", "certificates.k8s.io", "clustertrustbundles", "", "", true},
+		} {
+			sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: tenant.Username, Groups: tenant.Groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: tc.verb, Group: tc.group, Resource: tc.resource, Namespace: tc.namespace, Name: tc.name},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != tc.want {
+				t.Errorf("can %s %s %s in %q (as tenant-a's default ServiceAccount): %v, want %v", tc.verb, tc.resource, tc.name, tc.namespace, sar.Status.Allowed, tc.want)
+			}
+		}
+		// The webhook may bind that one role and no other: not cluster-admin.
+		cfg, err := cp.ServiceAccountConfig(ctx, ns, "trustsync-webhook")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = kubernetes.NewForConfigOrDie(cfg).RbacV1().RoleBindings("tenant-a").Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:tenant-a"}},
+		}, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the webhook's ServiceAccount binding cluster-admin: err = %v, want Forbidden", err)
 		}
 	})
 

@@ -1,0 +1,208 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	rbaclisters "k8s.io/client-go/listers/rbac/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/injector"
+)
+
+// eventsBinder lets each namespace's sidecars record Events about their pods in that
+// namespace and nowhere else. RBAC cannot bind a role to "a ServiceAccount, in its own
+// namespace" for every ServiceAccount at once: a ClusterRoleBinding to the group
+// system:serviceaccounts would let any tenant forge Events in kube-system or another
+// team's namespace. So the webhook keeps, in every namespace its injector serves, a
+// RoleBinding of the sidecar's events ClusterRole to that namespace's group
+// (system:serviceaccounts:<namespace>), as the namespace appears; the namespace's
+// deletion takes the binding with it, and the ClusterRole's (an owner reference) takes
+// them all when the chart is uninstalled.
+//
+// Every replica runs it: its writes are idempotent (create, AlreadyExists is done), so
+// it needs no Lease.
+type eventsBinder struct {
+	client kubernetes.Interface
+	// role names both the ClusterRole and the RoleBinding kept in each namespace.
+	role string
+	// ownNamespace is the webhook's, which the injector never serves.
+	ownNamespace string
+	namespaces   corelisters.NamespaceLister
+	bindings     rbaclisters.RoleBindingLister
+	synced       []cache.InformerSynced
+	queue        workqueue.TypedRateLimitingInterface[string]
+	start        func(stop <-chan struct{})
+	// owner is the ClusterRole as every binding's owner, read once it exists; one
+	// worker reconciles, so it needs no lock.
+	owner *metav1.OwnerReference
+}
+
+// managedByLabel marks the bindings the webhook keeps.
+const managedByLabel = "app.kubernetes.io/managed-by"
+
+// newEventsBinder watches namespaces through factory (shared with the injector's
+// namespace defaults) and, with a watch of its own, only the bindings named role.
+func newEventsBinder(client kubernetes.Interface, factory informers.SharedInformerFactory, role, ownNamespace string) *eventsBinder {
+	bindingsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		// RBAC authorizes a list or watch by name against resourceNames, so the
+		// webhook needs no right to read other bindings.
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", role).String()
+	}))
+	nsInformer := factory.Core().V1().Namespaces()
+	rbInformer := bindingsFactory.Rbac().V1().RoleBindings()
+	b := &eventsBinder{
+		client: client, role: role, ownNamespace: ownNamespace,
+		namespaces: nsInformer.Lister(), bindings: rbInformer.Lister(),
+		synced: []cache.InformerSynced{nsInformer.Informer().HasSynced, rbInformer.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar-events-bindings"}),
+	}
+	enqueue := func(obj any) {
+		if o, ok := obj.(metav1.Object); ok {
+			ns := o.GetNamespace()
+			if ns == "" {
+				ns = o.GetName() // a Namespace
+			}
+			b.queue.Add(ns)
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) }, DeleteFunc: func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		enqueue(obj)
+	}}
+	_, _ = nsInformer.Informer().AddEventHandler(handler)
+	_, _ = rbInformer.Informer().AddEventHandler(handler)
+	b.start = bindingsFactory.Start
+	return b
+}
+
+// run reconciles until ctx is done; the namespace informer's factory is started by
+// its owner.
+func (b *eventsBinder) run(ctx context.Context) {
+	defer b.queue.ShutDown()
+	b.start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), b.synced...) {
+		return
+	}
+	klog.InfoS("Keeping sidecar Event bindings in every served namespace", "clusterRole", b.role)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		for b.next(ctx) {
+		}
+	}, time.Second)
+	<-ctx.Done()
+}
+
+func (b *eventsBinder) next(ctx context.Context) bool {
+	ns, quit := b.queue.Get()
+	if quit {
+		return false
+	}
+	defer b.queue.Done(ns)
+	if err := b.reconcile(ctx, ns); err != nil {
+		klog.ErrorS(err, "Cannot keep the sidecar Event binding; retrying", "namespace", ns)
+		b.queue.AddRateLimited(ns)
+		return true
+	}
+	b.queue.Forget(ns)
+	return true
+}
+
+// served reports whether the injector may put sidecars into pods of namespace ns.
+func (b *eventsBinder) served(ns *corev1.Namespace) bool {
+	return ns.Name != b.ownNamespace && !injector.SystemNamespaces.Has(ns.Name) && ns.Status.Phase != corev1.NamespaceTerminating
+}
+
+// reconcile makes namespace ns hold exactly the binding it should.
+func (b *eventsBinder) reconcile(ctx context.Context, ns string) error {
+	namespace, err := b.namespaces.Get(ns)
+	if apierrors.IsNotFound(err) {
+		return nil // its bindings go with it
+	}
+	if err != nil {
+		return err
+	}
+	existing, err := b.bindings.RoleBindings(ns).Get(b.role)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if !b.served(namespace) {
+		return nil
+	}
+	owner, err := b.clusterRoleOwner(ctx)
+	if err != nil {
+		return err
+	}
+	want := b.binding(ns, owner)
+	switch {
+	case existing == nil:
+		_, err := b.client.RbacV1().RoleBindings(ns).Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil // another replica, or the cache is behind: the watch brings it
+		}
+		if err == nil {
+			klog.V(2).InfoS("Bound the sidecar's Event role in a namespace", "namespace", ns, "group", want.Subjects[0].Name)
+		}
+		return err
+	case existing.RoleRef != want.RoleRef:
+		// roleRef is immutable: replace the binding.
+		if err := b.client.RbacV1().RoleBindings(ns).Delete(ctx, b.role, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		_, err := b.client.RbacV1().RoleBindings(ns).Create(ctx, want, metav1.CreateOptions{})
+		return err
+	case !slices.Equal(existing.Subjects, want.Subjects) || !hasOwner(existing, owner):
+		// Someone widened (or narrowed) it: only the namespace's own group belongs.
+		updated := existing.DeepCopy()
+		updated.Subjects, updated.OwnerReferences = want.Subjects, want.OwnerReferences
+		_, err := b.client.RbacV1().RoleBindings(ns).Update(ctx, updated, metav1.UpdateOptions{})
+		return err
+	}
+	return nil
+}
+
+func hasOwner(o metav1.Object, owner *metav1.OwnerReference) bool {
+	return slices.ContainsFunc(o.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
+}
+
+// binding is the RoleBinding namespace ns should hold.
+func (b *eventsBinder) binding(ns string, owner *metav1.OwnerReference) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: b.role, Namespace: ns,
+			Labels:          map[string]string{managedByLabel: "trustsync-webhook"},
+			OwnerReferences: []metav1.OwnerReference{*owner},
+		},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + ns}},
+	}
+}
+
+// clusterRoleOwner makes the ClusterRole the owner of every binding, so that deleting
+// it (helm uninstall) lets the garbage collector remove them.
+func (b *eventsBinder) clusterRoleOwner(ctx context.Context) (*metav1.OwnerReference, error) {
+	if b.owner != nil {
+		return b.owner, nil
+	}
+	role, err := b.client.RbacV1().ClusterRoles().Get(ctx, b.role, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cannot read ClusterRole %q, the sidecar's Event role that --sidecar-events-cluster-role names (the chart installs it with sidecarRBAC.events): %w", b.role, err)
+	}
+	b.owner = &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}
+	return b.owner, nil
+}
