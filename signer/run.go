@@ -299,14 +299,9 @@ func serveHealth(ctx context.Context, addr string, registry *prometheus.Registry
 		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not leading, or caches not synced", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	healthz, readyz := bundleapi.Probes(ready.Load, "not leading, or caches not synced")
+	mux.Handle("/healthz", healthz)
+	mux.Handle("/readyz", readyz)
 	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()

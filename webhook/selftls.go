@@ -38,9 +38,10 @@ const (
 
 // selfTLS manages the webhook's own serving certificate, so the chart needs nothing
 // else installed: a CA and a serving certificate for the Service's DNS names, kept in a
-// Secret read through the API (no volume that might not exist yet on a first start),
-// written to files the certificate reloader serves, the CA patched into the webhook's
-// own configurations, the serving certificate renewed at two thirds of its life.
+// Secret read through the API (no volume that might not exist yet on a first start)
+// and served from memory (GetCertificate; nothing is written to disk), the CA patched
+// into the webhook's own configurations, the serving certificate renewed at two thirds
+// of its life.
 //
 // With leader election only the Lease holder creates and renews the Secret and sets
 // caBundle; the others only read the Secret. Should two ever act at once (a Lease

@@ -69,6 +69,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	if cfg.Namespaces == nil {
 		cfg.Namespaces = func(context.Context, string) (map[string]string, error) { return nil, nil }
 	}
+	if cfg.Ready == nil {
+		cfg.Ready = func() bool { return true }
+	}
 	if cfg.ReviewBytesInFlight == 0 {
 		cfg.ReviewBytesInFlight = DefaultReviewBytesInFlight
 	}
@@ -83,8 +86,10 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	router := mux.NewRouter()
 	bundles := &bundleAdmission{bundles: cfg.Policy.Bundles, authz: cfg.Authorizer, clock: cfg.Clock, metrics: metrics}
 	csrs := &csrAdmission{policy: cfg.Policy, metrics: metrics}
-	// Every route decodes into unstructured objects: the mutating ones must not drop
-	// fields the compiled types do not know, and the bundle route takes two kinds.
+	// The bundle and CSR routes decode into unstructured objects: the CSR mutator must
+	// not drop fields the compiled types do not know, and the bundle route takes two
+	// kinds. The pods route is a kubewebhook Webhook of its own (podAdmission says
+	// why), decoding only the pod fields the injector reads.
 	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, metrics: metrics}
 	routes := []struct {
 		path      string
@@ -112,14 +117,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		router.Handle(r.path, timed(metrics, r.path, budget.limit(h))).Methods(http.MethodPost)
 	}
 
-	router.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	router.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if cfg.Ready != nil && !cfg.Ready() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	healthz, readyz := bundleapi.Probes(cfg.Ready, "not ready: caches not synced, the CA not yet trusted, or shutting down")
+	router.Handle("/healthz", healthz)
+	router.Handle("/readyz", readyz)
 	router.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	return router, nil
 }
@@ -361,14 +361,9 @@ func campaignForTLS(ctx context.Context, campaign Campaign, o *Options, restCfg 
 // is set) over plain HTTP on addr until the returned stop is called.
 func serveHealth(addr string, ready *atomic.Pointer[func() bool]) (stop func(), err error) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if f := ready.Load(); f == nil || !(*f)() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
+	healthz, readyz := bundleapi.Probes(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down")
+	mux.Handle("/healthz", healthz)
+	mux.Handle("/readyz", readyz)
 	listener, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("failed to listen on %s for health probes: %w", addr, err)
