@@ -78,11 +78,13 @@ func (r *reloader) observe(state string, complete bool) {
 		// probe holds it), so there is nothing to reload yet.
 		if complete {
 			r.baseline, r.known = state, true
+			klog.InfoS("The app starts with the files as they are; it is told of changes from now on")
 		}
 		return
 	case state == r.baseline:
 		return
 	}
+	klog.InfoS("What the app trusts or presents changed; it will be told once the changes settle", "settle", reloadSettle)
 	r.baseline = state
 	r.last = r.clock.Now()
 	if r.first.IsZero() {
@@ -152,8 +154,7 @@ func (r *reloader) wait(ctx context.Context, kick <-chan struct{}) bool {
 // until each succeeded or a newer change is due (which starts a new round for all).
 func (r *reloader) deliver(ctx context.Context) {
 	pending := r.targets
-	lastErr := ""
-	var lastWarn time.Time
+	failing := failureEvents{clock: r.clock}
 	for attempt := 0; ; attempt++ {
 		var failed []reloadTarget
 		var done, errs []string
@@ -177,11 +178,8 @@ func (r *reloader) deliver(ctx context.Context) {
 		err := errors.New(strings.Join(errs, "; "))
 		delay := min(reloadRetryMin<<min(attempt, 10), reloadRetryMax)
 		klog.ErrorS(err, "Cannot reload the app; retrying", "retryIn", delay)
-		// One Event per new failure, repeated now and then while it lasts, not one
-		// per retry.
-		if msg := err.Error(); msg != lastErr || r.clock.Since(lastWarn) > repeatWarningTime {
+		if msg := err.Error(); failing.due(msg) {
 			r.events.warning(reasonReloadFailed, fmt.Sprintf("Cannot reload the app after its trust or certificate changed (retrying in %s): %s", delay, msg))
-			lastErr, lastWarn = msg, r.clock.Now()
 		}
 		pending = failed
 		retry := r.clock.NewTimer(delay)

@@ -21,10 +21,11 @@ import (
 
 // countingTarget records reloads and fails while err is set.
 type countingTarget struct {
-	mu    sync.Mutex
-	count int
-	err   error
-	done  chan struct{}
+	mu     sync.Mutex
+	count  int // successful reloads
+	called int // every call
+	err    error
+	done   chan struct{}
 }
 
 func newCountingTarget() *countingTarget { return &countingTarget{done: make(chan struct{}, 100)} }
@@ -33,6 +34,7 @@ func (c *countingTarget) reload(context.Context) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer func() { c.done <- struct{}{} }()
+	c.called++
 	if c.err != nil {
 		return "", c.err
 	}
@@ -41,6 +43,11 @@ func (c *countingTarget) reload(context.Context) (string, error) {
 }
 func (c *countingTarget) String() string { return "counter" }
 func (c *countingTarget) kind() string   { return "url" }
+func (c *countingTarget) calls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.called
+}
 func (c *countingTarget) reloads() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -76,17 +83,17 @@ func (l *lockedEvents) all() []string {
 
 // startReloader runs a reloader on a fake clock; step advances the clock once the
 // reloader waits on it.
-func startReloader(t *testing.T) (*reloader, *countingTarget, *lockedEvents, func(time.Duration)) {
+func startReloader(t *testing.T) (r *reloader, target *countingTarget, events *lockedEvents, step func(time.Duration), waiting func() bool) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
-	target := newCountingTarget()
-	events := &lockedEvents{}
-	r := newReloader([]reloadTarget{target}, events, clk)
+	target = newCountingTarget()
+	events = &lockedEvents{}
+	r = newReloader([]reloadTarget{target}, events, clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	step := func(d time.Duration) {
+	step = func(d time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for !clk.HasWaiters() {
@@ -97,7 +104,9 @@ func startReloader(t *testing.T) (*reloader, *countingTarget, *lockedEvents, fun
 		}
 		clk.Step(d)
 	}
-	return r, target, events, step
+	// The reloader waits on its clock only between steps of its work: once it does
+	// again after a step, whatever that step set off has happened.
+	return r, target, events, step, clk.HasWaiters
 }
 
 // waitCalls waits for the target to be called n more times.
@@ -141,7 +150,7 @@ func TestReloader_TheFirstCompleteStateIsTheBaseline(t *testing.T) {
 }
 
 func TestReloader_ABurstOfChangesGivesOneReloadOnceItSettles(t *testing.T) {
-	r, target, _, step := startReloader(t)
+	r, target, _, step, _ := startReloader(t)
 	r.observe("s0", true)
 	for i := 1; i <= 5; i++ {
 		r.observe("s"+strconv.Itoa(i), true)
@@ -158,7 +167,7 @@ func TestReloader_ABurstOfChangesGivesOneReloadOnceItSettles(t *testing.T) {
 }
 
 func TestReloader_ChangesThatNeverSettleStillReloadWithinTheMaximumDelay(t *testing.T) {
-	r, target, _, step := startReloader(t)
+	r, target, _, step, waiting := startReloader(t)
 	r.observe("s0", true)
 	elapsed := time.Duration(0)
 	for i := 1; target.reloads() == 0; i++ {
@@ -168,10 +177,9 @@ func TestReloader_ChangesThatNeverSettleStillReloadWithinTheMaximumDelay(t *test
 		r.observe("s"+strconv.Itoa(i), true)
 		step(reloadSettle - time.Millisecond)
 		elapsed += reloadSettle - time.Millisecond
-		select {
-		case <-target.done:
-		case <-time.After(10 * time.Millisecond):
-		}
+		// The step was taken in: the reloader waits on its clock again, or it
+		// reloaded (after which it waits for the next change alone).
+		waitFor(t, "the reloader to take in the step", func() bool { return waiting() || target.calls() > 0 })
 	}
 	if elapsed < reloadMaxDelay {
 		t.Errorf("reloaded %s after the first change, before the maximum delay %s, though changes kept coming", elapsed, reloadMaxDelay)
@@ -179,18 +187,20 @@ func TestReloader_ChangesThatNeverSettleStillReloadWithinTheMaximumDelay(t *test
 }
 
 func TestReloader_AFailedReloadIsRetriedWithBackoffAndReported(t *testing.T) {
-	r, target, events, step := startReloader(t)
+	r, target, events, step, waiting := startReloader(t)
 	target.failWith(errors.New("connection refused"))
 	r.observe("s0", true)
 	r.observe("s1", true)
 	step(reloadSettle)
 	waitCalls(t, target, 1) // the first attempt fails
 	for _, d := range []time.Duration{reloadRetryMin, 2 * reloadRetryMin} {
+		calls := target.calls()
 		step(d / 2)
-		select {
-		case <-target.done:
+		// A retry fired too early would call the target before arming its next
+		// timer; the reloader waiting on its clock again means it did not, or did.
+		waitFor(t, "the reloader to take in half the backoff", waiting)
+		if target.calls() != calls {
 			t.Fatalf("retried before the backoff of %s passed", d)
-		case <-time.After(20 * time.Millisecond):
 		}
 		step(d / 2)
 		waitCalls(t, target, 1)

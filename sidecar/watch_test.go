@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,9 +19,11 @@ import (
 // only once its first list reached the store.
 func TestReflectorWatch_AsksForASyncOnEveryChange(t *testing.T) {
 	fw := watch.NewFake()
-	listed := make(chan struct{})
+	listing, listed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			once.Do(func() { close(listing) })
 			<-listed
 			return &certificatesv1.ClusterTrustBundleList{ListMeta: metav1.ListMeta{ResourceVersion: "1"},
 				Items: []certificatesv1.ClusterTrustBundle{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "1"}}}}, nil
@@ -33,7 +36,12 @@ func TestReflectorWatch_AsksForASyncOnEveryChange(t *testing.T) {
 	defer cancel()
 	go w.RunWithContext(ctx)
 
-	time.Sleep(50 * time.Millisecond)
+	// The reflector is inside its first list, which has not returned.
+	select {
+	case <-listing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch never listed")
+	}
 	if w.HasSynced() {
 		t.Fatal("synced before the first list")
 	}

@@ -76,12 +76,29 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 		}
 		return strings.Fields(out)
 	}
-	// Longer than the sidecar's settle time: a reload, if one were coming, would be here.
-	quiet := func() { time.Sleep(5 * time.Second) }
-
-	quiet()
-	if got := reloads(); len(got) != 0 {
-		t.Fatalf("the app was reloaded at start: %q", got)
+	// The sidecar decides to tell the app when it writes a change, and says so in its
+	// log ("changed; it will be told"), a couple of seconds before it tells it; so
+	// once the write a step caused is in the log, the decision is too, and the
+	// count of such decisions says whether a reload is coming. sidecarLog waits for
+	// the log to hold mark at least times times.
+	sidecarLog := func(mark string, times int) string {
+		t.Helper()
+		var log string
+		waitFor(t, fmt.Sprintf("%d×%q in the sidecar's log", times, mark), func() bool {
+			var err error
+			log, err = n.Logs(ctx, ns, "app", "trustsync")
+			return err == nil && strings.Count(log, mark) >= times
+		})
+		return log
+	}
+	const (
+		started = "Start-up done"
+		wrote   = "Wrote trust files"
+		decided = "What the app trusts or presents changed"
+		told    = "Told the app that its trust or certificate changed"
+	)
+	if log := sidecarLog(started, 1); strings.Contains(log, decided) || len(reloads()) != 0 {
+		t.Fatalf("the app is to be reloaded at start: %q; the sidecar's log:\n%s", reloads(), log)
 	}
 
 	// Each step builds on the one before: the first to fail ends the test.
@@ -98,16 +115,21 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 
 	if !t.Run("files rewritten with the same set reload nothing", func(t *testing.T) {
 		p12 := sha256In(t, n, ns, "truststore.p12")
+		before, err := n.Logs(ctx, ns, "app", "trustsync")
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctb.Spec.TrustBundle = pemOf(expiring, rootA) // the same anchors, in another order
-		var err error
 		if ctb, err = n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		storePassword(t, n, ns, "second-password")
 		waitFor(t, "the store re-encoded under the new password", func() bool { return sha256In(t, n, ns, "truststore.p12") != p12 })
-		quiet()
-		if got := reloads(); len(got) != 0 {
-			t.Fatalf("the app was reloaded for the same set of anchors: %q", got)
+		// The re-encoding's write is logged after its decision. (A decision on the
+		// reordered bundle, which came first on the same watch, shows in the next
+		// step's count of decisions.)
+		if log := sidecarLog(wrote, strings.Count(before, wrote)+1); strings.Contains(log, decided) || len(reloads()) != 0 {
+			t.Fatalf("the app is to be reloaded for the same set of anchors: %q; the sidecar's log:\n%s", reloads(), log)
 		}
 	}) {
 		return
@@ -119,7 +141,10 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 			t.Fatal(err)
 		}
 		waitFor(t, "one reload by URL and one by signal", func() bool { return len(reloads()) >= 2 })
-		quiet()
+		// The round is over, and it was the only decision to reload since start.
+		if log := sidecarLog(told, 1); strings.Count(log, decided) != 1 {
+			t.Fatalf("the sidecar decided to reload %d times for one change of the set; its log:\n%s", strings.Count(log, decided), log)
+		}
 		got := strings.Join(reloads(), " ")
 		if strings.Count(got, "url") != 1 || strings.Count(got, "signal") != 1 {
 			t.Fatalf("reloads after one change of the set: %q, want one url and one signal", got)
@@ -135,7 +160,11 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 
 	if !t.Run("a restarted sidecar takes what is on disk as what the app has: no reload", func(t *testing.T) {
 		killSidecar(t, n, ns, "app")
-		quiet()
+		// The restarted sidecar's log is its own: its start-up sync, decisions
+		// included, is done.
+		if log := sidecarLog(started, 1); strings.Contains(log, decided) {
+			t.Fatalf("the restarted sidecar decided to reload the app; its log:\n%s", log)
+		}
 		if got := strings.Join(reloads(), " "); got != "url signal" && got != "signal url" {
 			t.Fatalf("reloads after the sidecar restarted: %q, want still the one of each from the change before", got)
 		}

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -128,7 +129,34 @@ func TestSidecar_SurvivesAnAPIServerOutage(t *testing.T) {
 	s.WaitFor(t, "ca.pem", merged(a))
 
 	cp.StopAPIServer()
-	time.Sleep(2 * time.Second) // let the watch notice
+	// While it is down, something that accepts and at once drops connections holds its
+	// address: the sidecar's watches coming back to it (twice, so past a first retry)
+	// show it noticed the outage and tried again, which is when a sidecar that let
+	// an outage touch the files would have done so.
+	down, err := net.Listen("tcp", strings.TrimPrefix(cp.Host, "https://"))
+	if err != nil {
+		t.Fatalf("cannot hold the API server's address while it is down: %v", err)
+	}
+	tries := make(chan struct{}, 100)
+	go func() {
+		for {
+			conn, err := down.Accept()
+			if err != nil {
+				return
+			}
+			_ = conn.Close()
+			tries <- struct{}{}
+		}
+	}()
+	for range 2 {
+		select {
+		case <-tries:
+		case <-time.After(time.Minute):
+			down.Close()
+			t.Fatalf("the sidecar never tried to reach the API server again:\n%s", s.Process.Tail())
+		}
+	}
+	down.Close()
 	if got, _ := s.Read("ca.pem"); string(got) != string(merged(a)) {
 		t.Fatal("the file changed while the API server was down")
 	}

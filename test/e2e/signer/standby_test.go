@@ -64,9 +64,30 @@ func TestSigner_AStandbyActsOnNothingUntilItLeads(t *testing.T) {
 	ctx := context.Background()
 	const ns, signer = "standby", "example.com/standby"
 	p := standby(t, cp, ns, signer)
+	// A reference leader, started alongside with the same flags: once it has done all
+	// of it (CA, bundle, approval, signature), so would the standby have, were it
+	// acting; however slow the machine.
+	const refNS, refSigner = "standby-reference", "example.com/standby-reference"
+	if err := cp.CreateNamespace(ctx, refNS, nil); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := cp.StartSigner("--namespace="+refNS, "--signer-name="+refSigner, "--ca-propagation-window=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Stop(5 * time.Second) })
 	csr := requestAs(t, cp, "web", signer, nil, []string{"spiffe://cluster.local/ns/apps/sa/web"})
+	refCSR := requestAs(t, cp, "web", refSigner, nil, []string{"spiffe://cluster.local/ns/apps/sa/web"})
 
-	time.Sleep(5 * time.Second) // longer than a leader needs for all of it
+	if done := waitDone(t, cp, refCSR.Name); len(done.Status.Certificate) == 0 {
+		t.Fatalf("the reference leader did not issue: %+v\n%s", done.Status, ref.Tail())
+	}
+	// And the standby has read the Lease and found another holder.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(p.Tail(), `identity="another-replica" self=false`), nil
+	}); err != nil {
+		t.Fatalf("the standby never saw the Lease's holder:\n%s", p.Tail())
+	}
 	client := kube(t, cp.AdminConfig())
 	if got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{}); err != nil || len(got.Status.Conditions) > 0 || len(got.Status.Certificate) > 0 {
 		t.Fatalf("the standby touched the CSR: %+v, %v", got.Status, err)
