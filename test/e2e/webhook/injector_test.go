@@ -177,6 +177,22 @@ func TestInjector_DeliveryNative(t *testing.T) {
 		return a
 	}
 
+	t.Run("the key types a podCertificate volume takes and the sidecar does not are stored", func(t *testing.T) {
+		for _, keyType := range []string{"ECDSAP521", "RSA4096"} {
+			got, err := pods.Create(ctx, restrictedPod("native-"+strings.ToLower(keyType), native(map[string]string{
+				"trustsync.io/certificate": "true", "trustsync.io/certificate-key-type": keyType,
+			})), metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("%s refused: %v", keyType, err)
+			}
+			for _, v := range got.Spec.Volumes {
+				if v.Projected != nil && len(v.Projected.Sources) == 1 && v.Projected.Sources[0].PodCertificate != nil && v.Projected.Sources[0].PodCertificate.KeyType != keyType {
+					t.Errorf("stored keyType %q, want %q", v.Projected.Sources[0].PodCertificate.KeyType, keyType)
+				}
+			}
+		}
+	})
+
 	t.Run("a bundle and a certificate become one projected volume, with no sidecar", func(t *testing.T) {
 		got, err := pods.Create(ctx, restrictedPod("native", native(map[string]string{
 			"trustsync.io/bundle-name": "corp-roots", "trustsync.io/certificate": "true", "trustsync.io/ssl-cert-file": "true",
@@ -217,6 +233,8 @@ func TestInjector_DeliveryNative(t *testing.T) {
 			`metadata.annotations[trustsync.io/sidecar-memory-limit]: Invalid value: "128Mi": with trustsync.io/delivery: native, there is no sidecar for it to configure`},
 		{"a key type only the sidecar makes", map[string]string{"trustsync.io/certificate": "true", "trustsync.io/certificate-key-type": "RSA2048"},
 			`metadata.annotations[trustsync.io/certificate-key-type]: Invalid value: "RSA2048": with trustsync.io/delivery: native, a podCertificate volume takes ECDSAP256`},
+		{"a key type only the kubelet makes, with the sidecar", map[string]string{"trustsync.io/delivery": "sidecar", "trustsync.io/certificate": "true", "trustsync.io/certificate-key-type": "ECDSAP521"},
+			`metadata.annotations[trustsync.io/certificate-key-type]: Invalid value: "ECDSAP521": with trustsync.io/delivery: sidecar, the sidecar generates ECDSAP256, ECDSAP384, RSA2048, RSA3072, ED25519; ECDSAP521 is a podCertificate volume's alone`},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			_, err := pods.Create(ctx, restrictedPod("refused", native(tc.annotations)), metav1.CreateOptions{})
@@ -228,6 +246,9 @@ func TestInjector_DeliveryNative(t *testing.T) {
 // Reloads and truststores through the real API server: a pod asking for a reload
 // signal is stored with its process namespace shared and the marker on the signalled
 // container alone; each bad value is refused with the annotation and the reason.
+// withholdToken in a case's annotations stands for automountServiceAccountToken: false.
+const withholdToken = "test/withhold-token"
+
 func TestInjector_ReloadsAndTruststores(t *testing.T) {
 	cp, _ := env(t, true)
 	ctx := controlplane.Context(t)
@@ -277,6 +298,8 @@ func TestInjector_ReloadsAndTruststores(t *testing.T) {
 			`metadata.annotations[trustsync.io/reload-url]: Invalid value: "http://10.0.0.5/reload": must be on the pod's loopback (host 127.0.0.1 or localhost), not "10.0.0.5"`},
 		{"a signal that stops apps", map[string]string{"trustsync.io/reload-signal": "SIGKILL"},
 			`metadata.annotations[trustsync.io/reload-signal]: Unsupported value: "SIGKILL": supported values: "SIGHUP", "SIGUSR1", "SIGUSR2"`},
+		{"a signal where the pod withholds its token", map[string]string{"trustsync.io/reload-signal": "SIGHUP", withholdToken: "true"},
+			`metadata.annotations[trustsync.io/reload-signal]: Invalid value: "SIGHUP": the pod sets automountServiceAccountToken: false, so the sidecar alone holds a token, and a signal needs the app to share the sidecar's process namespace and user, which would let the app read that token through /proc; use trustsync.io/reload-url`},
 		{"a signalled container that is not the pod's", map[string]string{"trustsync.io/reload-signal": "SIGHUP", "trustsync.io/reload-container": "nginx"},
 			`metadata.annotations[trustsync.io/reload-container]: Invalid value: "nginx": names no app container of this pod; it has: app`},
 		{"an unknown format", map[string]string{"trustsync.io/format": "p12"},
@@ -291,7 +314,12 @@ func TestInjector_ReloadsAndTruststores(t *testing.T) {
 			if _, ok := tc.annotations["trustsync.io/bundles"]; ok {
 				delete(annotations, "trustsync.io/bundle-name")
 			}
-			_, err := pods.Create(ctx, restrictedPod("refused", annotations), metav1.CreateOptions{})
+			pod := restrictedPod("refused", annotations)
+			if _, ok := annotations[withholdToken]; ok {
+				delete(annotations, withholdToken)
+				pod.Spec.AutomountServiceAccountToken = ptr.To(false)
+			}
+			_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 			wantErrContaining(t, err, tc.want)
 		})
 	}
