@@ -46,9 +46,6 @@ type eventsBinder struct {
 	synced       []cache.InformerSynced
 	queue        workqueue.TypedRateLimitingInterface[string]
 	start        func(stop <-chan struct{})
-	// owner is the ClusterRole as every binding's owner, read once it exists; one
-	// worker reconciles, so it needs no lock.
-	owner *metav1.OwnerReference
 }
 
 // managedByLabel marks the bindings the webhook keeps.
@@ -144,14 +141,21 @@ func (b *eventsBinder) reconcile(ctx context.Context, ns string) error {
 	if !b.served(namespace) {
 		return nil
 	}
+	want := b.binding(ns)
+	if existing != nil && existing.RoleRef == want.RoleRef && slices.Equal(existing.Subjects, want.Subjects) && ownedByRole(existing, b.role) {
+		return nil
+	}
+	// Read the owner afresh for every write: a ClusterRole deleted and made again has
+	// a new UID, and a binding owned by the old one would be collected.
 	owner, err := b.clusterRoleOwner(ctx)
 	if err != nil {
 		return err
 	}
-	want := b.binding(ns, owner)
+	want.OwnerReferences = []metav1.OwnerReference{*owner}
+	bindings := b.client.RbacV1().RoleBindings(ns)
 	switch {
 	case existing == nil:
-		_, err := b.client.RbacV1().RoleBindings(ns).Create(ctx, want, metav1.CreateOptions{})
+		_, err := bindings.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil // another replica, or the cache is behind: the watch brings it
 		}
@@ -161,32 +165,31 @@ func (b *eventsBinder) reconcile(ctx context.Context, ns string) error {
 		return err
 	case existing.RoleRef != want.RoleRef:
 		// roleRef is immutable: replace the binding.
-		if err := b.client.RbacV1().RoleBindings(ns).Delete(ctx, b.role, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		if err := bindings.Delete(ctx, b.role, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &existing.UID}}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		_, err := b.client.RbacV1().RoleBindings(ns).Create(ctx, want, metav1.CreateOptions{})
+		_, err := bindings.Create(ctx, want, metav1.CreateOptions{})
 		return err
-	case !slices.Equal(existing.Subjects, want.Subjects) || !hasOwner(existing, owner):
+	default:
 		// Someone widened (or narrowed) it: only the namespace's own group belongs.
 		updated := existing.DeepCopy()
 		updated.Subjects, updated.OwnerReferences = want.Subjects, want.OwnerReferences
-		_, err := b.client.RbacV1().RoleBindings(ns).Update(ctx, updated, metav1.UpdateOptions{})
+		_, err := bindings.Update(ctx, updated, metav1.UpdateOptions{})
 		return err
 	}
-	return nil
 }
 
-func hasOwner(o metav1.Object, owner *metav1.OwnerReference) bool {
-	return slices.ContainsFunc(o.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
+// ownedByRole reports whether the ClusterRole named role owns o.
+func ownedByRole(o metav1.Object, role string) bool {
+	return slices.ContainsFunc(o.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.Kind == "ClusterRole" && r.Name == role })
 }
 
 // binding is the RoleBinding namespace ns should hold.
-func (b *eventsBinder) binding(ns string, owner *metav1.OwnerReference) *rbacv1.RoleBinding {
+func (b *eventsBinder) binding(ns string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: b.role, Namespace: ns,
-			Labels:          map[string]string{managedByLabel: "trustsync-webhook"},
-			OwnerReferences: []metav1.OwnerReference{*owner},
+			Labels: map[string]string{managedByLabel: "trustsync-webhook"},
 		},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + ns}},
@@ -196,13 +199,9 @@ func (b *eventsBinder) binding(ns string, owner *metav1.OwnerReference) *rbacv1.
 // clusterRoleOwner makes the ClusterRole the owner of every binding, so that deleting
 // it (helm uninstall) lets the garbage collector remove them.
 func (b *eventsBinder) clusterRoleOwner(ctx context.Context) (*metav1.OwnerReference, error) {
-	if b.owner != nil {
-		return b.owner, nil
-	}
 	role, err := b.client.RbacV1().ClusterRoles().Get(ctx, b.role, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("cannot read ClusterRole %q, the sidecar's Event role that --sidecar-events-cluster-role names (the chart installs it with sidecarRBAC.events): %w", b.role, err)
 	}
-	b.owner = &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}
-	return b.owner, nil
+	return &metav1.OwnerReference{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}, nil
 }
