@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,9 +52,11 @@ const minGrowth = 4 << 10
 //   - receiving: a body is charged as its bytes arrive, chunk by chunk, never by the
 //     length it declares. A connection that declares 6 MB and sends a byte a second
 //     holds the few bytes it sent, and only until MaxBodyWait (or the review's own
-//     timeout) ends it. When the receiving budget is spent (receivingFactor times the
-//     decoding budget, a flood of fast large bodies), a review is refused at once with
-//     503 rather than waiting while holding part of it, which could deadlock.
+//     timeout) ends it. When the receiving budget (receivingFactor times the decoding
+//     budget) is spent, by a burst of large bodies say, a body gives back what it
+//     holds and waits, in arrival order, for room for all of itself, then reads the
+//     rest: no body ever waits while holding part of the budget, so none can wait on
+//     another; one that finds no room before its deadline gets 503.
 //   - decoding: a review whose body has fully arrived waits, in arrival order, for its
 //     size in the decoding budget, which bounds the memory decoding and answering take
 //     (about five times the size). Only complete bodies wait here, so the wait is
@@ -68,8 +71,9 @@ type bodyBudget struct {
 	receiving *semaphore.Weighted
 	max       int64
 	// waiting counts complete reviews waiting for the decoding budget; arriving, the
-	// bytes charged to the receiving budget. Both are served as gauges.
-	waiting, arriving atomic.Int64
+	// bytes charged to the receiving budget; receivingWaiters, the bodies waiting for
+	// room to be received. The first two are served as gauges.
+	waiting, arriving, receivingWaiters atomic.Int64
 }
 
 func newBodyBudget(bytesInFlight int64) *bodyBudget {
@@ -95,7 +99,8 @@ func (b *bodyBudget) register(reg prometheus.Registerer) {
 	)
 }
 
-// errReceivingFull is a body turned away because too many bytes are arriving at once.
+// errReceivingFull is a body turned away because too many bytes were arriving until
+// its deadline.
 var errReceivingFull = errors.New("too many admission review bytes arriving at once; retry")
 
 func (b *bodyBudget) limit(next http.Handler) http.Handler {
@@ -108,11 +113,14 @@ func (b *bodyBudget) limit(next http.Handler) http.Handler {
 		// The connection's deadline ends a body that trickles, whatever the handler
 		// does; a recorder in unit tests has no connection, and the read is bounded
 		// by the caller there.
+		deadline := time.Now().Add(wait)
 		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(wait)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		if err := rc.SetReadDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			klog.V(2).InfoS("Cannot bound the time an admission review's body takes", "err", err)
 		}
-		body, charged, err := b.receive(r)
+		ctx, cancel := context.WithDeadline(r.Context(), deadline)
+		defer cancel()
+		body, charged, err := b.receive(ctx, r)
 		defer func() { b.release(charged) }()
 		if err == nil {
 			// The body is in; the server's own timeouts govern the connection again
@@ -157,7 +165,7 @@ func (b *bodyBudget) limit(next http.Handler) http.Handler {
 // never what it declares, and the charge stays within twice what arrived. It reads at
 // most MaxReviewBytes+1 bytes, so an oversized body of unknown length is seen as
 // such. charged is what the caller must release.
-func (b *bodyBudget) receive(r *http.Request) (body []byte, charged int64, err error) {
+func (b *bodyBudget) receive(ctx context.Context, r *http.Request) (body []byte, charged int64, err error) {
 	limit := MaxReviewBytes + 1
 	if r.ContentLength >= 0 {
 		limit = int(r.ContentLength)
@@ -167,7 +175,19 @@ func (b *bodyBudget) receive(r *http.Request) (body []byte, charged int64, err e
 			grown := slices.Grow(body, min(max(len(body), minGrowth), limit-len(body)))
 			extra := int64(cap(grown) - cap(body))
 			if !b.receiving.TryAcquire(extra) {
-				return body, charged, errReceivingFull
+				// No room (or others already wait for it): give back what this body
+				// holds and wait, holding nothing, for room for all of it.
+				b.release(charged)
+				charged = 0
+				b.receivingWaiters.Add(1)
+				err := b.receiving.Acquire(ctx, int64(limit))
+				b.receivingWaiters.Add(-1)
+				if err != nil {
+					return body, 0, errReceivingFull
+				}
+				b.arriving.Add(int64(limit))
+				charged, extra = int64(limit), 0
+				grown = slices.Grow(body, limit-len(body))
 			}
 			b.arriving.Add(extra)
 			charged += extra

@@ -248,18 +248,53 @@ func TestBodyWait_IsTheReviewsTimeoutAtMostMaxBodyWait(t *testing.T) {
 	}
 }
 
-// A flood of bodies arriving at once beyond the receiving budget is refused at once
-// with 503, not queued while holding part of itself.
-func TestBodyBudget_AFloodBeyondTheReceivingBudgetIsRefusedAtOnce(t *testing.T) {
+// Bodies arriving beyond the receiving budget wait for room, holding nothing, and are
+// served once there is some; one that finds none before its deadline gets 503.
+func TestBodyBudget_ABurstBeyondTheReceivingBudgetWaitsForRoom(t *testing.T) {
 	b := newBodyBudget(MaxReviewBytes)
 	if !b.receiving.TryAcquire(receivingFactor * MaxReviewBytes) {
 		t.Fatal("cannot fill the receiving budget")
 	}
-	rec := httptest.NewRecorder()
-	b.limit(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler reached") })).
-		ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate/pods", strings.NewReader("{}")))
-	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "arriving at once") {
-		t.Fatalf("HTTP %d %q, want 503 saying too many bytes are arriving", rec.Code, rec.Body.String())
+	h := b.limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "%d", n)
+	}))
+
+	t.Run("no room before the deadline: 503", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate/pods?timeout=100ms", strings.NewReader("{}")))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "arriving at once") {
+			t.Fatalf("HTTP %d %q, want 503 saying too many bytes are arriving", rec.Code, rec.Body.String())
+		}
+		if got := b.arriving.Load(); got != 0 {
+			t.Errorf("%d bytes still charged to the refused body", got)
+		}
+	})
+	t.Run("room made while it waits: served", func(t *testing.T) {
+		done := make(chan *httptest.ResponseRecorder)
+		go func() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate/pods?timeout=20s", strings.NewReader(`{"review":1}`)))
+			done <- rec
+		}()
+		waitUntil(t, "the body waiting for room", func() bool { return b.receivingWaiters.Load() == 1 })
+		b.receiving.Release(receivingFactor * MaxReviewBytes)
+		rec := <-done
+		if rec.Code != http.StatusOK || rec.Body.String() != "12" {
+			t.Fatalf("HTTP %d %q, want the whole body served", rec.Code, rec.Body.String())
+		}
+		if got := b.arriving.Load(); got != 0 {
+			t.Errorf("%d bytes still charged after the review was answered", got)
+		}
+	})
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10 s", what)
+		}
 	}
 }
 
