@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
@@ -63,6 +64,14 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 		"trustsync.io/reload-url":    "http://127.0.0.1:8080/cgi-bin/reload",
 		"trustsync.io/reload-signal": "SIGHUP",
 	}, 1000, reloadApp)
+	// The same pod withholding its token is refused: its app, sharing the sidecar's
+	// process namespace and user, could read the token meant for the sidecar alone.
+	withheld := pod.DeepCopy()
+	withheld.Name, withheld.Spec.AutomountServiceAccountToken = "app-without-token", ptr.To(false)
+	if _, err := n.Client.CoreV1().Pods(ns).Create(ctx, withheld, metav1.CreateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "automountServiceAccountToken: false, so the sidecar alone holds a token") || !strings.Contains(err.Error(), "use trustsync.io/reload-url") {
+		t.Fatalf("a pod withholding its token with reload-signal: err = %v, want it refused, pointing to reload-url", err)
+	}
 	created := createPod(t, ns, pod)
 	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
 	if !*created.Spec.ShareProcessNamespace {

@@ -82,7 +82,7 @@ func startWebhook(cp *controlplane.ControlPlane) (*webhookServer, error) {
 	return &webhookServer{Webhook: w}, nil
 }
 
-// metric returns the sum of a counter's series whose labels include labels.
+// metric returns the sum of a counter's or gauge's series whose labels include labels.
 func (w *webhookServer) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
 	resp, err := w.Client().Get(w.URL("/metrics"))
@@ -106,7 +106,7 @@ func (w *webhookServer) metric(t *testing.T, name string, labels map[string]stri
 			match = match && found
 		}
 		if match {
-			total += m.GetCounter().GetValue()
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return total
