@@ -46,6 +46,9 @@ func (r restCSRs) waitDone(ctx context.Context, name string) (*certificatesv1.Ce
 		switch {
 		case apierrors.IsNotFound(err):
 			return false, fmt.Errorf("it was deleted before it was answered")
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			// Waiting will not mend it: say so (the pod's Event), and retry later.
+			return false, fmt.Errorf("cannot read it back (the pod's ServiceAccount needs get on certificatesigningrequests): %w", err)
 		case err != nil:
 			klog.V(2).InfoS("Cannot read the certificate request yet; retrying", "csr", name, "err", err)
 			return false, nil

@@ -82,6 +82,13 @@ func TestRestCSRs_WaitDoneReadsItsRequestByNameUntilAnswered(t *testing.T) {
 			t.Fatalf("err = %v", err)
 		}
 	})
+	t.Run("no right to read it: an error naming the right, not an endless wait", func(t *testing.T) {
+		api, _ := csrServer(t, name, func(int32) (int, *certificatesv1.CertificateSigningRequest) { return http.StatusForbidden, nil })
+		_, err := api.waitDone(context.Background(), name)
+		if err == nil || !strings.Contains(err.Error(), "needs get on certificatesigningrequests") {
+			t.Fatalf("err = %v", err)
+		}
+	})
 	t.Run("the caller giving up ends the wait", func(t *testing.T) {
 		api, _ := csrServer(t, name, func(int32) (int, *certificatesv1.CertificateSigningRequest) { return http.StatusOK, pendingCSR(name) })
 		ctx, cancel := context.WithCancel(context.Background())

@@ -63,15 +63,15 @@ func setup(cp *controlplane.ControlPlane, native bool) error {
 	return nil
 }
 
-// grantCSRRequesters lets every ServiceAccount create and follow CSRs, as the chart's
-// optional ClusterRole does: RBAC cannot narrow this to a requester's own CSRs.
+// grantCSRRequesters lets every ServiceAccount create CSRs and read one by name, as
+// the chart's optional ClusterRole does, and no more: no list or watch.
 func grantCSRRequesters(ctx context.Context, cp *controlplane.ControlPlane) error {
 	client, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
 		return err
 	}
 	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "csr-requester"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "list", "watch"},
+		APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get"},
 	}}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
