@@ -32,7 +32,7 @@ const DefaultReviewBytesInFlight = 12 << 20
 // against the budget of bytes being decoded: raw bytes cost only themselves, and
 // room for several largest reviews arriving together keeps a burst from being turned
 // away.
-const receivingFactor = 4
+const receivingFactor = 2
 
 // MaxBodyWait is the longest a review's body may take to arrive: the API server gives
 // up on a webhook after its timeoutSeconds, at most 30 seconds, so a body still
@@ -155,10 +155,19 @@ func (b *bodyBudget) limit(next http.Handler) http.Handler {
 		// Decoding holds the body now, and the decoding budget counts it.
 		b.release(charged)
 		charged = 0
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Body, r.ContentLength = &receivedBody{Reader: bytes.NewReader(body), data: body}, int64(len(body))
 		next.ServeHTTP(w, r)
 	})
 }
+
+// receivedBody is a body the budget has read whole: the review handler takes its bytes
+// as they are rather than copy a review of up to 6 MiB a second time.
+type receivedBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+func (*receivedBody) Close() error { return nil }
 
 // receive reads the body into a buffer that grows as bytes arrive, charging the
 // receiving budget for each growth before making it: what a body holds is charged,

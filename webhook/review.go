@@ -71,9 +71,13 @@ func (h reviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"namespace", review.Namespace, "name", review.Name, "dryRun", review.DryRun, "duration", time.Since(start))
 }
 
-// readBody reads a review into one buffer of its declared size (the review budget has
-// refused sizes over MaxReviewBytes), sparing io.ReadAll's growth by doubling.
+// readBody returns the review the body budget read whole, or else reads it into one
+// buffer of its declared size (the budget has refused sizes over MaxReviewBytes),
+// sparing io.ReadAll's growth by doubling.
 func readBody(r *http.Request) ([]byte, error) {
+	if b, ok := r.Body.(*receivedBody); ok {
+		return b.data, nil
+	}
 	if r.ContentLength <= 0 || r.ContentLength > MaxReviewBytes {
 		return io.ReadAll(r.Body)
 	}
