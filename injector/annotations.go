@@ -242,7 +242,7 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	p := &annotationParser{a: a}
 	r := &request{
 		mountPath: DefaultMountPath,
-		mode:      Mode(p.choice(AnnotationSidecarMode, string(cfg.defaultMode()), []string{string(Native), string(Legacy)})),
+		mode:      Mode(p.choice(AnnotationSidecarMode, string(cfg.defaultMode()), []string{string(ModeRestartableInit), string(ModeLegacy)})),
 		resources: resources{
 			cpuRequest:    p.quantity(AnnotationCPURequest, "10m"),
 			memoryRequest: p.quantity(AnnotationMemoryRequest, "24Mi"),

@@ -12,16 +12,19 @@ import (
 	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
-// Mode is how the sidecar runs.
+// Mode is how the sidecar runs (trustsync.io/sidecar-mode). Its value "native" names
+// Kubernetes' native sidecar; in code it is ModeRestartableInit, so that "native" in
+// an identifier means one thing only: delivery native, the kubelet's projection.
 type Mode string
 
 const (
-	// Native runs the sidecar as a native sidecar: an init container with
-	// restartPolicy Always, started (and probed) before every other container.
-	Native Mode = "native"
-	// Legacy, for clusters without native sidecars: an init container writes the files
-	// once, then a regular container keeps them current.
-	Legacy Mode = "legacy"
+	// ModeRestartableInit runs the sidecar as Kubernetes' native sidecar: an init
+	// container with restartPolicy Always, started (and probed) before every other
+	// container. Its annotation value is "native".
+	ModeRestartableInit Mode = "native"
+	// ModeLegacy, for clusters without native sidecars: an init container writes the
+	// files once, then a regular container keeps them current.
+	ModeLegacy Mode = "legacy"
 )
 
 // Config is the injector's cluster-wide configuration.
@@ -29,7 +32,7 @@ type Config struct {
 	// Image holds /trustsync-sidecar.
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
-	// DefaultMode applies when a pod does not say; empty means Native.
+	// DefaultMode applies when a pod does not say; empty means ModeRestartableInit.
 	DefaultMode Mode
 	// Namespace is the injector's own; its pods are never touched, so trustsync can
 	// never block its own recovery.
@@ -48,7 +51,7 @@ const DefaultImage = "ghcr.io/trustsync/trustsync:v0.1.0"
 
 func (c Config) defaultMode() Mode {
 	if c.DefaultMode == "" {
-		return Native
+		return ModeRestartableInit
 	}
 	return c.DefaultMode
 }

@@ -297,7 +297,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 		}
 	}
 	switch {
-	case req.mode == Native:
+	case req.mode == ModeRestartableInit:
 		first(s.container(sidecar, "run", true))
 	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever || pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure:
 		// A regular sidecar container never exits, so a pod that should run to

@@ -20,10 +20,11 @@ type sidecarSpec struct {
 	expiryWarningDays int
 }
 
-// container returns the sidecar running subcommand ("run" or "init"). A native sidecar
-// has restartPolicy Always and a startup probe that passes only once every
-// non-optional file is written, so app containers start with their files present.
-func (s sidecarSpec) container(name, subcommand string, native bool) corev1.Container {
+// container returns the sidecar running subcommand ("run" or "init"). A restartable
+// init container (Kubernetes' native sidecar) has restartPolicy Always and a startup
+// probe that passes only once every non-optional file is written, so app containers
+// start with their files present.
+func (s sidecarSpec) container(name, subcommand string, restartableInit bool) corev1.Container {
 	args := s.args()
 	c := corev1.Container{
 		Name:            name,
@@ -45,7 +46,7 @@ func (s sidecarSpec) container(name, subcommand string, native bool) corev1.Cont
 		SecurityContext:          s.securityContext(),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	if native {
+	if restartableInit {
 		c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 		c.StartupProbe = &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: append([]string{sidecarBinary, "probe"}, args...)}},

@@ -13,7 +13,7 @@ import (
 )
 
 func TestProbe(t *testing.T) {
-	projections := `[{"name": "corp", "path": "ca.pem"}, {"name": "extra", "path": "optional.pem", "optional": true}, {"defaultCAs": true, "path": "nested/web.pem"}]`
+	sourcesJSON := `[{"name": "corp", "path": "ca.pem"}, {"name": "extra", "path": "optional.pem", "optional": true}, {"defaultCAs": true, "path": "nested/web.pem"}]`
 	tests := []struct {
 		name    string
 		files   map[string]string
@@ -33,7 +33,7 @@ func TestProbe(t *testing.T) {
 			if _, err := NewAtomicWriter(dir).Write(payload); err != nil {
 				t.Fatal(err)
 			}
-			o := parsed(t, contract.Flag(contract.FlagDir, dir), contract.Flag(contract.FlagProjections, projections))
+			o := parsed(t, contract.Flag(contract.FlagDir, dir), contract.Flag(contract.FlagSources, sourcesJSON))
 			err := Probe(o)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Errorf("Probe() = %v, want %q", err, tc.wantErr)
@@ -43,8 +43,8 @@ func TestProbe(t *testing.T) {
 }
 
 func TestProbe_RefusesBadFlags(t *testing.T) {
-	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, `[{"name": "corp"}]`))
-	if err := Probe(o); err == nil || !strings.Contains(err.Error(), "--"+contract.FlagProjections+": sources[0].path: Required value") {
+	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagSources, `[{"name": "corp"}]`))
+	if err := Probe(o); err == nil || !strings.Contains(err.Error(), "--"+contract.FlagSources+": sources[0].path: Required value") {
 		t.Errorf("Probe() = %v", err)
 	}
 }
@@ -63,7 +63,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, `[{"name": "corp", "path": "ca.pem"}]`))
+	o := parsed(t, contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagSources, `[{"name": "corp", "path": "ca.pem"}]`))
 	o.Kubeconfig, o.PodNamespace = kubeconfig, "apps"
 	o.TerminationLog = filepath.Join(dir, "termination-log")
 	o.InitTimeoutSecs = 2

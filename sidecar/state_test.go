@@ -31,10 +31,10 @@ func TestSync_ReloadsOnAChangeOfSetNotOfBytes(t *testing.T) {
 	_ = w.native.Add(ctb("one", "", nil, a, b))
 	_ = w.secrets.Add(passwordSecret("first"))
 	dir := t.TempDir()
-	projections := `[{"name": "one", "path": "ca.pem"}, {"name": "one", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "store-pass", "key": "password"}},
+	sourcesJSON := `[{"name": "one", "path": "ca.pem"}, {"name": "one", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "store-pass", "key": "password"}},
 		{"name": "extra", "path": "extra.pem", "optional": true}]`
 	newSyncerWithReloader := func() (*syncer, *reloader) {
-		s, _ := newTestSyncer(t, w, NewAtomicWriter(dir), projections)
+		s, _ := newTestSyncer(t, w, NewAtomicWriter(dir), sourcesJSON)
 		s.reload = newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
 		return s, s.reload
 	}

@@ -59,10 +59,10 @@ func ctb(name, signer string, labels map[string]string, anchors ...*fixtures.Cer
 	}
 }
 
-// newTestSyncer wires the sources of projections to w's stores.
-func newTestSyncer(t *testing.T, w *world, writer Writer, projections string) (*syncer, *fakeEvents) {
+// newTestSyncer wires the sources list sourcesJSON to w's stores.
+func newTestSyncer(t *testing.T, w *world, writer Writer, sourcesJSON string) (*syncer, *fakeEvents) {
 	t.Helper()
-	sources, err := contract.ParseSources([]byte(projections))
+	sources, err := contract.ParseSources([]byte(sourcesJSON))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,8 +87,8 @@ func TestSync_AStoreIsRewrittenOnlyWhenItsSetOrPasswordChanges(t *testing.T) {
 	_ = w.native.Add(ctb("one", "", nil, a, b))
 	_ = w.secrets.Add(passwordSecret("first"))
 	dir := t.TempDir()
-	projections := `[{"name": "one", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "store-pass", "key": "password"}}]`
-	s, _ := newTestSyncer(t, w, NewAtomicWriter(dir), projections)
+	sourcesJSON := `[{"name": "one", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "store-pass", "key": "password"}}]`
+	s, _ := newTestSyncer(t, w, NewAtomicWriter(dir), sourcesJSON)
 	read := func() []byte { data, _ := os.ReadFile(filepath.Join(dir, "t.p12")); return data }
 	s.sync()
 	first := read()
@@ -97,7 +97,7 @@ func TestSync_AStoreIsRewrittenOnlyWhenItsSetOrPasswordChanges(t *testing.T) {
 	if res := s.sync(); res.changed || !bytes.Equal(read(), first) {
 		t.Fatal("the same set of anchors re-encoded the store")
 	}
-	restarted, _ := newTestSyncer(t, w, NewAtomicWriter(dir), projections)
+	restarted, _ := newTestSyncer(t, w, NewAtomicWriter(dir), sourcesJSON)
 	if res := restarted.sync(); res.changed || !bytes.Equal(read(), first) {
 		t.Fatal("a restarted sidecar re-encoded a store that holds the same set")
 	}

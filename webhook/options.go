@@ -66,7 +66,7 @@ func NewOptions() *Options {
 		ServiceName:              "trustsync-webhook",
 		WebhookConfigurationName: "trustsync",
 		SidecarImagePullPolicy:   string(corev1.PullIfNotPresent),
-		DefaultSidecarMode:       string(injector.Native),
+		DefaultSidecarMode:       string(injector.ModeRestartableInit),
 		Namespace:                os.Getenv("POD_NAMESPACE"),
 	}
 }
@@ -116,7 +116,7 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--sidecar-image-pull-policy %q is not one of Always, IfNotPresent, Never", o.SidecarImagePullPolicy))
 	}
-	if m := injector.Mode(o.DefaultSidecarMode); m != injector.Native && m != injector.Legacy {
+	if m := injector.Mode(o.DefaultSidecarMode); m != injector.ModeRestartableInit && m != injector.ModeLegacy {
 		errs = append(errs, fmt.Errorf("--default-sidecar-mode %q is not one of native, legacy", o.DefaultSidecarMode))
 	}
 	if o.SecurePort <= 0 || o.SecurePort > 65535 {

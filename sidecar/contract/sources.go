@@ -26,7 +26,7 @@ const MaxSources = 32
 var ReservedPaths = sets.New(FileCertificate, FileKey, FileCredentialBundle)
 
 // Source is one item of the sources list, the JSON shape the trustsync.io/bundles
-// annotation and the sidecar's --projections flag share. It names exactly one source
+// annotation and the sidecar's --sources flag share. It names exactly one source
 // of anchors and the file (Path) they go to; items sharing a path are merged.
 type Source struct {
 	// Name selects one bundle by name, in upstream form.
@@ -294,7 +294,7 @@ func FileDirectoryConflict(paths []string) (file, under string, ok bool) {
 }
 
 // EncodeSources is a sources list as the trustsync.io/bundles annotation and the
-// --projections flag take it; ParseSources reads it back.
+// --sources flag take it; ParseSources reads it back.
 func EncodeSources(sources []Source) string {
 	if len(sources) == 0 {
 		return "[]"

@@ -28,8 +28,11 @@ import (
 // the second is how the sidecar reaches the API server and who it is (a Runtime),
 // mostly left to defaults and the downward API's environment.
 const (
-	FlagDir                          = "dir"
-	FlagProjections                  = "projections"
+	FlagDir     = "dir"
+	FlagSources = "sources"
+	// flagSourcesFormer is what --sources was called: pods injected before the rename
+	// still pass it, so it is still read, hidden and deprecated.
+	flagSourcesFormer                = "projections"
 	FlagCertificate                  = "certificate"
 	FlagCertificateSigner            = "certificate-signer"
 	FlagCertificateKeyType           = "certificate-key-type"
@@ -148,7 +151,7 @@ type Certificate struct {
 
 // Args renders the spec as the sidecar's flags, in a fixed order.
 func (s Spec) Args() []string {
-	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagProjections, EncodeSources(s.Sources))}, s.optionArgs()...)
+	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagSources, EncodeSources(s.Sources))}, s.optionArgs()...)
 	c := s.Certificate
 	if c == nil {
 		return args
@@ -192,7 +195,7 @@ func (s Spec) Validate() error {
 		errs = append(errs, fmt.Errorf("--%s is required: the directory to write the trust files into", FlagDir))
 	}
 	if len(s.Sources) == 0 && s.Certificate == nil {
-		errs = append(errs, fmt.Errorf("--%s is required (or --%s): nothing to write otherwise", FlagProjections, FlagCertificate))
+		errs = append(errs, fmt.Errorf("--%s is required (or --%s): nothing to write otherwise", FlagSources, FlagCertificate))
 	}
 	if c := s.Certificate; c != nil {
 		if !slices.Contains(KeyTypes, c.KeyType) {
@@ -264,12 +267,15 @@ func DefaultRuntime() Runtime {
 
 // Flags are the sidecar's registered flags; Spec reads the parsed Spec back.
 type Flags struct {
-	dir         string
-	projections string
-	certificate bool
-	cert        Certificate
-	reload      Reload
-	expiryDays  int
+	dir     string
+	sources string
+	// formerSources is --projections, --sources' name until pods injected before the
+	// rename are gone.
+	formerSources string
+	certificate   bool
+	cert          Certificate
+	reload        Reload
+	expiryDays    int
 }
 
 // AddFlags registers every flag of the sidecar on fs: the Spec's, read back with
@@ -277,7 +283,10 @@ type Flags struct {
 func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	f := &Flags{cert: Certificate{Signer: policy.DefaultSignerName, KeyType: DefaultKeyType, TrustDomain: policy.DefaultTrustDomain}}
 	fs.StringVar(&f.dir, FlagDir, "", "Directory (the shared volume) to write the trust files into.")
-	fs.StringVar(&f.projections, FlagProjections, "", `The sources to write, as the JSON list of the trustsync.io/bundles annotation, e.g. [{"signerName":"example.com/s","labelSelector":{},"path":"ca_certificates.pem"}]. An item's "format" is pem (the default), pkcs12 or jks (a Java truststore, password "changeit" unless "passwordSecret" names a Secret key).`)
+	fs.StringVar(&f.sources, FlagSources, "", `The sources to write, as the JSON list of the trustsync.io/sources annotation, e.g. [{"signerName":"example.com/s","labelSelector":{},"path":"ca_certificates.pem"}]. An item's "format" is pem (the default), pkcs12 or jks (a Java truststore, password "changeit" unless "passwordSecret" names a Secret key).`)
+	// The flag's former name, which pods injected before the rename still carry.
+	fs.StringVar(&f.formerSources, flagSourcesFormer, "", "Former name of --"+FlagSources+".")
+	_ = fs.MarkDeprecated(flagSourcesFormer, "use --"+FlagSources)
 	fs.BoolVar(&f.certificate, FlagCertificate, false, "Also obtain and rotate a workload certificate ("+FileCertificate+", "+FileKey+").")
 	fs.StringVar(&f.cert.Signer, FlagCertificateSigner, f.cert.Signer, "Signer to request the workload certificate from.")
 	fs.Int32Var(&f.cert.ExpirationSeconds, FlagCertificateExpirationSeconds, 0, "Lifetime to request; 0 means the signer's default.")
@@ -312,10 +321,17 @@ func (f *Flags) Spec() (Spec, error) {
 		r := f.reload
 		s.Reload = &r
 	}
-	if f.projections != "" && f.projections != "[]" {
-		sources, err := ParseSources([]byte(f.projections))
+	list, flag := f.sources, FlagSources
+	if f.formerSources != "" {
+		if f.sources != "" && f.sources != f.formerSources {
+			return s, fmt.Errorf("--%s and --%s (its former name) are both set, and differ; give --%s alone", FlagSources, flagSourcesFormer, FlagSources)
+		}
+		list, flag = f.formerSources, flagSourcesFormer
+	}
+	if list != "" && list != "[]" {
+		sources, err := ParseSources([]byte(list))
 		if err != nil {
-			return s, fmt.Errorf("--%s: %w", FlagProjections, err)
+			return s, fmt.Errorf("--%s: %w", flag, err)
 		}
 		s.Sources = sources
 	}

@@ -86,17 +86,38 @@ func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
 	}
 }
 
+// Pods injected before --sources was renamed pass --projections: the sidecar in a new
+// image reads it to the same Spec.
+func TestSpec_TheSourcesFlagsFormerNameStillParses(t *testing.T) {
+	list := `[{"name":"corp-root","path":"ca.pem"}]`
+	want, _, err := parse(t, []string{Flag(FlagDir, "/trust"), Flag(FlagSources, list)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := parse(t, []string{Flag(FlagDir, "/trust"), Flag(flagSourcesFormer, list)})
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("--%s parsed to %#v, %v; want %#v as from --%s", flagSourcesFormer, got, err, want, FlagSources)
+	}
+	if _, _, err := parse(t, []string{Flag(FlagDir, "/trust"), Flag(FlagSources, list), Flag(flagSourcesFormer, list)}); err != nil {
+		t.Errorf("both names with the same list: %v", err)
+	}
+	_, _, err = parse(t, []string{Flag(FlagDir, "/trust"), Flag(FlagSources, list), Flag(flagSourcesFormer, `[]`)})
+	if err == nil || !strings.Contains(err.Error(), "--sources and --projections (its former name) are both set, and differ") {
+		t.Errorf("both names, differing: err = %v", err)
+	}
+}
+
 func TestSpec_FlagsRefuseWhatTheSidecarCannotDo(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
 		wantErr string
 	}{
-		{"no directory", []string{Flag(FlagProjections, `[{"name": "a", "path": "a.pem"}]`)}, "--dir is required"},
-		{"nothing to write", []string{Flag(FlagDir, "/d")}, "--projections is required (or --certificate)"},
-		{"an empty list and no certificate", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, "[]")}, "nothing to write"},
-		{"sources that do not parse", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, `[{"signer": "x"}]`)}, `--projections: not a JSON list of sources: json: unknown field "signer"`},
-		{"a source writing the certificate's file", []string{Flag(FlagDir, "/d"), Flag(FlagProjections, `[{"name": "a", "path": "tls.key"}]`)}, "is reserved for the workload certificate"},
+		{"no directory", []string{Flag(FlagSources, `[{"name": "a", "path": "a.pem"}]`)}, "--dir is required"},
+		{"nothing to write", []string{Flag(FlagDir, "/d")}, "--sources is required (or --certificate)"},
+		{"an empty list and no certificate", []string{Flag(FlagDir, "/d"), Flag(FlagSources, "[]")}, "nothing to write"},
+		{"sources that do not parse", []string{Flag(FlagDir, "/d"), Flag(FlagSources, `[{"signer": "x"}]`)}, `--sources: not a JSON list of sources: json: unknown field "signer"`},
+		{"a source writing the certificate's file", []string{Flag(FlagDir, "/d"), Flag(FlagSources, `[{"name": "a", "path": "tls.key"}]`)}, "is reserved for the workload certificate"},
 		{"an unknown key type", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateKeyType, "DSA1024")}, `--certificate-key-type "DSA1024" is not one of ECDSAP256, ECDSAP384, RSA2048, RSA3072, ED25519`},
 		{"a negative lifetime", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagCertificateExpirationSeconds, "-1")}, "is negative"},
 		{"a reload URL off the pod", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "http://10.0.0.1/reload")}, `--reload-url "http://10.0.0.1/reload" must be on the pod's loopback (host 127.0.0.1 or localhost), not "10.0.0.1"`},
@@ -157,7 +178,7 @@ func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
 // other binaries share (kubeconfig, kube-api-qps, kube-api-burst, trust-domain) are
 // left out: their spelling elsewhere is the other binaries'.
 func TestFlags_NoSidecarFlagIsSpelledOutsideTheContract(t *testing.T) {
-	own := []string{FlagDir, FlagProjections, FlagCertificate, FlagCertificateSigner, FlagCertificateKeyType, FlagCertificateExpirationSeconds,
+	own := []string{FlagDir, FlagSources, flagSourcesFormer, FlagCertificate, FlagCertificateSigner, FlagCertificateKeyType, FlagCertificateExpirationSeconds,
 		FlagCertificateDNSNames, FlagCertificateCredentialBundle, FlagStateDir, FlagPodName, FlagPodNamespace, FlagPodUID,
 		FlagServiceAccount, FlagTerminationLog, FlagMetricsBindAddress, FlagAPIDiscoveryInterval, FlagInitTimeoutSeconds}
 	literal := regexp.MustCompile("[\"`]--(" + strings.Join(own, "|") + ")[=\"` :]")

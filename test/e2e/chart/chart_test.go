@@ -490,7 +490,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := cp.StartSidecar(t, "apps", "anyone", pod, "run", contract.Flag(contract.FlagProjections, `[{"name": "chart-root", "path": "ca.pem"}]`))
+		s := cp.StartSidecar(t, "apps", "anyone", pod, "run", contract.Flag(contract.FlagSources, `[{"name": "chart-root", "path": "ca.pem"}]`))
 		p := bundle.NewPool()
 		p.AddDER(a.Cert.Raw)
 		s.WaitFor(t, "ca.pem", p.PEM())

@@ -193,7 +193,7 @@ func BenchmarkIdleRSS_Truststores(b *testing.B) {
 	}, "t.p12", "t.jks")
 }
 
-func benchIdleRSS(b *testing.B, projections func(bundle string) string, alsoWritten ...string) {
+func benchIdleRSS(b *testing.B, sourcesJSON func(bundle string) string, alsoWritten ...string) {
 	cp := planes.Get(b, true)
 	ctx := context.Background()
 	primary, _ := stores(b, cp, true)
@@ -207,7 +207,7 @@ func benchIdleRSS(b *testing.B, projections func(bundle string) string, alsoWrit
 	}
 	defer func() { _ = primary.Delete(ctx, name, metav1.DeleteOptions{}) }()
 	for i := 0; b.Loop(); i++ {
-		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), projections(name))
+		s := runSidecar(b, cp, "run", podFor(b, cp, name+"-"+strconv.Itoa(i)), sourcesJSON(name))
 		s.WaitFor(b, "ca.pem", merged(anchors...))
 		for _, f := range alsoWritten {
 			if data, err := s.Read(f); err != nil || len(data) == 0 {

@@ -104,15 +104,15 @@ func podFor(t testing.TB, cp *controlplane.ControlPlane, name string) *corev1.Po
 }
 
 // runSidecar starts `trustsync-sidecar <sub>` as ServiceAccount apps/web for pod.
-func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, projections string, extra ...string) *controlplane.Sidecar {
+func runSidecar(t testing.TB, cp *controlplane.ControlPlane, sub string, pod *corev1.Pod, sourcesJSON string, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	return runSidecarAs(t, cp, "web", sub, pod, projections, extra...)
+	return runSidecarAs(t, cp, "web", sub, pod, sourcesJSON, extra...)
 }
 
 // runSidecarAs starts the sidecar as ServiceAccount apps/<sa>.
-func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, projections string, extra ...string) *controlplane.Sidecar {
+func runSidecarAs(t testing.TB, cp *controlplane.ControlPlane, sa, sub string, pod *corev1.Pod, sourcesJSON string, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	return cp.StartSidecar(t, namespace, sa, pod, append([]string{sub, contract.Flag(contract.FlagProjections, projections)}, extra...)...)
+	return cp.StartSidecar(t, namespace, sa, pod, append([]string{sub, contract.Flag(contract.FlagSources, sourcesJSON)}, extra...)...)
 }
 
 // merged is the exact file the sidecar must write for these anchors.

@@ -209,8 +209,8 @@ func TestSidecar_InitWritesOnceAndProbePasses(t *testing.T) {
 	if _, err := primary.Create(ctx, ctb("init-root", "", nil, a), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	projections := `[{"name": "init-root", "path": "ca.pem"}, {"defaultCAs": true, "path": "web.pem"}]`
-	s := runSidecar(t, cp, "init", podFor(t, cp, "init"), projections)
+	sourcesJSON := `[{"name": "init-root", "path": "ca.pem"}, {"defaultCAs": true, "path": "web.pem"}]`
+	s := runSidecar(t, cp, "init", podFor(t, cp, "init"), sourcesJSON)
 	if err := s.Process.Wait(); err != nil {
 		t.Fatalf("init failed: %v\n%s", err, s.Process.Tail())
 	}
@@ -218,11 +218,11 @@ func TestSidecar_InitWritesOnceAndProbePasses(t *testing.T) {
 		t.Errorf("ca.pem = %q", got)
 	}
 	bin, _ := controlplane.BuildBinary("sidecar")
-	probe := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagProjections, projections))
+	probe := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagSources, sourcesJSON))
 	if out, err := probe.CombinedOutput(); err != nil {
 		t.Errorf("probe after init: %v: %s", err, out)
 	}
-	probe = exec.Command(bin, "probe", contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagProjections, projections))
+	probe = exec.Command(bin, "probe", contract.Flag(contract.FlagDir, t.TempDir()), contract.Flag(contract.FlagSources, sourcesJSON))
 	if out, err := probe.CombinedOutput(); err == nil || !strings.Contains(string(out), "ca.pem is not written yet") {
 		t.Errorf("probe of an empty directory: %v: %s", err, out)
 	}

@@ -88,7 +88,7 @@ func injectedSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Po
 
 func certSidecar(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod, extra ...string) *controlplane.Sidecar {
 	t.Helper()
-	args := append([]string{"run", contract.Flag(contract.FlagProjections, liveProjection), "--" + contract.FlagCertificate, contract.Flag(contract.FlagTrustDomain, "cluster.local")}, extra...)
+	args := append([]string{"run", contract.Flag(contract.FlagSources, liveProjection), "--" + contract.FlagCertificate, contract.Flag(contract.FlagTrustDomain, "cluster.local")}, extra...)
 	return cp.StartSidecar(t, appNamespace, pod.Spec.ServiceAccountName, pod, args...)
 }
 
@@ -142,26 +142,26 @@ func TestWorkloadCertificate_VerifiesAgainstTheTrustFile(t *testing.T) {
 				t.Error("credential.pem is not the key followed by the chain")
 			}
 			bin, _ := controlplane.BuildBinary("sidecar")
-			if out, err := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagProjections, injectedProjections(t, pod)), "--"+contract.FlagCertificate).CombinedOutput(); err != nil {
+			if out, err := exec.Command(bin, "probe", contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagSources, injectedSources(t, pod)), "--"+contract.FlagCertificate).CombinedOutput(); err != nil {
 				t.Errorf("probe with the certificate written: %v %s", err, out)
 			}
 		})
 	}
 }
 
-// injectedProjections is the --projections the injector gives pod.
-func injectedProjections(t testing.TB, pod *corev1.Pod) string {
+// injectedSources is the sources list the injector gives pod.
+func injectedSources(t testing.TB, pod *corev1.Pod) string {
 	res, err := injector.Inject(pod, appNamespace, nil, injector.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	injected, _ := res.Apply(pod)
 	for _, a := range injected.Spec.InitContainers[0].Args {
-		if v, ok := strings.CutPrefix(a, contract.Flag(contract.FlagProjections, "")); ok {
+		if v, ok := strings.CutPrefix(a, contract.Flag(contract.FlagSources, "")); ok {
 			return v
 		}
 	}
-	t.Fatal("the injector gave no --projections")
+	t.Fatal("the injector gave the sidecar no sources list")
 	return ""
 }
 
