@@ -40,6 +40,9 @@ var (
 	AnnotationBundleName    = annotation("bundle-name")
 	AnnotationPath          = annotation("path")
 	AnnotationOptional      = annotation("optional")
+	AnnotationSources       = annotation("sources")
+	// AnnotationBundles is AnnotationSources' former name, still read: pods and
+	// namespaces written before the rename carry it.
 	AnnotationBundles       = annotation("bundles")
 	AnnotationMountPath     = annotation("mount-path")
 	AnnotationContainers    = annotation("containers")
@@ -136,7 +139,7 @@ var sidecarMountPaths = map[string]string{
 
 // sourceAnnotations pick the sources; a pod that sets any of them takes none of its
 // namespace's, so a namespace default never mixes into a pod's own choice.
-var sourceAnnotations = []string{AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationBundles}
+var sourceAnnotations = []string{AnnotationSignerName, AnnotationLabelSelector, AnnotationBundleName, AnnotationSources, AnnotationBundles}
 
 // effectiveAnnotations merges a namespace's default annotations under the pod's own:
 // the pod wins key by key, except that source annotations come as a group from
@@ -281,24 +284,40 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	return r, p.errs
 }
 
+// listKey is the annotation holding the JSON sources list: trustsync.io/sources, or
+// its former name trustsync.io/bundles; "" when neither is set.
+func listKey(a map[string]string) string {
+	for _, key := range []string{AnnotationSources, AnnotationBundles} {
+		if _, ok := a[key]; ok {
+			return key
+		}
+	}
+	return ""
+}
+
 // sources reads either the JSON list or the one-item shorthand.
 func (p *annotationParser) sources(certificateRequested bool) []contract.Source {
-	_, hasList := p.a[AnnotationBundles]
+	list := listKey(p.a)
+	hasList := list != ""
 	_, hasSigner := p.a[AnnotationSignerName]
 	_, hasName := p.a[AnnotationBundleName]
+	if _, former := p.a[AnnotationBundles]; former && list == AnnotationSources {
+		p.invalid(AnnotationBundles, fmt.Sprintf("is the former name of %s; set %s alone", AnnotationSources, AnnotationSources))
+		return nil
+	}
 	switch {
 	case hasList && (hasSigner || hasName):
-		p.invalid(AnnotationBundles, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", AnnotationBundles, AnnotationSignerName, AnnotationBundleName))
+		p.invalid(list, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", list, AnnotationSignerName, AnnotationBundleName))
 		return nil
 	case hasList:
 		for _, key := range []string{AnnotationFormat, AnnotationPasswordSecret} {
 			if _, ok := p.a[key]; ok {
-				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\" and \"passwordSecret\"", AnnotationBundles))
+				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\" and \"passwordSecret\"", list))
 			}
 		}
-		sources, err := contract.ParseSources([]byte(p.a[AnnotationBundles]))
+		sources, err := contract.ParseSources([]byte(p.a[list]))
 		if err != nil {
-			p.invalid(AnnotationBundles, err.Error())
+			p.invalid(list, err.Error())
 		}
 		return sources
 	case hasSigner || hasName:
@@ -307,7 +326,7 @@ func (p *annotationParser) sources(certificateRequested bool) []contract.Source 
 		return nil
 	default:
 		p.errs = append(p.errs, field.Required(annotationPath(AnnotationInject),
-			fmt.Sprintf("trust was asked for but no source is named: set %s, %s or %s (or %s: \"true\")", AnnotationSignerName, AnnotationBundleName, AnnotationBundles, AnnotationCertificate)))
+			fmt.Sprintf("trust was asked for but no source is named: set %s, %s or %s (or %s: \"true\")", AnnotationSignerName, AnnotationBundleName, AnnotationSources, AnnotationCertificate)))
 		return nil
 	}
 }

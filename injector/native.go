@@ -59,8 +59,8 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 			invalid(key, fmt.Sprintf("the kubelet updates the files without telling the app, so nothing would reload it; use %s: sidecar", AnnotationDelivery))
 		}
 	}
-	sourcesKey := AnnotationBundles
-	if _, ok := a[AnnotationBundles]; !ok {
+	sourcesKey := listKey(a)
+	if sourcesKey == "" {
 		sourcesKey = AnnotationSignerName
 		if _, ok := a[AnnotationBundleName]; ok {
 			sourcesKey = AnnotationBundleName

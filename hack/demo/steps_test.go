@@ -98,13 +98,13 @@ func (d *demo) createPod(ctx context.Context) *corev1.Pod {
 	}
 	annotations := map[string]string{
 		"trustsync.io/inject": "true",
-		"trustsync.io/bundles": `[{"signerName": "trustsync.io/workload", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}, "path": "ca_certificates.pem"},
+		"trustsync.io/sources": `[{"signerName": "trustsync.io/workload", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}, "path": "ca_certificates.pem"},
  {"name": "corp-root", "path": "ca_certificates.pem"}]`,
 		"trustsync.io/ssl-cert-file":         "true",
 		"trustsync.io/certificate":           "true",
 		"trustsync.io/certificate-dns-names": "web.demo.svc",
 	}
-	for _, k := range []string{"trustsync.io/inject", "trustsync.io/bundles", "trustsync.io/ssl-cert-file", "trustsync.io/certificate", "trustsync.io/certificate-dns-names"} {
+	for _, k := range []string{"trustsync.io/inject", "trustsync.io/sources", "trustsync.io/ssl-cert-file", "trustsync.io/certificate", "trustsync.io/certificate-dns-names"} {
 		show("  %s: %s", k, strings.Join(strings.Fields(annotations[k]), " "))
 	}
 	pod, err := core.Pods(namespace).Create(ctx, &corev1.Pod{

@@ -150,7 +150,7 @@ func TestPod_RestrictedAppFindsTheCompleteMergedFileOnItsFirstRead(t *testing.T)
 	pod := appPod("reader", map[string]string{
 		"trustsync.io/inject":        "true",
 		"trustsync.io/ssl-cert-file": "true",
-		"trustsync.io/bundles": bundlesJSON(t,
+		"trustsync.io/sources": bundlesJSON(t,
 			map[string]any{"name": "e2e-first-read", "path": "ca.pem"},
 			map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}, "path": "ca.pem"}),
 	}, 1000, `cat "$SSL_CERT_FILE" || echo READ-FAILED; echo "READ-DONE SSL_CERT_FILE=$SSL_CERT_FILE"; exec sleep 3600`)

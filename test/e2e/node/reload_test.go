@@ -57,6 +57,7 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 
 	pod := appPod("app", map[string]string{
 		"trustsync.io/inject": "true",
+		// The sources list's former name: pods written before the rename still work.
 		"trustsync.io/bundles": bundlesJSON(t,
 			map[string]any{"name": "e2e-reload", "path": "ca.pem"},
 			map[string]any{"name": "e2e-reload", "path": "truststore.p12", "format": "pkcs12", "passwordSecret": map[string]string{"name": "store-pass", "key": "password"}},
