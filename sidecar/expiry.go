@@ -43,6 +43,13 @@ func newExpiryWarner(days int, events onceRecorder, clk clock.PassiveClock) *exp
 	return &expiryWarner{window: time.Duration(days) * 24 * time.Hour, events: events, clock: clk, warned: map[[32]byte]time.Time{}}
 }
 
+// wrote looks at the anchors a sync wrote.
+func (w *expiryWarner) wrote(s wroteState) {
+	if s.written() {
+		w.check(s.files)
+	}
+}
+
 // check looks at the anchors just written, by path.
 func (w *expiryWarner) check(files map[string][]*tsbundle.Anchor) {
 	if w == nil {

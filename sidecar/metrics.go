@@ -52,6 +52,17 @@ func newMetrics(now func() time.Time) *metrics {
 	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}, reloads: map[[2]string]uint64{}}
 }
 
+// wrote records a sync: its outcome and duration, and the files' anchors.
+func (m *metrics) wrote(w wroteState) {
+	if w.fromDisk {
+		return
+	}
+	if w.written() {
+		m.setAnchorExpiry(w.expiries)
+	}
+	m.observe(w.res, w.anchors, w.took)
+}
+
 func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Duration) {
 	if m == nil {
 		return

@@ -64,6 +64,13 @@ func newReloader(targets []reloadTarget, events eventRecorder, clk clock.Clock) 
 	return &reloader{targets: targets, events: events, clock: clk, kick: make(chan struct{}, 1)}
 }
 
+// wrote takes the state a sync wrote, or the one a previous run left on disk.
+func (r *reloader) wrote(w wroteState) {
+	if w.fromDisk || w.written() {
+		r.observe(w.state, w.complete)
+	}
+}
+
 // observe takes the state just written (or found on disk); complete says every file
 // the app waits for is in it. A change of a known state asks for a reload.
 func (r *reloader) observe(state string, complete bool) {

@@ -43,6 +43,7 @@ type sidecar struct {
 	bundles     *bundleWatches // nil when no source selects bundles
 	core        rest.Interface
 	cert        *certManager // nil without --certificate
+	reload      *reloader    // nil unless the app is to be told of changes
 	controllers []watcher
 	changed     chan struct{}
 	stopEvents  func()
@@ -81,10 +82,13 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 	s.stopEvents = stop
 	clk := clock.RealClock{}
 	writer := NewAtomicWriter(o.Spec.Dir)
-	if s.syncer, err = newSyncer(groups, writer, &eventReporter{events: events, failing: failureEvents{clock: clk}}, m, clk); err != nil {
-		return nil, err
+	var observers []observer
+	if m != nil {
+		observers = append(observers, m)
 	}
-	s.syncer.expiry = newExpiryWarner(o.Spec.ExpiryWarningDays, events, clk)
+	if w := newExpiryWarner(o.Spec.ExpiryWarningDays, events, clk); w != nil {
+		observers = append(observers, w)
+	}
 	if r := o.Spec.Reload; r != nil {
 		var targets []reloadTarget
 		if r.URL != "" {
@@ -93,8 +97,15 @@ func setup(ctx context.Context, o *Options, m *metrics) (*sidecar, error) {
 		if r.Signal != "" {
 			targets = append(targets, newSignalTarget(r.Signal, r.Container))
 		}
-		s.syncer.reload = newReloader(targets, events, clk)
-		s.syncer.reload.metrics = m
+		s.reload = newReloader(targets, events, clk)
+		s.reload.metrics = m
+		observers = append(observers, s.reload)
+	}
+	// The reporter goes last: its "Wrote trust files" then follows every other
+	// observer's decision about the same write (the reloader's, say) in the log.
+	observers = append(observers, &eventReporter{events: events, failing: failureEvents{clock: clk}})
+	if s.syncer, err = newSyncer(groups, writer, clk, observers...); err != nil {
+		return nil, err
 	}
 	if s.bundles != nil {
 		s.bundles.lock = &s.syncer.mu
@@ -329,8 +340,8 @@ func Run(ctx context.Context, o *Options) error {
 	if s.cert != nil {
 		go s.cert.run(ctx)
 	}
-	if s.syncer.reload != nil {
-		go s.syncer.reload.run(ctx)
+	if s.reload != nil {
+		go s.reload.run(ctx)
 	}
 	var rediscovery <-chan time.Time
 	if s.bundles != nil && o.APIDiscoveryInterval > 0 {

@@ -35,8 +35,9 @@ func TestSync_ReloadsOnAChangeOfSetNotOfBytes(t *testing.T) {
 		{"name": "extra", "path": "extra.pem", "optional": true}]`
 	newSyncerWithReloader := func() (*syncer, *reloader) {
 		s, _ := newTestSyncer(t, w, NewAtomicWriter(dir), sourcesJSON)
-		s.reload = newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
-		return s, s.reload
+		r := newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
+		s.observers = append(s.observers, r)
+		return s, r
 	}
 	s, r := newSyncerWithReloader()
 	steps := []struct {
@@ -83,7 +84,8 @@ func TestSync_TheCertificateIsPartOfTheState(t *testing.T) {
 	w := newWorld()
 	_ = w.native.Add(ctb("one", "", nil, fixtures.CA("a")))
 	s, _ := newTestSyncer(t, w, NewAtomicWriter(t.TempDir()), `[{"name": "one", "path": "ca.pem"}]`)
-	s.reload = newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
+	r := newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
+	s.observers = append(s.observers, r)
 	s.certificate = true
 	var cert map[string]File
 	s.extra = func() map[string]File { return cert }
@@ -101,7 +103,7 @@ func TestSync_TheCertificateIsPartOfTheState(t *testing.T) {
 			cert = map[string]File{contract.FileCertificate: {Data: []byte(st.crt)}, contract.FileKey: {Data: []byte("key of " + st.crt)}}
 		}
 		s.sync()
-		if got := kicked(s.reload); got != st.want {
+		if got := kicked(r); got != st.want {
 			t.Fatalf("%s: reload = %v, want %v", st.name, got, st.want)
 		}
 	}

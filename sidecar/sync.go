@@ -37,18 +37,43 @@ type syncer struct {
 	// truststore, its password: a store is encoded again only when either changes.
 	sets      map[string][sha256.Size]byte
 	passwords map[string]string
-	reporter  reporter
-	metrics   *metrics
 	clock     clock.PassiveClock
-	// reload, when set, hears of every state written; certificate says a workload
-	// certificate belongs to the state the app waits for.
-	reload      *reloader
+	// observers are told of every sync and of what the app then holds, in order: the
+	// metrics, expiry warnings, the reloader, the Events and logs. Which of them a
+	// sidecar has is the list, not a set of optional fields.
+	observers []observer
+	// certificate says a workload certificate belongs to the state the app waits for.
 	certificate bool
-	// expiry, when set, warns of anchors about to expire.
-	expiry *expiryWarner
 	// readDisk is done on the first sync: what a previous run left is the state
 	// the app has, if it has one.
 	readDisk bool
+}
+
+// wroteState is what one sync did and what the app holds after it, as the observers
+// are told of it.
+type wroteState struct {
+	res  syncResult
+	took time.Duration
+	// anchors, expiries and files are, per path written, its number of anchors, when
+	// its first anchor expires, and its anchors; empty when nothing could be written.
+	anchors  map[string]int
+	expiries map[string]time.Time
+	files    map[string][]*tsbundle.Anchor
+	// state identifies what the app is given (syncer.state); complete says every
+	// file it waits for is in it.
+	state    string
+	complete bool
+	// fromDisk: nothing was synced; these are the files a previous run left, found
+	// at start-up, which is what the app has.
+	fromDisk bool
+}
+
+// written reports whether the sync reached the directory.
+func (w wroteState) written() bool { return !w.fromDisk && w.res.writeErr == nil }
+
+// observer is told of each sync.
+type observer interface {
+	wrote(w wroteState)
 }
 
 // syncResult is what one pass did.
@@ -77,9 +102,9 @@ func (r syncResult) Err() error {
 	return errors.New(strings.Join(msgs, "; "))
 }
 
-func newSyncer(groups []pathGroup, w Writer, r reporter, m *metrics, clk clock.PassiveClock) (*syncer, error) {
+func newSyncer(groups []pathGroup, w Writer, clk clock.PassiveClock, observers ...observer) (*syncer, error) {
 	s := &syncer{groups: groups, writer: w, decoder: newDecoder(), lastGood: map[string][]byte{}, sets: map[string][sha256.Size]byte{},
-		passwords: map[string]string{}, reporter: r, metrics: m, clock: clk}
+		passwords: map[string]string{}, clock: clk, observers: observers}
 	// After a container restart the files of the previous run are the last good ones.
 	current, err := w.Read()
 	if err != nil {
@@ -113,7 +138,9 @@ func (s *syncer) sync() syncResult {
 	if !s.readDisk {
 		s.readDisk = true
 		s.readLastGood()
-		s.observeState(extra)
+		found := wroteState{fromDisk: true}
+		found.state, found.complete = s.state(extra)
+		s.tell(found)
 	}
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
@@ -138,6 +165,8 @@ func (s *syncer) sync() syncResult {
 	changed, err := s.writer.Write(payload)
 	res.writeErr = err
 	anchors := map[string]int{}
+	expiries := map[string]time.Time{}
+	files := map[string][]*tsbundle.Anchor{}
 	if err != nil {
 		// Nothing new reached the directory; every path is as it was.
 		for _, g := range s.groups {
@@ -145,21 +174,23 @@ func (s *syncer) sync() syncResult {
 		}
 	} else {
 		res.changed = changed
-		expiries := map[string]time.Time{}
-		files := map[string][]*tsbundle.Anchor{}
 		for p, r := range written {
 			s.lastGood[p], s.sets[p], s.passwords[p] = r.content, r.set, r.password
 			anchors[p] = r.pool.Len()
 			expiries[p] = r.pool.EarliestNotAfter()
 			files[p] = r.pool.Anchors()
 		}
-		s.metrics.setAnchorExpiry(expiries)
-		s.expiry.check(files)
-		s.observeState(extra)
 	}
-	s.metrics.observe(res, anchors, s.clock.Since(start))
-	s.reporter.report(res, anchors)
+	w := wroteState{res: res, took: s.clock.Since(start), anchors: anchors, expiries: expiries, files: files}
+	w.state, w.complete = s.state(extra)
+	s.tell(w)
 	return res
+}
+
+func (s *syncer) tell(w wroteState) {
+	for _, o := range s.observers {
+		o.wrote(w)
+	}
 }
 
 // render merges one path's items and encodes them in the path's format. An item
@@ -242,13 +273,6 @@ func (s *syncer) readLastGood() {
 	}
 }
 
-// observeState tells the reloader, if any, the state now on disk.
-func (s *syncer) observeState(extra map[string]File) {
-	if s.reload != nil {
-		s.reload.observe(s.state(extra))
-	}
-}
-
 // state identifies what the app is given: the set of anchors of every file and the
 // workload certificate; complete says every file it waits for is there.
 func (s *syncer) state(extra map[string]File) (string, bool) {
@@ -268,11 +292,6 @@ func (s *syncer) state(extra map[string]File) (string, bool) {
 		fmt.Fprintf(&b, "%s=%x", contract.FileCertificate, sha256.Sum256(crt.Data))
 	}
 	return b.String(), complete
-}
-
-// reporter tells people what a sync did: logs always, Events on the pod on changes.
-type reporter interface {
-	report(res syncResult, anchors map[string]int)
 }
 
 // eventReporter logs every sync that changed something or failed, and records an
@@ -320,6 +339,13 @@ const (
 	reasonRecovered   = "TrustBundleSyncRecovered"
 	repeatWarningTime = 10 * time.Minute
 )
+
+// wrote logs and records what a sync did; what a previous run left is not news.
+func (r *eventReporter) wrote(w wroteState) {
+	if !w.fromDisk {
+		r.report(w.res, w.anchors)
+	}
+}
 
 func (r *eventReporter) report(res syncResult, anchors map[string]int) {
 	err := res.Err()

@@ -92,7 +92,7 @@ func newTestSyncer(t *testing.T, w *world, writer Writer, sourcesJSON string) (*
 	}
 	events := &fakeEvents{}
 	clk := clocktesting.NewFakeClock(time.Now())
-	s, err := newSyncer(groups, writer, &eventReporter{events: events, failing: failureEvents{clock: clk}}, nil, clk)
+	s, err := newSyncer(groups, writer, clk, &eventReporter{events: events, failing: failureEvents{clock: clk}})
 	if err != nil {
 		t.Fatal(err)
 	}
