@@ -46,6 +46,19 @@ type Config struct {
 // SystemNamespaces are never injected.
 var SystemNamespaces = sets.New("kube-system", "kube-public", "kube-node-lease")
 
+// NamespaceSkipped says why pods of namespace are never injected (SkipSystemNamespace,
+// SkipOwnNamespace), or "" when they may be: the one rule, for the injector and for
+// what is set up in the namespaces it serves.
+func (c Config) NamespaceSkipped(namespace string) string {
+	switch {
+	case SystemNamespaces.Has(namespace):
+		return SkipSystemNamespace
+	case namespace == c.Namespace:
+		return SkipOwnNamespace
+	}
+	return ""
+}
+
 // DefaultImage is the sidecar image when none is configured.
 const DefaultImage = "ghcr.io/trustsync/trustsync:v0.1.0"
 

@@ -83,11 +83,8 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	default:
 		return nil, &RefusalError{PodName: name, Errs: field.ErrorList{field.NotSupported(annotationPath(AnnotationInject), v, []string{"true", "false"})}}
 	}
-	switch {
-	case SystemNamespaces.Has(namespace):
-		return &Result{Skipped: SkipSystemNamespace}, nil
-	case namespace == cfg.Namespace:
-		return &Result{Skipped: SkipOwnNamespace}, nil
+	if reason := cfg.NamespaceSkipped(namespace); reason != "" {
+		return &Result{Skipped: reason}, nil
 	}
 	req, errs := parseRequest(effectiveAnnotations(pod.Annotations, nsAnnotations), cfg)
 	if raw, done := pod.Annotations[AnnotationStatus]; done {

@@ -39,13 +39,13 @@ type eventsBinder struct {
 	client kubernetes.Interface
 	// role names both the ClusterRole and the RoleBinding kept in each namespace.
 	role string
-	// ownNamespace is the webhook's, which the injector never serves.
-	ownNamespace string
-	namespaces   corelisters.NamespaceLister
-	bindings     rbaclisters.RoleBindingLister
-	synced       []cache.InformerSynced
-	queue        workqueue.TypedRateLimitingInterface[string]
-	start        func(stop <-chan struct{})
+	// injector says which namespaces the injector serves.
+	injector   injector.Config
+	namespaces corelisters.NamespaceLister
+	bindings   rbaclisters.RoleBindingLister
+	synced     []cache.InformerSynced
+	queue      workqueue.TypedRateLimitingInterface[string]
+	start      func(stop <-chan struct{})
 }
 
 // managedByLabel marks the bindings the webhook keeps.
@@ -62,7 +62,7 @@ func newEventsBinder(client kubernetes.Interface, factory informers.SharedInform
 	nsInformer := factory.Core().V1().Namespaces()
 	rbInformer := bindingsFactory.Rbac().V1().RoleBindings()
 	b := &eventsBinder{
-		client: client, role: role, ownNamespace: ownNamespace,
+		client: client, role: role, injector: injector.Config{Namespace: ownNamespace},
 		namespaces: nsInformer.Lister(), bindings: rbInformer.Lister(),
 		synced: []cache.InformerSynced{nsInformer.Informer().HasSynced, rbInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -122,7 +122,7 @@ func (b *eventsBinder) next(ctx context.Context) bool {
 
 // served reports whether the injector may put sidecars into pods of namespace ns.
 func (b *eventsBinder) served(ns *corev1.Namespace) bool {
-	return ns.Name != b.ownNamespace && !injector.SystemNamespaces.Has(ns.Name) && ns.Status.Phase != corev1.NamespaceTerminating
+	return b.injector.NamespaceSkipped(ns.Name) == "" && ns.Status.Phase != corev1.NamespaceTerminating
 }
 
 // reconcile makes namespace ns hold exactly the binding it should.
