@@ -67,7 +67,7 @@ func newReloader(targets []reloadTarget, events eventRecorder, clk clock.Clock) 
 // wrote takes the state a sync wrote, or the one a previous run left on disk.
 func (r *reloader) wrote(w wroteState) {
 	if w.fromDisk || w.written() {
-		r.observe(w.state, w.complete)
+		r.observe(w.appState())
 	}
 }
 

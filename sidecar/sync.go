@@ -59,10 +59,10 @@ type wroteState struct {
 	anchors  map[string]int
 	expiries map[string]time.Time
 	files    map[string][]*tsbundle.Anchor
-	// state identifies what the app is given (syncer.state); complete says every
-	// file it waits for is in it.
-	state    string
-	complete bool
+	// appState identifies what the app is given and says whether every file it waits
+	// for is in it (syncer.state); computed only by an observer that asks, during
+	// the sync.
+	appState func() (state string, complete bool)
 	// fromDisk: nothing was synced; these are the files a previous run left, found
 	// at start-up, which is what the app has.
 	fromDisk bool
@@ -138,9 +138,7 @@ func (s *syncer) sync() syncResult {
 	if !s.readDisk {
 		s.readDisk = true
 		s.readLastGood()
-		found := wroteState{fromDisk: true}
-		found.state, found.complete = s.state(extra)
-		s.tell(found)
+		s.tell(wroteState{fromDisk: true, appState: func() (string, bool) { return s.state(extra) }})
 	}
 	res := syncResult{failed: map[string]error{}}
 	payload := map[string]File{}
@@ -181,9 +179,8 @@ func (s *syncer) sync() syncResult {
 			files[p] = r.pool.Anchors()
 		}
 	}
-	w := wroteState{res: res, took: s.clock.Since(start), anchors: anchors, expiries: expiries, files: files}
-	w.state, w.complete = s.state(extra)
-	s.tell(w)
+	s.tell(wroteState{res: res, took: s.clock.Since(start), anchors: anchors, expiries: expiries, files: files,
+		appState: func() (string, bool) { return s.state(extra) }})
 	return res
 }
 
