@@ -284,3 +284,32 @@ func TestSidecar_WatchesABundleAPIServedAfterItStarted(t *testing.T) {
 	}
 	s.WaitFor(t, "ca.pem", merged(a))
 }
+
+// A sidecar that cannot obtain its workload certificate says so on its pod, through
+// the real API server: its ServiceAccount here may not create CSRs, so the request is
+// forbidden. The trust file is written all the same, and no key or certificate
+// appears until one is issued.
+func TestSidecar_ACertificateItCannotObtainIsAWarningOnThePod(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	primary, _ := stores(t, cp, true)
+	a := fixtures.CA("renewal root")
+	if _, err := primary.Create(ctx, ctb("renewal-root", "", nil, a), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := podFor(t, cp, "no-csr-rights")
+	s := runSidecar(t, cp, "run", pod, `[{"name": "renewal-root", "path": "ca.pem"}]`,
+		"--"+contract.FlagCertificate, contract.Flag(contract.FlagServiceAccount, "web"))
+	s.WaitFor(t, "ca.pem", merged(a))
+	waitForEvent(t, cp, pod, "CertificateRenewalFailed", "Cannot obtain a workload certificate; the app has none yet; retrying: failed to create CertificateSigningRequest")
+	for _, e := range eventsFor(t, cp, pod, "CertificateRenewalFailed") {
+		if e.Type != corev1.EventTypeWarning || !strings.Contains(e.Message, "forbidden") {
+			t.Errorf("event %s %q, want a Warning saying the request was forbidden", e.Type, e.Message)
+		}
+	}
+	for _, name := range []string{contract.FileCertificate, contract.FileKey} {
+		if got, err := s.Read(name); err == nil {
+			t.Errorf("%s holds %d bytes with no certificate issued", name, len(got))
+		}
+	}
+}
