@@ -2,11 +2,11 @@ package sidecar
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/render"
 )
 
 // Options are the sidecar's command line: the Spec the injector wrote into the pod
@@ -53,17 +53,7 @@ func (o *Options) spiffeID() string {
 	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", o.Spec.Certificate.TrustDomain, o.PodNamespace, o.ServiceAccount)
 }
 
-// requiredPaths lists the files that must exist for the pod to start: every path with
-// a non-optional source, and the certificate and key when one is asked for.
-func (o *Options) requiredPaths() []string {
-	var out []string
-	if o.Spec.Certificate != nil {
-		out = append(out, contract.FileCertificate, contract.FileKey)
-	}
-	for _, g := range groupByPath(o.Spec.Sources) {
-		if !g.optional() && !slices.Contains(out, g.path) {
-			out = append(out, g.path)
-		}
-	}
-	return out
+// plan is the pod's sources as the pipeline reads them.
+func (o *Options) plan() (*render.Plan, error) {
+	return render.NewPlan(o.Spec.Sources, o.PodNamespace, o.Spec.Certificate != nil)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/write"
 )
 
 func TestProbe(t *testing.T) {
@@ -26,11 +27,11 @@ func TestProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			payload := map[string]File{}
+			payload := map[string]write.File{}
 			for p, c := range tc.files {
-				payload[p] = File{Data: []byte(c), Mode: 0o644}
+				payload[p] = write.File{Data: []byte(c), Mode: 0o644}
 			}
-			if _, err := NewAtomicWriter(dir).Write(payload); err != nil {
+			if _, err := write.NewAtomicWriter(dir).Write(payload); err != nil {
 				t.Fatal(err)
 			}
 			o := parsed(t, contract.Flag(contract.FlagDir, dir), contract.Flag(contract.FlagSources, sourcesJSON))
@@ -100,43 +101,4 @@ func parsed(t *testing.T, args ...string) *Options {
 		t.Fatal(err)
 	}
 	return o
-}
-
-// One bundle or object read by several items (the same bundle as PEM and as a Java
-// truststore, a Secret that is both a source and a store's password) is watched once:
-// every watch holds its own copy of what it selects, which in an idle sidecar is most
-// of its heap.
-func TestSetup_ItemsReadingTheSameObjectShareOneWatch(t *testing.T) {
-	sources, err := contract.ParseSources([]byte(`[
-		{"name": "corp", "path": "ca.pem"},
-		{"name": "corp", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "s", "key": "password"}},
-		{"name": "corp", "path": "t.jks", "format": "jks", "passwordSecret": {"name": "s", "key": "password"}},
-		{"signerName": "example.com/a", "labelSelector": {"matchLabels": {"v": "live"}}, "path": "ca.pem"},
-		{"signerName": "example.com/a", "labelSelector": {"matchLabels": {"v": "live"}}, "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "s", "key": "password"}},
-		{"signerName": "example.com/a", "labelSelector": {}, "path": "all.pem"},
-		{"secret": {"name": "s", "key": "ca.crt"}, "path": "ca.pem"},
-		{"configMap": {"name": "s", "key": "ca.crt"}, "path": "ca.pem"}]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	groups := groupByPath(sources)
-	s := &sidecar{changed: make(chan struct{}, 1)}
-	w, err := s.bundleSources(groups, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(w.sources) != 3 {
-		t.Errorf("%d bundle sources, want 3: corp, the live selector, and the all selector", len(w.sources))
-	}
-	byPath := map[string]pathGroup{}
-	for _, g := range groups {
-		byPath[g.path] = g
-	}
-	if byPath["ca.pem"].items[0].from != byPath["t.jks"].items[0].from || byPath["ca.pem"].items[1].from != byPath["t.p12"].items[1].from {
-		t.Error("items with one selector got two sources")
-	}
-	s.watchObjects(groups, nil, "apps")
-	if len(s.controllers) != 2 {
-		t.Errorf("%d object watches, want 2: Secret s (a source and a password) and ConfigMap s", len(s.controllers))
-	}
 }

@@ -1,4 +1,4 @@
-package sidecar
+package certificate
 
 import (
 	"context"
@@ -19,6 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/podevents/podeventstest"
+	"github.com/trustsync/trustsync/sidecar/write"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -183,17 +186,33 @@ func deny(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.Certifi
 	return csr
 }
 
-func newTestCertManager(t *testing.T, stateDir string, api csrAPI, expirationSeconds int32) (*certManager, *fakeEvents, *int) {
-	writes := 0
-	events := &fakeEvents{}
-	clk := clocktesting.NewFakeClock(certNow)
-	m := &certManager{
-		opts: certOptions{signer: "trustsync.io/workload", keyType: "ECDSAP256", spiffeID: "spiffe://cluster.local/ns/apps/sa/web",
-			podName: "web-1", podUID: "uid-1", stateDir: stateDir, expirationSeconds: expirationSeconds, credentialBundle: true},
-		api: api, clock: clk, jitter: func() float64 { return 0.5 }, events: events, failing: failureEvents{clock: clk},
-		write: func() error { writes++; return nil },
+// writer stands for the pipeline a manager delivers to: it counts the swaps it is
+// asked for, and fails them with err.
+type writer struct {
+	writes int
+	err    error
+}
+
+func (w *writer) deliver(_ context.Context, files map[string]write.File) error {
+	if w.err != nil {
+		return w.err
 	}
-	return m, events, &writes
+	if _, ok := files[fileCert]; !ok {
+		return errors.New("delivered without a certificate")
+	}
+	w.writes++
+	return nil
+}
+
+func newTestCertManager(t *testing.T, stateDir string, api csrAPI, expirationSeconds int32) (*Manager, *podeventstest.Recorder, *writer) {
+	events := &podeventstest.Recorder{}
+	clk := clocktesting.NewFakeClock(certNow)
+	m := &Manager{
+		opts: Options{Signer: "trustsync.io/workload", KeyType: "ECDSAP256", SPIFFEID: "spiffe://cluster.local/ns/apps/sa/web",
+			PodName: "web-1", PodUID: "uid-1", StateDir: stateDir, ExpirationSeconds: expirationSeconds, CredentialBundle: true},
+		api: api, clock: clk, jitter: func() float64 { return 0.5 }, events: events, failing: podevents.Throttle{Clock: clk},
+	}
+	return m, events, &writer{}
 }
 
 func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
@@ -201,11 +220,11 @@ func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
 	stateDir := t.TempDir()
 	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
 	// Asks for 10 hours; the signer gives 1 hour. The issued lifetime is what counts.
-	m, events, writes := newTestCertManager(t, stateDir, api, 36000)
-	if err := m.obtain(context.Background()); err != nil {
+	m, events, w := newTestCertManager(t, stateDir, api, 36000)
+	if err := m.Obtain(context.Background(), w.deliver); err != nil {
 		t.Fatal(err)
 	}
-	files := m.files()
+	files := m.Files()
 	issued, err := parseIssued(files[fileCert].Data, files[fileKey].Data)
 	if err != nil {
 		t.Fatalf("certificate and key do not match: %v", err)
@@ -213,8 +232,8 @@ func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
 	if files[fileKey].Mode != 0o600 || files[fileCredential].Mode != 0o600 || !strings.HasPrefix(string(files[fileCredential].Data), "-----BEGIN PRIVATE KEY-----") {
 		t.Errorf("modes %v %v; credential.pem must start with the key", files[fileKey].Mode, files[fileCredential].Mode)
 	}
-	if *writes != 1 {
-		t.Errorf("%d writes, want one swap for certificate and key", *writes)
+	if w.writes != 1 {
+		t.Errorf("%d writes, want one swap for certificate and key", w.writes)
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, pendingKeyFile)); !os.IsNotExist(err) {
 		t.Error("the pending key outlived its issuance: the next request would reuse it")
@@ -225,8 +244,8 @@ func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
 	if api.stored[api.creates[0]].Spec.ExpirationSeconds == nil || *api.stored[api.creates[0]].Spec.ExpirationSeconds != 36000 {
 		t.Error("the request did not carry expirationSeconds")
 	}
-	if len(events.got) != 1 || !strings.HasPrefix(events.got[0], "Normal CertificateIssued") {
-		t.Errorf("events = %q", events.got)
+	if got := events.Events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal CertificateIssued") {
+		t.Errorf("events = %q", got)
 	}
 }
 
@@ -235,17 +254,17 @@ func TestCertManager_IssuedCertificateAndKeyAreWrittenTogether(t *testing.T) {
 func TestCertManager_ResumesTheSameRequestAfterARestart(t *testing.T) {
 	stateDir := t.TempDir()
 	api := &fakeCSRs{block: true}
-	first, _, _ := newTestCertManager(t, stateDir, api, 0)
+	first, _, w := newTestCertManager(t, stateDir, api, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := first.obtain(ctx); err == nil {
+	if err := first.Obtain(ctx, w.deliver); err == nil {
 		t.Fatal("a request nobody acted on was issued")
 	}
 
 	ca := fixtures.CA("signer")
 	api.block, api.decide = false, signWith(ca, time.Hour)
 	restarted, _, _ := newTestCertManager(t, stateDir, api, 0)
-	if err := restarted.obtain(context.Background()); err != nil {
+	if err := restarted.Obtain(context.Background(), w.deliver); err != nil {
 		t.Fatal(err)
 	}
 	if len(api.creates) != 1 {
@@ -254,7 +273,7 @@ func TestCertManager_ResumesTheSameRequestAfterARestart(t *testing.T) {
 	if !strings.HasPrefix(api.creates[0], "trustsync-web-1-") {
 		t.Errorf("CSR name %q does not name the pod", api.creates[0])
 	}
-	if restarted.files() == nil {
+	if restarted.Files() == nil {
 		t.Error("the resumed request's certificate was not taken")
 	}
 }
@@ -262,23 +281,23 @@ func TestCertManager_ResumesTheSameRequestAfterARestart(t *testing.T) {
 func TestCertManager_ADeniedRequestLeavesNoKeyOrCertificate(t *testing.T) {
 	stateDir := t.TempDir()
 	api := &fakeCSRs{decide: deny}
-	m, events, writes := newTestCertManager(t, stateDir, api, 0)
-	err := m.obtain(context.Background())
+	m, events, w := newTestCertManager(t, stateDir, api, 0)
+	err := m.Obtain(context.Background(), w.deliver)
 	if err == nil || !strings.Contains(err.Error(), "was denied (TrustsyncPolicyDenied)") {
 		t.Fatalf("err = %v", err)
 	}
-	if m.files() != nil || *writes != 0 {
+	if m.Files() != nil || w.writes != 0 {
 		t.Error("a denied request produced files")
 	}
 	if _, err := os.Stat(filepath.Join(stateDir, pendingKeyFile)); !os.IsNotExist(err) {
 		t.Error("the denied request's key was kept: the retry would be denied again by name")
 	}
-	if len(events.got) != 1 || !strings.HasPrefix(events.got[0], "Warning CertificateRequestDenied") {
-		t.Errorf("events = %q", events.got)
+	if got := events.Events(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning CertificateRequestDenied") {
+		t.Errorf("events = %q", got)
 	}
 	// The retry starts over with a fresh key and a new request.
 	api.decide = signWith(fixtures.CA("signer"), time.Hour)
-	if err := m.obtain(context.Background()); err != nil || len(api.creates) != 2 || api.creates[0] == api.creates[1] {
+	if err := m.Obtain(context.Background(), w.deliver); err != nil || len(api.creates) != 2 || api.creates[0] == api.creates[1] {
 		t.Errorf("retry: err %v, creates %q", err, api.creates)
 	}
 }
@@ -288,21 +307,21 @@ func TestCertManager_ADeniedRequestLeavesNoKeyOrCertificate(t *testing.T) {
 func TestCertManager_AFailedRenewalKeepsTheCurrentCertificate(t *testing.T) {
 	ca := fixtures.CA("signer")
 	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
-	m, _, _ := newTestCertManager(t, t.TempDir(), api, 0)
-	if err := m.obtain(context.Background()); err != nil {
+	m, _, w := newTestCertManager(t, t.TempDir(), api, 0)
+	if err := m.Obtain(context.Background(), w.deliver); err != nil {
 		t.Fatal(err)
 	}
-	before := m.files()[fileCert].Data
+	before := m.Files()[fileCert].Data
 	api.decide = deny
-	if err := m.obtain(context.Background()); err == nil {
+	if err := m.Obtain(context.Background(), w.deliver); err == nil {
 		t.Fatal("expected the renewal to fail")
 	}
-	if string(m.files()[fileCert].Data) != string(before) {
+	if string(m.Files()[fileCert].Data) != string(before) {
 		t.Error("a failed renewal replaced the working certificate")
 	}
-	m.write = func() error { return os.ErrPermission }
+	w.err = os.ErrPermission
 	api.decide = signWith(ca, time.Hour)
-	if err := m.obtain(context.Background()); err == nil || string(m.files()[fileCert].Data) != string(before) {
+	if err := m.Obtain(context.Background(), w.deliver); err == nil || string(m.Files()[fileCert].Data) != string(before) {
 		t.Errorf("an unwritable new certificate must not replace the current one: %v", err)
 	}
 }
@@ -312,12 +331,12 @@ func TestCertManager_AdoptsOnlyAMatchingPair(t *testing.T) {
 	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
 	other := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
 	m, _, _ := newTestCertManager(t, t.TempDir(), &fakeCSRs{}, 0)
-	m.adopt(map[string]File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: other.KeyPEM()}})
-	if m.files() != nil {
+	m.Adopt(map[string]write.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: other.KeyPEM()}})
+	if m.Files() != nil {
 		t.Fatal("adopted a certificate with another's key")
 	}
-	m.adopt(map[string]File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: leaf.KeyPEM()}})
-	if m.files() == nil {
+	m.Adopt(map[string]write.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: leaf.KeyPEM()}})
+	if m.Files() == nil {
 		t.Fatal("did not adopt the previous run's certificate")
 	}
 }
@@ -356,17 +375,14 @@ func (f *fakeCSRs) attempted() int {
 func TestCertManager_AFailingRenewalIsAWarningOnThePod(t *testing.T) {
 	ca := fixtures.CA("signer")
 	api := &fakeCSRs{decide: signWith(ca, time.Hour)}
-	m, _, _ := newTestCertManager(t, t.TempDir(), api, 0)
-	events := &lockedEvents{}
-	m.events = events
+	m, events, w := newTestCertManager(t, t.TempDir(), api, 0)
 	clk := m.clock.(*clocktesting.FakeClock)
-	m.failing.clock = clk
 	api.setCreateErr(errors.New("connection refused"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { defer close(done); m.run(ctx) }()
+	go func() { defer close(done); m.run(ctx, w.deliver) }()
 	defer func() { cancel(); <-done }()
 
 	// until waits for the loop to have tried n creates and to be waiting on the clock.
@@ -375,7 +391,7 @@ func TestCertManager_AFailingRenewalIsAWarningOnThePod(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for api.attempted() < n || !clk.HasWaiters() {
 			if time.Now().After(deadline) {
-				t.Fatalf("the renewal loop made %d attempts, want %d; events %q", api.attempted(), n, events.all())
+				t.Fatalf("the renewal loop made %d attempts, want %d; events %q", api.attempted(), n, events.Events())
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -383,7 +399,7 @@ func TestCertManager_AFailingRenewalIsAWarningOnThePod(t *testing.T) {
 	want := []string{"Warning CertificateRenewalFailed: Cannot obtain a workload certificate; the app has none yet; retrying: failed to create CertificateSigningRequest"}
 	check := func(step string) {
 		t.Helper()
-		got := events.all()
+		got := events.Events()
 		if len(got) != len(want) {
 			t.Fatalf("%s: events %q, want %d", step, got, len(want))
 		}

@@ -1,4 +1,4 @@
-package sidecar
+package observe
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/podevents/podeventstest"
 )
 
 // countingTarget records reloads and fails while err is set.
@@ -59,39 +60,17 @@ func (c *countingTarget) failWith(err error) {
 	c.err = err
 }
 
-// lockedEvents is fakeEvents safe for the reloader's goroutine.
-type lockedEvents struct {
-	mu sync.Mutex
-	fakeEvents
-}
-
-func (l *lockedEvents) warning(reason, message string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.fakeEvents.warning(reason, message)
-}
-func (l *lockedEvents) normal(reason, message string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.fakeEvents.normal(reason, message)
-}
-func (l *lockedEvents) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.got...)
-}
-
 // startReloader runs a reloader on a fake clock; step advances the clock once the
 // reloader waits on it.
-func startReloader(t *testing.T) (r *reloader, target *countingTarget, events *lockedEvents, step func(time.Duration), waiting func() bool) {
+func startReloader(t *testing.T) (r *Reloader, target *countingTarget, events *podeventstest.Recorder, step func(time.Duration), waiting func() bool) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
 	target = newCountingTarget()
-	events = &lockedEvents{}
-	r = newReloader([]reloadTarget{target}, events, clk)
+	events = &podeventstest.Recorder{}
+	r = NewReloader([]Target{target}, events, clk, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.run(ctx); close(done) }()
+	go func() { r.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	step = func(d time.Duration) {
 		t.Helper()
@@ -122,7 +101,7 @@ func waitCalls(t *testing.T, c *countingTarget, n int) {
 }
 
 func TestReloader_TheFirstCompleteStateIsTheBaseline(t *testing.T) {
-	r := newReloader(nil, &fakeEvents{}, clocktesting.NewFakeClock(time.Now()))
+	r := NewReloader(nil, &podeventstest.Recorder{}, clocktesting.NewFakeClock(time.Now()), nil)
 	for _, tc := range []struct {
 		state    string
 		complete bool
@@ -212,8 +191,8 @@ func TestReloader_AFailedReloadIsRetriedWithBackoffAndReported(t *testing.T) {
 		t.Fatalf("%d successful reloads, want 1", got)
 	}
 	// The Event follows the call.
-	got := events.all()
-	for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(got[len(got)-1], "Normal ") && time.Now().Before(deadline); got = events.all() {
+	got := events.Events()
+	for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(got[len(got)-1], "Normal ") && time.Now().Before(deadline); got = events.Events() {
 		time.Sleep(time.Millisecond)
 	}
 	warnings := 0
@@ -362,5 +341,15 @@ func TestHasMountPoint_ReadsTheKernelsEscapes(t *testing.T) {
 	}
 	if hasMountPoint(info, "/mnt1") {
 		t.Error("the root field was taken for the mount point")
+	}
+}
+
+// waitFor waits up to ten seconds for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never seen", what)
+		}
 	}
 }

@@ -1,8 +1,12 @@
-package sidecar
+// Package metrics is the pipeline's Prometheus metrics (trustsync_sidecar_*), written in
+// the text format by hand; a nil *Metrics records nothing.
+package metrics
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,8 +15,8 @@ import (
 	"time"
 )
 
-// metrics are the sidecar's Prometheus metrics, served only when
-// --metrics-bind-address is set; a nil *metrics records nothing.
+// Metrics are the sidecar's Prometheus metrics, served only when
+// --metrics-bind-address is set; a nil *Metrics records nothing.
 //
 // They are written in the Prometheus text format by hand, not with client_golang:
 // that library's package initialisation registers its default collectors whether or
@@ -20,7 +24,7 @@ import (
 // docs/benchmarks.md) in every pod that asks for trust, for four metric families that
 // are off by default. The format is small and stable; a test parses the output with
 // Prometheus' own parser.
-type metrics struct {
+type Metrics struct {
 	now func() time.Time
 
 	mu          sync.Mutex
@@ -48,29 +52,21 @@ type histogram struct {
 	sum     float64
 }
 
-func newMetrics(now func() time.Time) *metrics {
-	return &metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}, reloads: map[[2]string]uint64{}}
+// New returns empty metrics read at times now gives.
+func New(now func() time.Time) *Metrics {
+	return &Metrics{now: now, syncs: map[string]*histogram{}, anchors: map[string]int{}, expiries: map[string]time.Time{}, reloads: map[[2]string]uint64{}}
 }
 
-// wrote records a sync: its outcome and duration, and the files' anchors.
-func (m *metrics) wrote(w wroteState) {
-	if w.fromDisk {
-		return
-	}
-	if w.written() {
-		m.setAnchorExpiry(w.expiries)
-	}
-	m.observe(w.res, w.anchors, w.took)
-}
-
-func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Duration) {
+// Sync records one sync: whether every path was written (ok), how long it took, and
+// the anchors of each path written.
+func (m *Metrics) Sync(ok bool, anchors map[string]int, took time.Duration) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	result := "success"
-	if len(res.failed) > 0 {
+	if !ok {
 		result = "error"
 	} else {
 		m.lastSuccess = m.now()
@@ -93,8 +89,8 @@ func (m *metrics) observe(res syncResult, anchors map[string]int, took time.Dura
 	}
 }
 
-// setAnchorExpiry records, per file written, when its first anchor expires.
-func (m *metrics) setAnchorExpiry(expiries map[string]time.Time) {
+// AnchorExpiry records, per file written, when its first anchor expires.
+func (m *Metrics) AnchorExpiry(expiries map[string]time.Time) {
 	if m == nil {
 		return
 	}
@@ -109,7 +105,8 @@ func (m *metrics) setAnchorExpiry(expiries map[string]time.Time) {
 	}
 }
 
-func (m *metrics) setCertificateExpiry(notAfter time.Time) {
+// CertificateExpiry records when the workload certificate expires.
+func (m *Metrics) CertificateExpiry(notAfter time.Time) {
 	if m == nil {
 		return
 	}
@@ -118,7 +115,8 @@ func (m *metrics) setCertificateExpiry(notAfter time.Time) {
 	m.certExpiry = notAfter
 }
 
-func (m *metrics) renewError() {
+// RenewError counts a failed attempt to obtain or renew the workload certificate.
+func (m *Metrics) RenewError() {
 	if m == nil {
 		return
 	}
@@ -127,8 +125,8 @@ func (m *metrics) renewError() {
 	m.renewErrors++
 }
 
-// reload counts one reload attempt through a target of kind ("url" or "signal").
-func (m *metrics) reload(kind string, err error) {
+// Reload counts one reload attempt through a target of kind ("url" or "signal").
+func (m *Metrics) Reload(kind string, err error) {
 	if m == nil {
 		return
 	}
@@ -142,12 +140,12 @@ func (m *metrics) reload(kind string, err error) {
 }
 
 // ServeHTTP writes the metrics in the Prometheus text exposition format 0.0.4.
-func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+func (m *Metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	m.write(w)
 }
 
-func (m *metrics) write(w io.Writer) {
+func (m *Metrics) write(w io.Writer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	results := sortedKeys(m.syncs)
@@ -217,4 +215,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// Serve serves m at addr's /metrics until ctx is done.
+func Serve(ctx context.Context, addr string, m *Metrics) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
 }

@@ -1,4 +1,4 @@
-package sidecar
+package metrics
 
 import (
 	"errors"
@@ -13,17 +13,17 @@ import (
 // The hand-written exposition must be what Prometheus parses, with the values recorded.
 func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	m := newMetrics(func() time.Time { return now })
-	m.observe(syncResult{}, map[string]int{"ca.pem": 3, `odd "path"\n`: 1}, 3*time.Millisecond)
-	m.observe(syncResult{failed: map[string]error{"ca.pem": errors.New("x")}}, nil, 10*time.Second)
+	m := New(func() time.Time { return now })
+	m.Sync(true, map[string]int{"ca.pem": 3, `odd "path"\n`: 1}, 3*time.Millisecond)
+	m.Sync(false, nil, 10*time.Second)
 	expires := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.setAnchorExpiry(map[string]time.Time{"ca.pem": expires, "empty.pem": {}})
+	m.AnchorExpiry(map[string]time.Time{"ca.pem": expires, "empty.pem": {}})
 	certExpires := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	m.setCertificateExpiry(certExpires)
-	m.reload("url", nil)
-	m.reload("url", errors.New("refused"))
-	m.reload("url", nil)
-	m.reload("signal", nil)
+	m.CertificateExpiry(certExpires)
+	m.Reload("url", nil)
+	m.Reload("url", errors.New("refused"))
+	m.Reload("url", nil)
+	m.Reload("signal", nil)
 	now = now.Add(90 * time.Second)
 
 	var out strings.Builder
@@ -93,6 +93,6 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 }
 
 func TestMetrics_NilRecordsNothing(t *testing.T) {
-	var m *metrics
-	m.observe(syncResult{}, nil, time.Second) // must not panic
+	var m *Metrics
+	m.Sync(true, nil, time.Second) // must not panic
 }

@@ -1,4 +1,4 @@
-package sidecar
+package observe
 
 import (
 	"crypto/x509"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/sidecar/podevents"
 )
 
 const (
@@ -20,41 +21,39 @@ const (
 	expiryWarningEvery = 24 * time.Hour
 )
 
-// expiryWarner records a Warning Event on the pod for each anchor it is given that
+// ExpiryWarner records a Warning Event on the pod for each anchor it is given that
 // expires within window, at most once per expiryWarningEvery per anchor: the process
 // remembers what it warned of, and each Event is keyed by the anchor and the day, so
 // a restarted sidecar does not repeat one the pod still shows.
-type expiryWarner struct {
+type ExpiryWarner struct {
 	window time.Duration
-	events onceRecorder
+	events podevents.OnceRecorder
 	clock  clock.PassiveClock
 	warned map[[32]byte]time.Time
 }
 
-// onceRecorder records a Warning Event at most once per key.
-type onceRecorder interface {
-	warningOnce(key, reason, message string)
-}
-
-func newExpiryWarner(days int, events onceRecorder, clk clock.PassiveClock) *expiryWarner {
+// NewExpiryWarner warns days ahead; nil (no warner) for 0 days.
+func NewExpiryWarner(days int, events podevents.OnceRecorder, clk clock.PassiveClock) *ExpiryWarner {
 	if days <= 0 {
 		return nil
 	}
-	return &expiryWarner{window: time.Duration(days) * 24 * time.Hour, events: events, clock: clk, warned: map[[32]byte]time.Time{}}
+	return &ExpiryWarner{window: time.Duration(days) * 24 * time.Hour, events: events, clock: clk, warned: map[[32]byte]time.Time{}}
 }
 
-// wrote looks at the anchors a sync wrote.
-func (w *expiryWarner) wrote(s wroteState) {
-	if s.written() {
-		w.check(s.files)
+// Wrote looks at the anchors a sync wrote.
+func (w *ExpiryWarner) Wrote(s Written) {
+	if !s.Written() {
+		return
 	}
+	files := map[string][]*tsbundle.Anchor{}
+	for p, path := range s.Fresh() {
+		files[p] = path.Anchors
+	}
+	w.check(files)
 }
 
 // check looks at the anchors just written, by path.
-func (w *expiryWarner) check(files map[string][]*tsbundle.Anchor) {
-	if w == nil {
-		return
-	}
+func (w *ExpiryWarner) check(files map[string][]*tsbundle.Anchor) {
 	now := w.clock.Now()
 	for sum, at := range w.warned {
 		if now.Sub(at) >= expiryWarningEvery {
@@ -94,7 +93,7 @@ func (w *expiryWarner) check(files map[string][]*tsbundle.Anchor) {
 	for _, e := range soon {
 		msg := expiryMessage(e.anchor, e.paths, now)
 		klog.InfoS("Trust anchor expires soon", "message", msg)
-		w.events.warningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], now.UTC().Format("20060102")), reasonAnchorExpiring, msg)
+		w.events.WarningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], now.UTC().Format("20060102")), reasonAnchorExpiring, msg)
 		w.warned[e.anchor.Sum] = now
 	}
 }

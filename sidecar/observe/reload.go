@@ -1,4 +1,4 @@
-package sidecar
+package observe
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/sidecar/metrics"
+	"github.com/trustsync/trustsync/sidecar/podevents"
 )
 
 // How reloads are paced. A bundle edit often comes as several watch events, and a CA
@@ -32,24 +35,24 @@ const (
 	reasonReloadFailed = "TrustReloadFailed"
 )
 
-// reloadTarget tells the app once that what it trusts or presents changed.
-type reloadTarget interface {
+// Target tells the app once that what it trusts or presents changed.
+type Target interface {
 	reload(ctx context.Context) (string, error)
 	// kind is the target's label in metrics: url or signal.
 	kind() string
 	String() string
 }
 
-// reloader tells the app when the pod's trust or certificate changed: when the set of
+// Reloader tells the app when the pod's trust or certificate changed: when the set of
 // anchors of a file, or the workload certificate, is not what it was, never for new
 // bytes alone (a truststore re-encoded, a bundle reordered). The state the app
 // started with is the baseline: the first complete state written, or what a restarted
 // sidecar found on disk; reaching it triggers nothing.
-type reloader struct {
-	targets []reloadTarget
-	events  eventRecorder
+type Reloader struct {
+	targets []Target
+	events  podevents.Recorder
 	clock   clock.Clock
-	metrics *metrics
+	metrics *metrics.Metrics
 
 	mu       sync.Mutex
 	baseline string
@@ -60,23 +63,22 @@ type reloader struct {
 	kick        chan struct{}
 }
 
-func newReloader(targets []reloadTarget, events eventRecorder, clk clock.Clock) *reloader {
-	return &reloader{targets: targets, events: events, clock: clk, kick: make(chan struct{}, 1)}
+// NewReloader reloads through targets, recording Events and, when m is not nil,
+// metrics.
+func NewReloader(targets []Target, events podevents.Recorder, clk clock.Clock, m *metrics.Metrics) *Reloader {
+	return &Reloader{targets: targets, events: events, clock: clk, metrics: m, kick: make(chan struct{}, 1)}
 }
 
-// wrote takes the state a sync wrote, or the one a previous run left on disk.
-func (r *reloader) wrote(w wroteState) {
-	if w.fromDisk || w.written() {
-		r.observe(w.appState())
+// Wrote takes the state a sync wrote, or the one a previous run left on disk.
+func (r *Reloader) Wrote(w Written) {
+	if w.FromDisk || w.Written() {
+		r.observe(w.Now.State())
 	}
 }
 
 // observe takes the state just written (or found on disk); complete says every file
 // the app waits for is in it. A change of a known state asks for a reload.
-func (r *reloader) observe(state string, complete bool) {
-	if r == nil {
-		return
-	}
+func (r *Reloader) observe(state string, complete bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -105,7 +107,7 @@ func (r *reloader) observe(state string, complete bool) {
 
 // due is when the pending changes should be delivered: once none came for
 // reloadSettle, or reloadMaxDelay after the first. ok is false when none is pending.
-func (r *reloader) due() (time.Time, bool) {
+func (r *Reloader) due() (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.first.IsZero() {
@@ -120,14 +122,14 @@ func (r *reloader) due() (time.Time, bool) {
 
 // take marks the pending changes as being delivered; changes observed from now on
 // make a new round.
-func (r *reloader) take() {
+func (r *Reloader) take() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.first, r.last = time.Time{}, time.Time{}
 }
 
-// run delivers reloads until ctx is done.
-func (r *reloader) run(ctx context.Context) {
+// Run delivers reloads until ctx is done.
+func (r *Reloader) Run(ctx context.Context) {
 	for {
 		if !r.wait(ctx, r.kick) {
 			return
@@ -141,7 +143,7 @@ func (r *reloader) run(ctx context.Context) {
 
 // wait returns when there is something to do: a change observed (on kick) or the
 // pending changes due. It returns false when ctx is done.
-func (r *reloader) wait(ctx context.Context, kick <-chan struct{}) bool {
+func (r *Reloader) wait(ctx context.Context, kick <-chan struct{}) bool {
 	var timer <-chan time.Time
 	if due, pending := r.due(); pending {
 		t := r.clock.NewTimer(due.Sub(r.clock.Now()))
@@ -159,15 +161,15 @@ func (r *reloader) wait(ctx context.Context, kick <-chan struct{}) bool {
 
 // deliver reloads through every target, retrying the ones that fail with backoff
 // until each succeeded or a newer change is due (which starts a new round for all).
-func (r *reloader) deliver(ctx context.Context) {
+func (r *Reloader) deliver(ctx context.Context) {
 	pending := r.targets
-	failing := failureEvents{clock: r.clock}
+	failing := podevents.Throttle{Clock: r.clock}
 	for attempt := 0; ; attempt++ {
-		var failed []reloadTarget
+		var failed []Target
 		var done, errs []string
 		for _, t := range pending {
 			what, err := t.reload(ctx)
-			r.metrics.reload(t.kind(), err)
+			r.metrics.Reload(t.kind(), err)
 			if err != nil {
 				failed = append(failed, t)
 				errs = append(errs, fmt.Sprintf("%s: %v", t, err))
@@ -177,7 +179,7 @@ func (r *reloader) deliver(ctx context.Context) {
 		}
 		if len(done) > 0 {
 			klog.InfoS("Told the app that its trust or certificate changed", "reloads", done)
-			r.events.normal(reasonReloaded, "Trust or certificate changed; reloaded the app: "+strings.Join(done, "; "))
+			r.events.Normal(reasonReloaded, "Trust or certificate changed; reloaded the app: "+strings.Join(done, "; "))
 		}
 		if len(failed) == 0 {
 			return
@@ -185,8 +187,8 @@ func (r *reloader) deliver(ctx context.Context) {
 		err := errors.New(strings.Join(errs, "; "))
 		delay := min(reloadRetryMin<<min(attempt, 10), reloadRetryMax)
 		klog.ErrorS(err, "Cannot reload the app; retrying", "retryIn", delay)
-		if msg := err.Error(); failing.due(msg) {
-			r.events.warning(reasonReloadFailed, fmt.Sprintf("Cannot reload the app after its trust or certificate changed (retrying in %s): %s", delay, msg))
+		if msg := err.Error(); failing.Due(msg) {
+			r.events.Warning(reasonReloadFailed, fmt.Sprintf("Cannot reload the app after its trust or certificate changed (retrying in %s): %s", delay, msg))
 		}
 		pending = failed
 		retry := r.clock.NewTimer(delay)
@@ -205,7 +207,7 @@ func (r *reloader) deliver(ctx context.Context) {
 }
 
 // requeue hands the kick deliver consumed back to the run loop.
-func (r *reloader) requeue() {
+func (r *Reloader) requeue() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
@@ -217,6 +219,9 @@ type urlTarget struct {
 	url    string
 	client *http.Client
 }
+
+// NewURLTarget POSTs to url.
+func NewURLTarget(url string) Target { return newURLTarget(url) }
 
 func newURLTarget(url string) *urlTarget {
 	return &urlTarget{url: url, client: &http.Client{

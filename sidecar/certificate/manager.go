@@ -1,4 +1,8 @@
-package sidecar
+// Package certificate obtains and rotates a pod's workload certificate through the
+// CertificateSigningRequest API. It is one more input of the pod's pipeline: each new
+// certificate is offered to the pipeline, which writes it with the trust files in one
+// swap and answers whether it could.
+package certificate
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,12 +28,16 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/metrics"
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/write"
 )
 
 // The workload certificate's files (contract.File*), and the pending key's in the
@@ -44,16 +53,17 @@ const (
 	reasonCertFailing = "CertificateRenewalFailed"
 )
 
-// certOptions describe the certificate to request.
-type certOptions struct {
-	signer            string
-	expirationSeconds int32
-	dnsNames          []string
-	keyType           string
-	credentialBundle  bool
-	spiffeID          string
-	podName, podUID   string
-	stateDir          string
+// Options describe the certificate to request.
+type Options struct {
+	Signer            string
+	ExpirationSeconds int32
+	DNSNames          []string
+	KeyType           string
+	CredentialBundle  bool
+	SPIFFEID          string
+	PodName, PodUID   string
+	// StateDir keeps the pending key, where the app does not read it.
+	StateDir string
 }
 
 // issuedCert is a certificate the sidecar holds, with its key.
@@ -63,27 +73,63 @@ type issuedCert struct {
 	leaf     *x509.Certificate
 }
 
-// certManager obtains and rotates the workload certificate through the CSR API, as
+// Manager obtains and rotates the workload certificate through the CSR API, as
 // the kubelet's client certificate manager does (KEP-266): the key is kept, in a
 // sidecar-only directory, until a CSR made from it is issued, so a restart resumes the
 // same request; the CSR is named from the key and the pod, so a restarted sidecar waits
 // on the CSR it created instead of making another; rotation happens at a jittered
 // point between 70% and 90% of the issued certificate's own lifetime, with a fresh key;
 // failures keep the current certificate and retry with capped, jittered backoff.
-type certManager struct {
-	opts    certOptions
+type Manager struct {
+	opts    Options
 	api     csrAPI
 	clock   clock.Clock
 	jitter  func() float64
-	events  eventRecorder
-	metrics *metrics
-	// write writes the trust files and the certificate files in one atomic swap.
-	write func() error
+	events  podevents.Recorder
+	metrics *metrics.Metrics
 	// failing throttles CertificateRenewalFailed Events to one per new failure.
-	failing failureEvents
+	failing podevents.Throttle
 
 	mu      sync.Mutex
 	current *issuedCert
+}
+
+// New returns a manager requesting through csrs (a certificates.k8s.io/v1 client) and
+// recording Events on the pod; m may be nil.
+func New(opts Options, csrs rest.Interface, events podevents.Recorder, m *metrics.Metrics) *Manager {
+	clk := clock.RealClock{}
+	return &Manager{opts: opts, api: restCSRs{c: csrs, poll: csrPollFirst, pollCap: csrPollCap}, clock: clk, jitter: mrand.Float64,
+		events: events, metrics: m, failing: podevents.Throttle{Clock: clk}}
+}
+
+// Deliver writes a new certificate's files with the trust files, in one swap, and says
+// whether they were written.
+type Deliver func(ctx context.Context, files map[string]write.File) error
+
+// Offer is a new certificate handed to the pipeline that writes it; the pipeline
+// answers on Written (nil: written).
+type Offer struct {
+	Files   map[string]write.File
+	Written chan<- error
+}
+
+// OfferTo delivers through offers: the pipeline's loop receives the offer as one more
+// input, writes, and answers.
+func OfferTo(offers chan<- Offer) Deliver {
+	return func(ctx context.Context, files map[string]write.File) error {
+		answer := make(chan error, 1)
+		select {
+		case offers <- Offer{Files: files, Written: answer}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		select {
+		case err := <-answer:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // csrAPI is what the manager needs of the CSR API.
@@ -93,27 +139,31 @@ type csrAPI interface {
 	waitDone(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error)
 }
 
-// files returns the certificate files to write, or none before the first issuance.
-func (m *certManager) files() map[string]File {
+// Files returns the current certificate's files, or none before the first issuance.
+func (m *Manager) Files() map[string]write.File {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.current == nil {
+	return m.files(m.current)
+}
+
+func (m *Manager) files(c *issuedCert) map[string]write.File {
+	if c == nil {
 		return nil
 	}
-	out := map[string]File{
-		fileCert: {Data: m.current.chainPEM, Mode: 0o644},
+	out := map[string]write.File{
+		fileCert: {Data: c.chainPEM, Mode: 0o644},
 		// The sidecar runs as the app's uid, so 0600 still lets the app read its key.
-		fileKey: {Data: m.current.keyPEM, Mode: 0o600},
+		fileKey: {Data: c.keyPEM, Mode: 0o600},
 	}
-	if m.opts.credentialBundle {
-		out[fileCredential] = File{Data: append(append([]byte{}, m.current.keyPEM...), m.current.chainPEM...), Mode: 0o600}
+	if m.opts.CredentialBundle {
+		out[fileCredential] = write.File{Data: append(append([]byte{}, c.keyPEM...), c.chainPEM...), Mode: 0o600}
 	}
 	return out
 }
 
-// adopt takes over a certificate and key a previous run of the sidecar wrote, if they
-// belong together: a container restart must not cost a new certificate.
-func (m *certManager) adopt(existing map[string]File) {
+// Adopt takes over a certificate and key a previous run wrote, if they belong
+// together: a container restart must not cost a new certificate.
+func (m *Manager) Adopt(existing map[string]write.File) {
 	c, err := parseIssued(existing[fileCert].Data, existing[fileKey].Data)
 	if err != nil {
 		return
@@ -182,8 +232,12 @@ func (s *schedule) deadline(cert *issuedCert, jitter func() float64) time.Time {
 	return s.at
 }
 
-// run keeps a valid certificate until ctx is done.
-func (m *certManager) run(ctx context.Context) {
+// Run keeps a valid certificate until ctx is done, offering each new one on offers.
+func (m *Manager) Run(ctx context.Context, offers chan<- Offer) {
+	m.run(ctx, OfferTo(offers))
+}
+
+func (m *Manager) run(ctx context.Context, deliver Deliver) {
 	failures := 0
 	var sched schedule
 	for {
@@ -192,22 +246,22 @@ func (m *certManager) run(ctx context.Context) {
 		current := m.current
 		m.mu.Unlock()
 		if current != nil {
-			m.metrics.setCertificateExpiry(current.leaf.NotAfter)
+			m.metrics.CertificateExpiry(current.leaf.NotAfter)
 			wait = sched.deadline(current, m.jitter).Sub(m.clock.Now())
 		}
 		if wait <= 0 {
-			if err := m.obtain(ctx); err != nil {
+			if err := m.Obtain(ctx, deliver); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
-				m.metrics.renewError()
+				m.metrics.RenewError()
 				wait = retryDelay(failures, m.jitter())
 				failures++
 				klog.ErrorS(err, "Cannot obtain the workload certificate; keeping the current one and retrying", "retryIn", wait, "haveCertificate", current != nil)
 				m.reportFailure(err, current)
 			} else {
 				failures = 0
-				m.failing.recovered()
+				m.failing.Recovered()
 				continue
 			}
 		}
@@ -223,7 +277,7 @@ func (m *certManager) run(ctx context.Context) {
 // be obtained and until when the current one (if any) serves; a denial already has
 // its own Event. The message leaves out the retry time so that a lasting failure is
 // recorded once (and again every repeatWarningTime), not on every retry.
-func (m *certManager) reportFailure(err error, current *issuedCert) {
+func (m *Manager) reportFailure(err error, current *issuedCert) {
 	var refused refusedError
 	if errors.As(err, &refused) {
 		return
@@ -232,8 +286,8 @@ func (m *certManager) reportFailure(err error, current *issuedCert) {
 	if current != nil {
 		msg = fmt.Sprintf("Cannot renew the workload certificate; keeping the current one, valid until %s; retrying: %v", current.leaf.NotAfter.UTC().Format(time.RFC3339), err)
 	}
-	if m.failing.due(msg) {
-		m.events.warning(reasonCertFailing, msg)
+	if m.failing.Due(msg) {
+		m.events.Warning(reasonCertFailing, msg)
 	}
 }
 
@@ -244,9 +298,9 @@ func (e refusedError) Error() string {
 	return fmt.Sprintf("CertificateSigningRequest %q was %s", e.name, e.why)
 }
 
-// obtain requests a certificate with the pending key (made and saved first if there is
-// none), waits for it, and writes it with its key.
-func (m *certManager) obtain(ctx context.Context) error {
+// Obtain requests a certificate with the pending key (made and saved first if there is
+// none), waits for it, and has deliver write it with its key.
+func (m *Manager) Obtain(ctx context.Context, deliver Deliver) error {
 	key, err := m.pendingKey()
 	if err != nil {
 		return err
@@ -261,7 +315,7 @@ func (m *certManager) obtain(ctx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("failed to create CertificateSigningRequest %q: %w", name, err)
 	} else {
-		klog.InfoS("Requested a workload certificate", "csr", name, "signer", m.opts.signer, "identity", m.opts.spiffeID)
+		klog.InfoS("Requested a workload certificate", "csr", name, "signer", m.opts.Signer, "identity", m.opts.SPIFFEID)
 	}
 	done, err := m.api.waitDone(ctx, name)
 	if err != nil {
@@ -269,28 +323,24 @@ func (m *certManager) obtain(ctx context.Context) error {
 	}
 	if refused := refusal(done); refused != "" {
 		// The next attempt starts over with a fresh key and a new request.
-		_ = os.Remove(filepath.Join(m.opts.stateDir, pendingKeyFile))
-		m.events.warning(reasonCertDenied, fmt.Sprintf("CertificateSigningRequest %s was %s", name, refused))
+		_ = os.Remove(filepath.Join(m.opts.StateDir, pendingKeyFile))
+		m.events.Warning(reasonCertDenied, fmt.Sprintf("CertificateSigningRequest %s was %s", name, refused))
 		return refusedError{name: name, why: refused}
 	}
 	issued, err := parseIssued(done.Status.Certificate, encodeKey(key))
 	if err != nil {
 		return fmt.Errorf("CertificateSigningRequest %q: the issued certificate is unusable: %w", name, err)
 	}
-	m.mu.Lock()
-	previous := m.current
-	m.current = issued
-	m.mu.Unlock()
-	if err := m.write(); err != nil {
-		m.mu.Lock()
-		m.current = previous
-		m.mu.Unlock()
+	if err := deliver(ctx, m.files(issued)); err != nil {
 		return fmt.Errorf("cannot write the new certificate: %w", err)
 	}
+	m.mu.Lock()
+	m.current = issued
+	m.mu.Unlock()
 	// Written: the key now lives with its certificate, and the next request gets a new one.
-	_ = os.Remove(filepath.Join(m.opts.stateDir, pendingKeyFile))
-	m.metrics.setCertificateExpiry(issued.leaf.NotAfter)
-	m.events.normal(reasonCertIssued, fmt.Sprintf("Certificate for %s issued, valid until %s", m.opts.spiffeID, issued.leaf.NotAfter.UTC().Format(time.RFC3339)))
+	_ = os.Remove(filepath.Join(m.opts.StateDir, pendingKeyFile))
+	m.metrics.CertificateExpiry(issued.leaf.NotAfter)
+	m.events.Normal(reasonCertIssued, fmt.Sprintf("Certificate for %s issued, valid until %s", m.opts.SPIFFEID, issued.leaf.NotAfter.UTC().Format(time.RFC3339)))
 	klog.InfoS("Wrote the workload certificate", "csr", name, "notAfter", issued.leaf.NotAfter)
 	return nil
 }
@@ -313,21 +363,21 @@ func refusal(csr *certificatesv1.CertificateSigningRequest) string {
 
 // pendingKey returns the key a request is (or will be) made from, creating and saving
 // it first when there is none, so a restart finds the same key.
-func (m *certManager) pendingKey() (crypto.Signer, error) {
-	path := filepath.Join(m.opts.stateDir, pendingKeyFile)
+func (m *Manager) pendingKey() (crypto.Signer, error) {
+	path := filepath.Join(m.opts.StateDir, pendingKeyFile)
 	if data, err := os.ReadFile(path); err == nil {
 		if key, err := decodeKey(data); err == nil {
 			return key, nil
 		}
 		klog.InfoS("Discarding an unreadable pending key", "path", path)
 	}
-	key, err := generateKey(m.opts.keyType)
+	key, err := generateKey(m.opts.KeyType)
 	if err != nil {
 		return nil, err
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, encodeKey(key), 0o600); err != nil {
-		return nil, fmt.Errorf("cannot save the pending key in %s: %w", m.opts.stateDir, err)
+		return nil, fmt.Errorf("cannot save the pending key in %s: %w", m.opts.StateDir, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, err
@@ -336,22 +386,22 @@ func (m *certManager) pendingKey() (crypto.Signer, error) {
 }
 
 // request builds the CSR for key. Its name is derived from the public key and the pod.
-func (m *certManager) request(key crypto.Signer) (string, *certificatesv1.CertificateSigningRequest, error) {
+func (m *Manager) request(key crypto.Signer) (string, *certificatesv1.CertificateSigningRequest, error) {
 	spki, err := x509.MarshalPKIXPublicKey(key.Public())
 	if err != nil {
 		return "", nil, err
 	}
-	sum := sha256.Sum256(append(spki, m.opts.podUID...))
-	prefix := m.opts.podName
+	sum := sha256.Sum256(append(spki, m.opts.PodUID...))
+	prefix := m.opts.PodName
 	if len(prefix) > 200 {
 		prefix = prefix[:200]
 	}
 	name := "trustsync-" + prefix + "-" + hex.EncodeToString(sum[:8])
-	uri, err := url.Parse(m.opts.spiffeID)
+	uri, err := url.Parse(m.opts.SPIFFEID)
 	if err != nil {
 		return "", nil, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: m.opts.dnsNames, URIs: []*url.URL{uri}}, key)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: m.opts.DNSNames, URIs: []*url.URL{uri}}, key)
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot build the certificate request: %w", err)
 	}
@@ -362,13 +412,13 @@ func (m *certManager) request(key crypto.Signer) (string, *certificatesv1.Certif
 	csr := &certificatesv1.CertificateSigningRequest{
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: m.opts.signer,
+			SignerName: m.opts.Signer,
 			Usages:     usages,
 		},
 	}
 	csr.Name = name
-	if m.opts.expirationSeconds > 0 {
-		csr.Spec.ExpirationSeconds = &m.opts.expirationSeconds
+	if m.opts.ExpirationSeconds > 0 {
+		csr.Spec.ExpirationSeconds = &m.opts.ExpirationSeconds
 	}
 	return name, csr, nil
 }

@@ -1,4 +1,4 @@
-package sidecar
+package observe
 
 import (
 	"bufio"
@@ -36,6 +36,9 @@ type signalTarget struct {
 	procfs    string
 	kill      func(pid int, sig syscall.Signal) error
 }
+
+// NewSignalTarget sends the signal name to the main process of container.
+func NewSignalTarget(name, container string) Target { return newSignalTarget(name, container) }
 
 func newSignalTarget(name, container string) *signalTarget {
 	return &signalTarget{container: container, signal: signals[name], name: name, procfs: "/proc", kill: syscall.Kill}

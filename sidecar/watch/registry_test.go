@@ -1,21 +1,21 @@
-package sidecar
+package watch
 
 import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -37,19 +37,17 @@ func fakeBundleClient(objects ...runtime.Object) *dynamicfake.FakeDynamicClient 
 	}, objects...)
 }
 
-// watchesOfRoot watches the one source {"name": "root"} through dyn.
-func watchesOfRoot(t *testing.T, dyn *dynamicfake.FakeDynamicClient) (*bundleWatches, *bundleSource) {
+// rootSet is a registry over dyn and the set of one pipeline reading {"name": "root"}.
+func rootSet(t *testing.T, dyn *dynamicfake.FakeDynamicClient) (*Registry, *Set, context.Context) {
 	t.Helper()
-	sel := tsbundle.Selector{Name: "root"}
-	match, err := sel.Matcher()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := New(ctx, dyn, nil)
+	s, err := r.Acquire(Request{Bundles: map[string]tsbundle.Selector{"root": {Name: "root"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := &bundleSource{selector: sel, match: match}
-	return &bundleWatches{dyn: dyn, sources: []*bundleSource{src}, lock: &sync.Mutex{}, apis: map[string]*apiWatch{},
-		newInformer: func(lw cache.ListerWatcher) (cache.Store, watcher) {
-			return newReflectorWatch(lw, &certificatesv1.ClusterTrustBundle{}, func() {})
-		}}, src
+	return r, s, ctx
 }
 
 // The served APIs change under a running sidecar: each change is followed, and the
@@ -58,9 +56,7 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 	nativeCA, mirrorCA := fixtures.CA("native"), fixtures.CA("mirror")
 	dyn := fakeBundleClient(ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(nativeCA)), ctbObject(tsbundle.Mirror, "root", fixtures.Bundle(mirrorCA)))
 
-	w, src := watchesOfRoot(t, dyn)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	r, set, ctx := rootSet(t, dyn)
 	native := tsbundle.NativeV1
 
 	steps := []struct {
@@ -76,29 +72,21 @@ func TestBundleWatches_FollowTheServedAPIs(t *testing.T) {
 		{name: "an API no longer served stops contributing", served: tsbundle.Served{Mirror: true}, wantChanged: true, want: []*fixtures.Cert{mirrorCA}},
 	}
 	for _, step := range steps {
-		changed, err := w.update(ctx, step.served, 0)
+		changed, err := r.Follow(ctx, step.served, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
 		if changed != step.wantChanged {
 			t.Errorf("%s: changed = %v, want %v", step.name, changed, step.wantChanged)
 		}
-		got, err := src.anchors(newDecoder())
-		if len(step.want) == 0 {
-			if err == nil {
-				t.Errorf("%s: anchors %d, want a not-found error", step.name, len(got))
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", step.name, err)
-		}
 		wantPool, gotPool := tsbundle.NewPool(), tsbundle.NewPool()
 		for _, c := range step.want {
 			wantPool.AddDER(c.Cert.Raw)
 		}
-		for _, a := range got {
-			gotPool.AddDER(a.DER)
+		for _, b := range set.Bundles("root") {
+			if err := gotPool.AddPEM([]byte(b.Spec.TrustBundle)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if string(gotPool.PEM()) != string(wantPool.PEM()) {
 			t.Errorf("%s: anchors =\n%s\nwant\n%s", step.name, gotPool.PEM(), wantPool.PEM())
@@ -117,21 +105,92 @@ func TestBundleWatches_AnAPIThatCannotListIsLeftOut(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	w, src := watchesOfRoot(t, dyn)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	r, set, ctx := rootSet(t, dyn)
 	native := tsbundle.NativeV1
-	if _, err := w.update(ctx, tsbundle.Served{Native: &native}, time.Second); err != nil {
+	if _, err := r.Follow(ctx, tsbundle.Served{Native: &native}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	_, err := w.update(ctx, tsbundle.Served{Native: &native, Mirror: true}, 200*time.Millisecond)
+	_, err := r.Follow(ctx, tsbundle.Served{Native: &native, Mirror: true}, 200*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "clustertrustbundles.v1alpha1.trustsync.io did not list within 200ms; check that the pod's ServiceAccount may list and watch it") {
 		t.Fatalf("update = %v, want the API named and the likely cause", err)
 	}
-	if len(w.apis) != 1 || len(src.stores) != 1 {
-		t.Errorf("watching %d APIs with %d stores, want the native one alone", len(w.apis), len(src.stores))
+	if n := r.Watches(); n != 1 {
+		t.Errorf("%d watches, want the native one alone", n)
 	}
-	if got, err := src.anchors(newDecoder()); err != nil || len(got) != 1 {
-		t.Errorf("anchors = %d, %v; want the native bundle's", len(got), err)
+	if !set.WaitSynced(ctx) {
+		t.Fatal("not synced")
 	}
+	if got := set.Bundles("root"); len(got) != 1 || got[0].Spec.TrustBundle != fixtures.Bundle(nativeCA) {
+		t.Errorf("bundles = %v; want the native bundle", got)
+	}
+}
+
+// Pipelines reading the same thing share one watch, which stops when the last lets go;
+// the same object read with other credentials is another watch.
+func TestRegistry_OneWatchPerDistinctSourceNotPerPipeline(t *testing.T) {
+	dyn := fakeBundleClient(ctbObject(tsbundle.NativeV1, "root", fixtures.Bundle(fixtures.CA("root"))))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := New(ctx, dyn, nil)
+	native := tsbundle.NativeV1
+	if _, err := r.Follow(ctx, tsbundle.Served{Native: &native}, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing answers here: the object watches retry, which is all this test needs.
+	unreachable, err := rest.RESTClientFor(&rest.Config{Host: "http://127.0.0.1:1", ContentConfig: rest.ContentConfig{
+		GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(clientKey string) Request {
+		return Request{Bundles: map[string]tsbundle.Selector{"root": {Name: "root"}}, Namespace: "apps",
+			ConfigMaps: []string{"ca"}, Secrets: []string{"ca"}, Client: unreachable, ClientKey: clientKey}
+	}
+	var sets []*Set
+	for range 50 {
+		s, err := r.Acquire(pod("apps:sa"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, s)
+	}
+	if n := r.Watches(); n != 3 {
+		t.Fatalf("50 pipelines reading one bundle, one ConfigMap and one Secret run %d watches, want 3", n)
+	}
+	other, err := r.Acquire(pod("apps:other-sa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Watches(); n != 5 {
+		t.Errorf("another identity reading the same objects: %d watches, want 5 (its objects apart, the public bundle shared)", n)
+	}
+	other.Close()
+	for _, s := range sets[1:] {
+		s.Close()
+	}
+	if n := r.Watches(); n != 3 {
+		t.Errorf("with one pipeline left: %d watches, want 3", n)
+	}
+	if !seesBundle(t, sets[0], "root") {
+		t.Error("the remaining pipeline lost its bundle")
+	}
+	sets[0].Close()
+	if n := r.Watches(); n != 0 {
+		t.Errorf("with none left: %d watches, want 0", n)
+	}
+}
+
+// seesBundle waits for s to hold the named bundle.
+func seesBundle(t *testing.T, s *Set, name string) bool {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, b := range s.Bundles("root") {
+			if b.Name == name {
+				return true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package sidecar
+package certificate
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/trustsync/trustsync/sidecar/kubeclient"
 )
 
 // csrServer answers GETs of one CSR with answer(n), n counting from 1; it serves
@@ -36,7 +38,7 @@ func csrServer(t *testing.T, name string, answer func(n int32) (int, *certificat
 		}
 	}))
 	t.Cleanup(srv.Close)
-	c, err := csrClient(&rest.Config{Host: srv.URL})
+	c, err := kubeclient.CSRs(&rest.Config{Host: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,129 @@
+package sidecar
+
+import (
+	"context"
+	goruntime "runtime"
+	"runtime/debug"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/sidecar/certificate"
+	"github.com/trustsync/trustsync/sidecar/kubeclient"
+	"github.com/trustsync/trustsync/sidecar/metrics"
+	"github.com/trustsync/trustsync/sidecar/observe"
+	"github.com/trustsync/trustsync/sidecar/pipeline"
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/render"
+	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/sidecar/write"
+)
+
+// pod is the sidecar's one pipeline and what feeds it.
+type pod struct {
+	plan     *render.Plan
+	registry *watch.Registry
+	sources  *watch.Set
+	// bundles says the plan reads bundles, whose served APIs are rediscovered.
+	bundles  bool
+	pipeline *pipeline.Pipeline
+	cert     *certificate.Manager // nil without --certificate
+	reload   *observe.Reloader    // nil unless the app is to be told of changes
+	close    func()
+}
+
+// setup wires the pod's pipeline: its watches, the files a previous run left, the
+// certificate, and its observers; m may be nil.
+func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
+	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-sidecar")
+	if err != nil {
+		return nil, err
+	}
+	core, err := kubeclient.Core(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &pod{}
+	if p.plan, err = o.plan(); err != nil {
+		return nil, err
+	}
+	p.registry = watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
+	if p.bundles = len(p.plan.Selectors()) > 0; p.bundles {
+		served, err := p.registry.Discover(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(served.APIs()) == 0 {
+			klog.InfoS("Neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served yet; bundle sources match nothing until one is", "rediscoveryInterval", o.APIDiscoveryInterval)
+		}
+	}
+	if p.sources, err = p.registry.Acquire(pipeline.WatchRequest(p.plan, core, "")); err != nil {
+		return nil, err
+	}
+	events, stopEvents := podevents.New(ctx, core, podevents.PodRef{Namespace: o.PodNamespace, Name: o.PodName, UID: o.PodUID})
+	p.close = func() { stopEvents(); p.sources.Close() }
+	writer := write.NewAtomicWriter(o.Spec.Dir)
+	onDisk, err := writer.Read()
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	clk := clock.RealClock{}
+	var observers []observe.Observer
+	if m != nil {
+		observers = append(observers, observe.Metrics(m))
+	}
+	if w := observe.NewExpiryWarner(o.Spec.ExpiryWarningDays, events, clk); w != nil {
+		observers = append(observers, w)
+	}
+	if r := o.Spec.Reload; r != nil {
+		var targets []observe.Target
+		if r.URL != "" {
+			targets = append(targets, observe.NewURLTarget(r.URL))
+		}
+		if r.Signal != "" {
+			targets = append(targets, observe.NewSignalTarget(r.Signal, r.Container))
+		}
+		p.reload = observe.NewReloader(targets, events, clk, m)
+		observers = append(observers, p.reload)
+	}
+	// The reporter goes last: its "Wrote trust files" then follows every other
+	// observer's decision about the same write (the reloader's, say) in the log.
+	observers = append(observers, observe.NewReporter(events, podevents.Throttle{Clock: clk}))
+	var certFiles map[string]write.File
+	if c := o.Spec.Certificate; c != nil {
+		csrs, err := kubeclient.CSRs(cfg)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.cert = certificate.New(certificate.Options{
+			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
+			SPIFFEID: o.spiffeID(), PodName: o.PodName, PodUID: o.PodUID, StateDir: c.StateDir,
+		}, csrs, events, m)
+		p.cert.Adopt(onDisk)
+		certFiles = p.cert.Files()
+	}
+	p.pipeline = pipeline.New(pipeline.Config{Plan: p.plan, Sources: p.sources, Writer: writer, OnDisk: onDisk, Certificate: certFiles,
+		Observers: observers, Clock: clk, Settled: startUpDone})
+	return p, nil
+}
+
+// startUpDone hands what start-up (discovery, the initial lists, the first merges and
+// encodings: the sidecar's peak) freed back to the OS rather than wait for the
+// scavenger, since this process idles in every pod. Its log line is said once, at the
+// default level: it is also the mark after which everything the start-up sync decided
+// (the reload baseline among it) is done, which tests and people reading the log wait
+// for.
+func startUpDone() {
+	debug.FreeOSMemory()
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	klog.InfoS("Start-up done: the files are current; returned start-up memory to the OS", "heapInUseKiB", ms.HeapInuse/1024, "heapReleasedKiB", ms.HeapReleased/1024, "stackKiB", ms.StackInuse/1024, "sysKiB", ms.Sys/1024)
+}
