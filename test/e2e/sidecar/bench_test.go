@@ -124,7 +124,7 @@ func startSidecars(b *testing.B, cp *controlplane.ControlPlane, name string, n i
 
 // tmpfsDir returns a fresh directory on tmpfs (/dev/shm), or fails: a disk-backed
 // directory would measure the disk's metadata latency, not the sidecar.
-func tmpfsDir(b *testing.B) string {
+func tmpfsDir(b testing.TB) string {
 	dir, err := os.MkdirTemp("/dev/shm", "trustsync-bench-")
 	if err != nil {
 		b.Skipf("no tmpfs at /dev/shm to measure on: %v", err)
@@ -164,11 +164,17 @@ func swaps(b *testing.B, watcher *fsnotify.Watcher, dirs []string, start time.Ti
 }
 
 // waitAll waits until every directory's ca.pem holds want.
-func waitAll(b *testing.B, dirs []string, want []byte) {
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		for _, d := range dirs {
+func waitAll(b testing.TB, dirs []string, want []byte) {
+	waitEach(b, dirs, func(int) []byte { return want })
+}
+
+// waitEach waits until directory i's ca.pem holds want(i), for every i.
+func waitEach(b testing.TB, dirs []string, want func(i int) []byte) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		for i, d := range dirs {
 			got, err := os.ReadFile(filepath.Join(d, "ca.pem"))
-			if err != nil || string(got) != string(want) {
+			if err != nil || string(got) != string(want(i)) {
 				return false, nil
 			}
 		}

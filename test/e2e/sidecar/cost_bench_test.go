@@ -75,7 +75,7 @@ func benchAPIServerCost(b *testing.B, n int) {
 	}
 }
 
-func usage(b *testing.B, cp *controlplane.ControlPlane) controlplane.Usage {
+func usage(b testing.TB, cp *controlplane.ControlPlane) controlplane.Usage {
 	u, err := cp.Usage(context.Background())
 	if err != nil {
 		b.Fatal(err)
