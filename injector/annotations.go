@@ -273,13 +273,16 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 			p.invalid(AnnotationContainers, "must list at least one container name, separated by commas")
 		}
 	}
-	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative)}))
+	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative), string(DeliveryNode)}))
 	r.certificate = p.certificate(r.delivery)
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
 	r.reload = p.reload()
-	if r.delivery == DeliveryNative {
+	switch r.delivery {
+	case DeliveryNative:
 		p.errs = append(p.errs, checkNative(a, r, cfg)...)
+	case DeliveryNode:
+		p.errs = append(p.errs, checkNode(a, cfg)...)
 	}
 	return r, p.errs
 }

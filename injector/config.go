@@ -41,6 +41,9 @@ type Config struct {
 	Policy *policy.Policy
 	// NativeAPIs are the native APIs the API server serves: delivery native needs them.
 	NativeAPIs NativeAPIs
+	// NodeAgent says the node agent's CSIDriver (csi.trustsync.io) is installed:
+	// delivery node needs it.
+	NodeAgent bool
 }
 
 // SystemNamespaces are never injected.

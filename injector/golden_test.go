@@ -23,7 +23,9 @@ type goldenInput struct {
 	DefaultMode          Mode              `json:"defaultMode,omitempty"`
 	// NativeAPIs are what the API server serves; unset means both native APIs.
 	NativeAPIs *NativeAPIs `json:"nativeAPIs,omitempty"`
-	Pod        corev1.Pod  `json:"pod"`
+	// NodeAgent says the agent's CSIDriver is installed; unset means it is.
+	NodeAgent *bool      `json:"nodeAgent,omitempty"`
+	Pod       corev1.Pod `json:"pod"`
 }
 
 // config is the injector's configuration for a case.
@@ -32,7 +34,8 @@ func (in goldenInput) config() Config {
 	if in.NativeAPIs != nil {
 		apis = *in.NativeAPIs
 	}
-	return Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: in.DefaultMode, Policy: goldenPolicy, NativeAPIs: apis}
+	return Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: in.DefaultMode, Policy: goldenPolicy, NativeAPIs: apis,
+		NodeAgent: in.NodeAgent == nil || *in.NodeAgent}
 }
 
 // goldenOutput is what the injector made of it.

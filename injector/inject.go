@@ -56,8 +56,8 @@ func (e *RefusalError) Error() string {
 // Status is recorded in the trustsync.io/status annotation: what was injected, so a
 // second admission (reinvocation, or a stored pod sent again) changes nothing.
 type Status struct {
-	// Delivery is empty for the sidecar (as before delivery existed) and "native" for
-	// native volumes, which have no sidecar.
+	// Delivery is empty for the sidecar (as before delivery existed), "native" for
+	// native volumes and "node" for the node agent's volume, which have no sidecar.
 	Delivery  Delivery `json:"delivery,omitempty"`
 	Mode      Mode     `json:"mode,omitempty"`
 	Sidecar   string   `json:"sidecar,omitempty"`
@@ -236,8 +236,11 @@ func containerNames(all []target) []string {
 // build assembles the patch. Edits to existing containers come before the sidecar is
 // inserted at the front of initContainers, so their indices are still right.
 func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]PatchOp, []string) {
-	if req.delivery == DeliveryNative {
+	switch req.delivery {
+	case DeliveryNative:
 		return buildNative(pod, req, targets)
+	case DeliveryNode:
+		return buildNode(pod, req, targets, cfg)
 	}
 	var warnings []string
 	names := newNamer(pod)
@@ -248,7 +251,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	p := &patch{}
 	addStatus(p, pod, status)
 
-	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets), expiryWarningDays: cfg.expiryWarningDays()}
+	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
 	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
 		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the sidecar writes %s (mode 0600) as uid %d, which an app running as another uid (its image's USER, say) cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids",
 			targets[0].c.Name, contract.FileKey, defaultUID))

@@ -23,6 +23,10 @@ const (
 	// (clusterTrustBundle and podCertificate sources): no sidecar, what the kubelet
 	// can do alone.
 	DeliveryNative Delivery = "native"
+	// DeliveryNode has the trustsync agent on the pod's node (a CSI driver) write the
+	// files into an inline CSI volume: everything the sidecar delivers, with no
+	// container in the pod and no watch of its own for bundles.
+	DeliveryNode Delivery = "node"
 )
 
 var AnnotationDelivery = annotation("delivery")

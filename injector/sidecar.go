@@ -16,8 +16,6 @@ type sidecarSpec struct {
 	stateVolume string // "" without a certificate
 	tokenVolume string // "" unless the pod opts out of token automounting
 	uid, gid    int64
-	// expiryWarningDays is the policy's window for anchors about to expire.
-	expiryWarningDays int
 }
 
 // container returns the sidecar running subcommand ("run" or "init"). A restartable
@@ -61,14 +59,20 @@ func (s sidecarSpec) container(name, subcommand string, restartableInit bool) co
 // args are the sidecar's flags, as package contract renders them. Pod name,
 // namespace, uid and ServiceAccount come from the environment (the downward API).
 func (s sidecarSpec) args() []string {
-	spec := contract.Spec{Dir: s.req.mountPath, Sources: s.req.sources, Reload: s.req.reload, ExpiryWarningDays: s.expiryWarningDays}
-	if c := s.req.certificate; c != nil {
+	return contractSpec(s.req, s.cfg).Args()
+}
+
+// contractSpec is what the annotations ask for, as the sidecar's flags and the node
+// agent's volume attributes both carry it.
+func contractSpec(req *request, cfg Config) contract.Spec {
+	spec := contract.Spec{Dir: req.mountPath, Sources: req.sources, Reload: req.reload, ExpiryWarningDays: cfg.expiryWarningDays()}
+	if c := req.certificate; c != nil {
 		spec.Certificate = &contract.Certificate{
 			Signer: c.signer, KeyType: c.keyType, ExpirationSeconds: c.expirationSeconds, DNSNames: c.dnsNames,
-			CredentialBundle: c.credentialBundle, TrustDomain: s.cfg.trustDomain(c.signer), StateDir: stateMountPath,
+			CredentialBundle: c.credentialBundle, TrustDomain: cfg.trustDomain(c.signer), StateDir: stateMountPath,
 		}
 	}
-	return spec.Args()
+	return spec
 }
 
 func (s sidecarSpec) mounts() []corev1.VolumeMount {

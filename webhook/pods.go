@@ -24,6 +24,7 @@ type podAdmission struct {
 	cfg        injector.Config
 	namespaces NamespaceAnnotations
 	nativeAPIs func() injector.NativeAPIs
+	nodeAgent  func() bool
 	metrics    *Metrics
 }
 
@@ -51,6 +52,9 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	cfg := a.cfg
 	if a.nativeAPIs != nil {
 		cfg.NativeAPIs = a.nativeAPIs()
+	}
+	if a.nodeAgent != nil {
+		cfg.NodeAgent = a.nodeAgent()
 	}
 	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, cfg)
 	var refusal *injector.RefusalError

@@ -38,6 +38,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Config holds what the admission routes need.
@@ -56,6 +57,9 @@ type Config struct {
 	// NativeAPIs, when set, supplies Injector.NativeAPIs for each review: what the API
 	// server serves can change while the webhook runs.
 	NativeAPIs func() injector.NativeAPIs
+	// NodeAgent, when set, supplies Injector.NodeAgent for each review: whether the
+	// node agent's CSIDriver is installed now.
+	NodeAgent func() bool
 	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
 	// DefaultReviewBytesInFlight.
 	ReviewBytesInFlight int64
@@ -90,7 +94,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	// not drop fields the compiled types do not know, and the bundle route takes two
 	// kinds. The pods route is a kubewebhook Webhook of its own (podAdmission says
 	// why), decoding only the pod fields the injector reads.
-	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, metrics: metrics}
+	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, nodeAgent: cfg.NodeAgent, metrics: metrics}
 	routes := []struct {
 		path      string
 		validator kwhvalidating.Validator
@@ -202,6 +206,12 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if o.SidecarEventsClusterRole != "" {
 		go newEventsBinder(client, factory, o.SidecarEventsClusterRole, o.Namespace).run(ctx)
 	}
+	csiDrivers := factory.Storage().V1().CSIDrivers()
+	csiDriversSynced := csiDrivers.Informer().HasSynced
+	nodeAgent := func() bool {
+		_, err := csiDrivers.Lister().Get(contract.CSIDriverName)
+		return err == nil
+	}
 	factory.Start(ctx.Done())
 	native := &nativeAPIs{}
 	go native.run(ctx, client.Discovery(), time.Minute)
@@ -211,7 +221,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	// API server trusts the certificate served: `helm install --wait` then returns
 	// only when pods can be admitted.
 	readyFn := func() bool {
-		return synced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
+		return synced() && csiDriversSynced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
 	}
 	ready.Store(&readyFn)
 	registry := prometheus.NewRegistry()
@@ -227,6 +237,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		},
 		Namespaces:          namespaces,
 		NativeAPIs:          native.get,
+		NodeAgent:           nodeAgent,
 		ReviewBytesInFlight: o.ReviewBytesInFlight,
 	})
 	if err != nil {

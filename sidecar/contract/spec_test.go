@@ -28,14 +28,16 @@ func parse(t *testing.T, args []string) (Spec, Runtime, error) {
 	return s, rt, err
 }
 
-// What the injector renders, the sidecar parses back to the same Spec: the contract
-// cannot drift between the two halves without this failing.
-func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
+type namedSpec struct {
+	name string
+	spec Spec
+}
+
+// specs are the specs the injector renders, of every shape: both halves of the
+// contract (arguments and volume attributes) are tested over them.
+func specs() []namedSpec {
 	live := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}}
-	tests := []struct {
-		name string
-		spec Spec
-	}{
+	tests := []namedSpec{
 		{name: "one named bundle", spec: Spec{Dir: "/var/run/trust-anchors", Sources: []Source{{Name: "corp-root", Path: "ca_certificates.pem"}}}},
 		{name: "every kind of source, optional and nested paths", spec: Spec{Dir: "/trust", Sources: []Source{
 			{SignerName: "example.com/server-tls", LabelSelector: live, Path: "ca_certificates.pem"},
@@ -64,12 +66,15 @@ func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
 		{name: "the default warning window is not rendered", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: DefaultExpiryWarningDays}},
 	}
 	for _, kt := range KeyTypes {
-		tests = append(tests, struct {
-			name string
-			spec Spec
-		}{name: "key type " + kt, spec: Spec{Dir: "/trust", Certificate: &Certificate{Signer: "s.example/w", KeyType: kt, TrustDomain: "td", StateDir: "/s"}}})
+		tests = append(tests, namedSpec{name: "key type " + kt, spec: Spec{Dir: "/trust", Certificate: &Certificate{Signer: "s.example/w", KeyType: kt, TrustDomain: "td", StateDir: "/s"}}})
 	}
-	for _, tc := range tests {
+	return tests
+}
+
+// What the injector renders, the sidecar parses back to the same Spec: the contract
+// cannot drift between the two halves without this failing.
+func TestSpec_ArgsParseBackToTheSameSpec(t *testing.T) {
+	for _, tc := range specs() {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.spec.Args()
 			got, _, err := parse(t, args)

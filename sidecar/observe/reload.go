@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -218,10 +220,23 @@ func (r *Reloader) requeue() {
 type urlTarget struct {
 	url    string
 	client *http.Client
+	// podIP, when set, is where the request goes instead of the loopback: the node
+	// agent is not in the pod's network namespace, so it calls the pod's own address
+	// (asked for each request: never another pod's, never one stale from before a
+	// restart).
+	podIP func() (string, error)
 }
 
 // NewURLTarget POSTs to url.
 func NewURLTarget(url string) Target { return newURLTarget(url) }
+
+// NewPodURLTarget POSTs to url's port and path at the pod's address, which podIP
+// gives: the node agent's way to reach an app that asked for a loopback URL.
+func NewPodURLTarget(url string, podIP func() (string, error)) Target {
+	t := newURLTarget(url)
+	t.podIP = podIP
+	return t
+}
 
 func newURLTarget(url string) *urlTarget {
 	return &urlTarget{url: url, client: &http.Client{
@@ -240,15 +255,49 @@ func newURLTarget(url string) *urlTarget {
 	}}
 }
 
-func (u *urlTarget) String() string { return "POST " + u.url }
-func (u *urlTarget) kind() string   { return "url" }
+func (u *urlTarget) String() string {
+	if u.podIP != nil {
+		return "POST " + u.url + " at the pod's address"
+	}
+	return "POST " + u.url
+}
+func (u *urlTarget) kind() string { return "url" }
 
-func (u *urlTarget) reload(ctx context.Context) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.url, nil)
+// target is the URL to call now.
+func (u *urlTarget) target() (string, error) {
+	if u.podIP == nil {
+		return u.url, nil
+	}
+	ip, err := u.podIP()
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("User-Agent", "trustsync-sidecar")
+	parsed, err := url.Parse(u.url)
+	if err != nil {
+		return "", err
+	}
+	if port := parsed.Port(); port != "" {
+		parsed.Host = net.JoinHostPort(ip, port)
+	} else {
+		parsed.Host = net.JoinHostPort(ip, map[string]string{"http": "80", "https": "443"}[parsed.Scheme])
+	}
+	return parsed.String(), nil
+}
+
+func (u *urlTarget) reload(ctx context.Context) (string, error) {
+	target, err := u.target()
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
+	if err != nil {
+		return "", err
+	}
+	agent := "trustsync-sidecar"
+	if u.podIP != nil {
+		agent = "trustsync-agent"
+	}
+	req.Header.Set("User-Agent", agent)
 	resp, err := u.client.Do(req)
 	if err != nil {
 		return "", err
@@ -262,5 +311,5 @@ func (u *urlTarget) reload(ctx context.Context) (string, error) {
 		}
 		return "", errors.New(msg)
 	}
-	return fmt.Sprintf("POST %s answered %s", u.url, resp.Status), nil
+	return fmt.Sprintf("POST %s answered %s", target, resp.Status), nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -351,5 +352,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: never seen", what)
 		}
+	}
+}
+
+// The node agent asks for the loopback URL the pod's annotation names, at the pod's
+// own address: the port and path kept, the host replaced, the address asked anew for
+// every request.
+func TestPodURLTarget_CallsThePodsAddress(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Method+" "+r.URL.Path+" "+r.UserAgent())
+	}))
+	defer srv.Close()
+	_, port, _ := strings.Cut(strings.TrimPrefix(srv.URL, "http://"), ":")
+	ip, ipErr := "127.0.0.1", error(nil)
+	target := NewPodURLTarget("http://localhost:"+port+"/-/reload", func() (string, error) { return ip, ipErr })
+	if _, err := target.reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"POST /-/reload trustsync-agent"}; !slices.Equal(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+	ipErr = errors.New(`pod apps/web-1 has no IP yet`)
+	if _, err := target.reload(context.Background()); err == nil || err.Error() != ipErr.Error() {
+		t.Errorf("without the pod's address: err = %v, want %v", err, ipErr)
+	}
+	ip, ipErr = "127.0.0.2", nil // another address: the request follows it
+	if _, err := target.reload(context.Background()); err == nil || !strings.Contains(err.Error(), "127.0.0.2:"+port) {
+		t.Errorf("err = %v, want the request to have gone to 127.0.0.2:%s (nothing listens there)", err, port)
 	}
 }

@@ -44,7 +44,7 @@ type Pod struct {
 	clock    clock.PassiveClock
 }
 
-// Component is the source Events name.
+// Component is the source the sidecar's Events name.
 const Component = "trustsync-sidecar"
 
 // New records on ref through c until the returned stop is called. Without a pod name
@@ -53,15 +53,37 @@ func New(ctx context.Context, c rest.Interface, ref PodRef) (*Pod, func()) {
 	if ref.Name == "" || ref.Namespace == "" {
 		return &Pod{}, func() {}
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(sink{c: c})
-	return &Pod{
-		recorder: broadcaster.NewRecorder(kubeclient.CoreScheme, corev1.EventSource{Component: Component}),
-		pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
-		sink:     sink{c: c},
-		clock:    clock.RealClock{},
-	}, broadcaster.Shutdown
+	b := NewBroadcaster(ctx, c, Component)
+	return b.For(ref), b.Shutdown
 }
+
+// Broadcaster records Events on many pods through one client and one goroutine: the
+// node agent's, for every pod on its node.
+type Broadcaster struct {
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+	sink        sink
+}
+
+// NewBroadcaster records through c, as component, until Shutdown.
+func NewBroadcaster(ctx context.Context, c rest.Interface, component string) *Broadcaster {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(sink{c: c})
+	return &Broadcaster{broadcaster: b, recorder: b.NewRecorder(kubeclient.CoreScheme, corev1.EventSource{Component: component}), sink: sink{c: c}}
+}
+
+// For records on the pod ref.
+func (b *Broadcaster) For(ref PodRef) *Pod {
+	return &Pod{
+		recorder: b.recorder,
+		pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
+		sink:     b.sink,
+		clock:    clock.RealClock{},
+	}
+}
+
+// Shutdown stops recording.
+func (b *Broadcaster) Shutdown() { b.broadcaster.Shutdown() }
 
 // WarningOnce records a Warning Event that the pod carries at most once per key: it is
 // created under a name made of the pod's uid and key, so the API server refuses a

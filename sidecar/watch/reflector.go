@@ -5,15 +5,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // watcher is one source's list-and-watch, as the sidecar runs it.
 type watcher interface {
 	RunWithContext(ctx context.Context)
 	HasSynced() bool
+	// ListErr is why the last list failed (forbidden, say), nil after one succeeded.
+	ListErr() error
 }
 
 // watchBackoff is how the sidecar's watches retry while the API server is away: from
@@ -32,16 +37,56 @@ var watchBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 1, Ste
 type reflectorWatch struct {
 	reflector *cache.Reflector
 	store     *notifyingStore
+	lw        *errorKeepingLW
 }
 
 func newReflectorWatch(lw cache.ListerWatcher, obj runtime.Object, changed func()) (cache.Store, watcher) {
 	store := &notifyingStore{Store: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc), changed: changed}
 	backoff := watchBackoff
-	r := cache.NewReflectorWithOptions(lw, obj, store, cache.ReflectorOptions{Backoff: &backoff})
-	return store, &reflectorWatch{reflector: r, store: store}
+	keeping := newErrorKeepingLW(lw)
+	r := cache.NewReflectorWithOptions(keeping, obj, store, cache.ReflectorOptions{Backoff: &backoff})
+	return store, &reflectorWatch{reflector: r, store: store, lw: keeping}
 }
 
 func (w *reflectorWatch) RunWithContext(ctx context.Context) { w.reflector.RunWithContext(ctx) }
+
+func (w *reflectorWatch) ListErr() error {
+	if p := w.lw.listErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// errorKeepingLW keeps why the last list failed: a reflector only logs it and
+// retries, and whoever waits for the first list (the node agent's publish) must be
+// able to say why it is not coming, a Secret the pod may not read, say.
+type errorKeepingLW struct {
+	// ListerWatcher is the wrapped one, for the reflector's older interface; the
+	// reflector calls the context methods.
+	cache.ListerWatcher
+	inner   cache.ListerWatcherWithContext
+	listErr atomic.Pointer[error]
+}
+
+func newErrorKeepingLW(lw cache.ListerWatcher) *errorKeepingLW {
+	return &errorKeepingLW{ListerWatcher: lw, inner: cache.ToListerWatcherWithContext(lw)}
+}
+
+// IsWatchListSemanticsUnSupported passes on what the wrapped client says: a client
+// that cannot stream a watch list (a fake) must not be asked to.
+func (l *errorKeepingLW) IsWatchListSemanticsUnSupported() bool {
+	return watchlist.DoesClientNotSupportWatchListSemantics(l.ListerWatcher)
+}
+
+func (l *errorKeepingLW) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+	obj, err := l.inner.ListWithContext(ctx, options)
+	l.listErr.Store(&err)
+	return obj, err
+}
+
+func (l *errorKeepingLW) WatchWithContext(ctx context.Context, options metav1.ListOptions) (apiwatch.Interface, error) {
+	return l.inner.WatchWithContext(ctx, options)
+}
 
 // HasSynced reports whether the first list has reached the store.
 func (w *reflectorWatch) HasSynced() bool { return w.store.synced.Load() }

@@ -10,6 +10,8 @@ package watch
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,6 +125,38 @@ func (s *Set) HasSynced() bool {
 		}
 	}
 	return true
+}
+
+// NotSynced says, for each watch of the set that has not listed yet, what it watches
+// and why not: the last list's error (forbidden, not found), or that none has
+// answered yet.
+func (s *Set) NotSynced() []error {
+	var out []error
+	note := func(what string, w watcher) {
+		if w.HasSynced() {
+			return
+		}
+		if err := w.ListErr(); err != nil {
+			out = append(out, fmt.Errorf("%s: %w", what, err))
+		} else {
+			out = append(out, fmt.Errorf("%s: not listed yet", what))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.configMaps)) {
+		note(fmt.Sprintf("ConfigMap %q", name), s.configMaps[name].watch)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.secrets)) {
+		note(fmt.Sprintf("Secret %q", name), s.secrets[name].watch)
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.bundles)) {
+		b := s.bundles[key]
+		b.mu.Lock()
+		for _, api := range slices.Sorted(maps.Keys(b.apis)) {
+			note(fmt.Sprintf("bundles %s in %s", key, api), b.apis[api].watch)
+		}
+		b.mu.Unlock()
+	}
+	return out
 }
 
 // WaitSynced waits until HasSynced or ctx is done, and reports which.

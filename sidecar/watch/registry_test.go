@@ -2,7 +2,10 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +196,44 @@ func seesBundle(t *testing.T, s *Set, name string) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// A watch that cannot list says why, so whoever waits for it (the node agent's
+// publish) can tell the pod: the object named and the API server's own reason.
+func TestSet_NotSyncedSaysWhyAWatchHasNotListed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "partner-ca", errors.New("RBAC: no")).ErrStatus
+		status.APIVersion, status.Kind = "v1", "Status"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(status)
+	}))
+	defer srv.Close()
+	client, err := rest.RESTClientFor(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{
+		GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := New(ctx, nil, nil).Acquire(Request{Namespace: "apps", Secrets: []string{"partner-ca"}, Client: client, ClientKey: "pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	want := `Secret "partner-ca": secrets "partner-ca" is forbidden: RBAC: no`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		errs := s.NotSynced()
+		if len(errs) == 1 && errs[0].Error() == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NotSynced() = %v, want [%s]", errs, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.HasSynced() {
+		t.Error("a set whose Secret cannot be listed reports synced")
+	}
 }

@@ -60,11 +60,17 @@ const (
 // complete version or the next, never a mix, and never a truncated file.
 type AtomicWriter struct {
 	Dir string
+	// Owner, when set, owns every file written: the app's uid and gid, where the
+	// writer (the node agent, as root) is not the app. The sidecar runs as the app.
+	Owner *Owner
 	// now names version directories and times their retirement; tests may fix it.
 	now func() time.Time
 	// retired lists replaced versions still on disk, oldest first.
 	retired []retiredVersion
 }
+
+// Owner is a uid and gid.
+type Owner struct{ UID, GID int }
 
 type retiredVersion struct {
 	name string
@@ -149,7 +155,7 @@ func (w *AtomicWriter) writeNewVersion(payload map[string]File) (string, error) 
 		_ = os.RemoveAll(version)
 		return "", err
 	}
-	if err := writeVersion(version, payload); err != nil {
+	if err := writeVersion(version, payload, w.Owner); err != nil {
 		_ = os.RemoveAll(version)
 		return "", err
 	}
@@ -208,7 +214,7 @@ func validatePayload(payload map[string]File) error {
 	return errors.Join(errs...)
 }
 
-func writeVersion(dir string, payload map[string]File) error {
+func writeVersion(dir string, payload map[string]File, owner *Owner) error {
 	for name, f := range payload {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -220,6 +226,11 @@ func writeVersion(dir string, payload map[string]File) error {
 		// WriteFile's mode is filtered by the umask; the mode asked for is the mode meant.
 		if err := os.Chmod(p, f.Mode); err != nil {
 			return err
+		}
+		if owner != nil {
+			if err := os.Chown(p, owner.UID, owner.GID); err != nil {
+				return fmt.Errorf("cannot give %s to uid %d, gid %d: %w", name, owner.UID, owner.GID, err)
+			}
 		}
 	}
 	return nil

@@ -321,3 +321,27 @@ func TestAtomicWriter_AFullVolumeDoesNotStopUpdates(t *testing.T) {
 		}
 	})
 }
+
+// The node agent writes as root for an app that runs as another uid: each file it
+// writes belongs to the app, so a 0600 key is readable by the app alone.
+func TestAtomicWriter_OwnerOwnsEveryFileWritten(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving files to another uid needs root (CI runs as root)")
+	}
+	dir := t.TempDir()
+	w := NewAtomicWriter(dir)
+	w.Owner = &Owner{UID: 1234, GID: 5678}
+	if _, err := w.Write(map[string]File{"tls.key": {Data: []byte("key"), Mode: 0o600}, "nested/ca.pem": {Data: []byte("ca"), Mode: 0o644}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tls.key", "nested/ca.pem"} {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		if st.Uid != 1234 || st.Gid != 5678 {
+			t.Errorf("%s is owned by %d:%d, want 1234:5678", name, st.Uid, st.Gid)
+		}
+	}
+}

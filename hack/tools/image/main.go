@@ -1,7 +1,7 @@
 // Command image writes the container images trustsync's real-node tests and demo use,
 // as tarballs that `ctr images import` takes, without a container engine:
 //
-//	image trustsync --bin DIR --ref REF --out FILE   the three binaries, as the Dockerfile
+//	image trustsync --bin DIR --ref REF --out FILE   the four binaries, as the Dockerfile
 //	image shell --busybox FILE --ref REF --out FILE  a static busybox shell, any uid
 //	image pause --pause FILE --ref REF --out FILE    the pod sandbox process
 //
@@ -36,7 +36,7 @@ const (
 )
 
 // Binaries are the files the Dockerfile copies to the image's root.
-var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer"}
+var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer", "trustsync-agent"}
 
 // epoch is every file's and the image's time, for reproducible digests.
 var epoch = time.Unix(0, 0).UTC()
@@ -59,7 +59,7 @@ func main() {
 	fs := flag.NewFlagSet(kind, flag.ExitOnError)
 	ref := fs.String("ref", "", "image reference to tag the tarball with (required)")
 	out := fs.String("out", "", "tarball to write (required)")
-	bin := fs.String("bin", "", "trustsync: directory holding the three binaries")
+	bin := fs.String("bin", "", "trustsync: directory holding the four binaries")
 	busybox := fs.String("busybox", "/bin/busybox", "shell: a static busybox binary")
 	pause := fs.String("pause", "", "pause: the pause binary")
 	_ = fs.Parse(os.Args[2:])
@@ -93,7 +93,7 @@ func main() {
 }
 
 // trustsyncImage matches the Dockerfile's final stage: distroless/static's nonroot
-// user and layout, the three static binaries at the root, the webhook as entrypoint.
+// user and layout, the four static binaries at the root, the webhook as entrypoint.
 func trustsyncImage(bin string) ([]entry, v1.Config, error) {
 	if bin == "" {
 		return nil, v1.Config{}, fmt.Errorf("--bin is required")

@@ -1,0 +1,326 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/agent/mounts"
+	"github.com/trustsync/trustsync/agent/store"
+	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/watch"
+)
+
+// DriverName is the agent's CSI driver name.
+const DriverName = contract.CSIDriverName
+
+// The attributes the kubelet adds to a publish request: the pod's identity
+// (podInfoOnMount) and its ServiceAccount tokens (tokenRequests).
+const (
+	AttributePodName        = contract.KubeletAttributePrefix + "pod.name"
+	AttributePodNamespace   = contract.KubeletAttributePrefix + "pod.namespace"
+	AttributePodUID         = contract.KubeletAttributePrefix + "pod.uid"
+	AttributeServiceAccount = contract.KubeletAttributePrefix + "serviceAccount.name"
+	AttributeEphemeral      = contract.KubeletAttributePrefix + "ephemeral"
+	AttributeTokens         = contract.KubeletAttributePrefix + "serviceAccount.tokens"
+)
+
+// Pods is what the agent asks about the pods on its node.
+type Pods interface {
+	// Get returns the pod, from the node's cache or else the API server.
+	Get(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// IP is the pod's address now, if it is still the pod with uid.
+	IP(namespace, name, uid string) (string, error)
+}
+
+// Config is what a Manager works with.
+type Config struct {
+	NodeName string
+	Store    store.Store
+	Mounter  mounts.Mounter
+	// REST is where the API server is; per-pod clients take its address and CA, and
+	// the pod's token for credentials.
+	REST     *rest.Config
+	Registry *watch.Registry
+	Pods     Pods
+	Events   *podevents.Broadcaster
+	// TokenAudience is the audience of the pod token the CSIDriver asks the kubelet
+	// for ("" for the API server's own).
+	TokenAudience string
+	// FirstSyncTimeout bounds how long a publish waits for the sources and the
+	// certificate, so the pod's Event says why well before the kubelet's own timeout.
+	FirstSyncTimeout time.Duration
+}
+
+// Manager publishes, keeps current and removes the volumes of the pods on its node.
+type Manager struct {
+	cfg     Config
+	store   store.Store
+	metrics *Metrics
+	// ctx bounds every volume's pipeline: the agent's lifetime, not a request's.
+	ctx context.Context
+	// locks serialises the requests for one volume.
+	locks keymutex.KeyMutex
+
+	mu      sync.Mutex
+	volumes map[string]*volume
+}
+
+// NewManager returns a manager whose pipelines run until ctx is done.
+func NewManager(ctx context.Context, cfg Config, m *Metrics) *Manager {
+	if cfg.FirstSyncTimeout == 0 {
+		cfg.FirstSyncTimeout = 30 * time.Second
+	}
+	if m == nil {
+		m = NewMetrics()
+	}
+	return &Manager{cfg: cfg, store: cfg.Store, metrics: m, ctx: ctx, locks: keymutex.NewHashed(0), volumes: map[string]*volume{}}
+}
+
+// Publish writes the volume's files and mounts them at the target, returning only
+// once every required file is written: the pod's first read is complete. A volume
+// already published (the kubelet republishes periodically, requiresRepublish) only
+// takes the pod's renewed token.
+func (m *Manager) Publish(ctx context.Context, volumeID, targetPath string, attributes map[string]string) (err error) {
+	req := publishRequest{VolumeID: volumeID, TargetPath: targetPath, Attributes: attributes}
+	m.locks.LockKey(req.VolumeID)
+	defer func() { _ = m.locks.UnlockKey(req.VolumeID) }()
+	start := time.Now()
+	defer func() { m.metrics.published(err, time.Since(start)) }()
+
+	pod := store.Pod{Namespace: req.Attributes[AttributePodNamespace], Name: req.Attributes[AttributePodName],
+		UID: req.Attributes[AttributePodUID], ServiceAccount: req.Attributes[AttributeServiceAccount]}
+	if pod.Namespace == "" || pod.Name == "" || pod.UID == "" {
+		return status.Errorf(codes.InvalidArgument, "the request does not name its pod (%s, %s, %s): the CSIDriver %s must have podInfoOnMount: true", AttributePodNamespace, AttributePodName, AttributePodUID, DriverName)
+	}
+	if v := m.running(req.VolumeID); v != nil {
+		if v.rec.TargetPath != req.TargetPath || v.rec.Pod.UID != pod.UID {
+			return status.Errorf(codes.AlreadyExists, "volume %s is already published at %s for pod %s (uid %s)", req.VolumeID, v.rec.TargetPath, v.rec.Pod, v.rec.Pod.UID)
+		}
+		return m.refreshToken(req, v.needsToken)
+	}
+	spec, plan, err := m.spec(req.VolumeID, req.Attributes, pod.Namespace)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	p, err := m.cfg.Pods.Get(ctx, pod.Namespace, pod.Name)
+	switch {
+	case err != nil:
+		return status.Errorf(codes.FailedPrecondition, "cannot find pod %s: %v", pod, err)
+	case string(p.UID) != pod.UID:
+		return status.Errorf(codes.FailedPrecondition, "pod %s has uid %s, not %s as the request says", pod, p.UID, pod.UID)
+	case p.Spec.NodeName != m.cfg.NodeName:
+		return status.Errorf(codes.PermissionDenied, "pod %s is on node %q, not this node (%q): the agent publishes volumes of its own node's pods only", pod, p.Spec.NodeName, m.cfg.NodeName)
+	case p.Spec.ServiceAccountName != pod.ServiceAccount && pod.ServiceAccount != "":
+		return status.Errorf(codes.FailedPrecondition, "pod %s runs as ServiceAccount %q, not %q as the request says", pod, p.Spec.ServiceAccountName, pod.ServiceAccount)
+	}
+	pod.ServiceAccount = p.Spec.ServiceAccountName
+	rec := store.Record{VolumeID: req.VolumeID, TargetPath: req.TargetPath, Pod: pod, Attributes: specAttributes(req.Attributes), Owner: appOwner(p, volumeName(req.TargetPath))}
+	token, err := m.podToken(req.Attributes)
+	if err != nil && readsWithPodToken(plan, spec) {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := m.store.Create(rec); err != nil {
+		return status.Errorf(codes.Internal, "cannot keep volume %s: %v", req.VolumeID, err)
+	}
+	if token != "" {
+		if err := m.store.SetToken(req.VolumeID, token); err != nil {
+			m.forget(rec)
+			return status.Errorf(codes.Internal, "cannot keep the pod's token: %v", err)
+		}
+	}
+	v, err := m.newVolume(rec)
+	if err != nil {
+		m.forget(rec)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	firstCtx, cancel := context.WithTimeout(ctx, m.cfg.FirstSyncTimeout)
+	err = v.first(firstCtx)
+	cancel()
+	if err != nil {
+		v.stop()
+		m.forget(rec)
+		return status.Errorf(codes.Unavailable, "pod %s: %v", pod, err)
+	}
+	if err := m.mount(rec); err != nil {
+		v.stop()
+		m.forget(rec)
+		return status.Errorf(codes.Internal, "cannot mount the files at %s: %v", req.TargetPath, err)
+	}
+	m.start(v)
+	klog.InfoS("Published volume", "pod", klog.KRef(pod.Namespace, pod.Name), "volumeID", req.VolumeID, "paths", len(v.plan.Paths()), "took", time.Since(start))
+	return nil
+}
+
+type publishRequest struct {
+	VolumeID   string
+	TargetPath string
+	Attributes map[string]string
+}
+
+// refreshToken keeps a republished volume's renewed token.
+func (m *Manager) refreshToken(req publishRequest, needed bool) error {
+	token, err := m.podToken(req.Attributes)
+	if err != nil {
+		if needed {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		return nil
+	}
+	if err := m.store.SetToken(req.VolumeID, token); err != nil {
+		return status.Errorf(codes.Internal, "cannot keep the pod's renewed token: %v", err)
+	}
+	return nil
+}
+
+// Unpublish stops the volume's pipeline, unmounts it and removes what the agent kept
+// of it. A volume the agent does not know is unmounted all the same: the request may
+// follow a restart that lost it.
+func (m *Manager) Unpublish(_ context.Context, volumeID, targetPath string) error {
+	m.locks.LockKey(volumeID)
+	defer func() { _ = m.locks.UnlockKey(volumeID) }()
+	m.mu.Lock()
+	v := m.volumes[volumeID]
+	delete(m.volumes, volumeID)
+	m.mu.Unlock()
+	if v != nil {
+		v.stop()
+		m.metrics.volumes.Dec()
+	}
+	if err := m.cfg.Mounter.Unmount(targetPath); err != nil {
+		return status.Errorf(codes.Internal, "cannot unmount %s: %v", targetPath, err)
+	}
+	if err := m.store.Remove(volumeID); err != nil {
+		return status.Errorf(codes.Internal, "cannot remove volume %s's files: %v", volumeID, err)
+	}
+	if v != nil {
+		klog.InfoS("Unpublished volume", "pod", klog.KRef(v.rec.Pod.Namespace, v.rec.Pod.Name), "volumeID", volumeID)
+	}
+	return nil
+}
+
+func (m *Manager) running(volumeID string) *volume {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.volumes[volumeID]
+}
+
+// start runs v's pipeline from now on.
+func (m *Manager) start(v *volume) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	v.cancel = cancel
+	m.mu.Lock()
+	m.volumes[v.rec.VolumeID] = v
+	m.mu.Unlock()
+	m.metrics.volumes.Inc()
+	go v.run(ctx)
+}
+
+// forget removes what was kept of a volume that was never published.
+func (m *Manager) forget(rec store.Record) {
+	if err := m.store.Remove(rec.VolumeID); err != nil {
+		klog.ErrorS(err, "Cannot remove a volume's directory", "volumeID", rec.VolumeID)
+	}
+}
+
+// mount makes the volume's files visible at its target, read-only.
+func (m *Manager) mount(rec store.Record) error {
+	if err := os.MkdirAll(rec.TargetPath, 0o750); err != nil {
+		return err
+	}
+	mounted, err := m.cfg.Mounter.IsMountPoint(rec.TargetPath)
+	if err != nil || mounted {
+		return err
+	}
+	return m.cfg.Mounter.BindReadOnly(m.store.Files(rec.VolumeID), rec.TargetPath)
+}
+
+// podToken is the pod's token for the configured audience, from the request.
+func (m *Manager) podToken(attrs map[string]string) (string, error) {
+	raw, ok := attrs[AttributeTokens]
+	if !ok {
+		return "", fmt.Errorf("the request carries no ServiceAccount token (%s): the CSIDriver %s must have tokenRequests with audience %q, which the chart sets", AttributeTokens, DriverName, m.cfg.TokenAudience)
+	}
+	var tokens map[string]struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(raw), &tokens); err != nil {
+		return "", fmt.Errorf("%s is not the kubelet's JSON map of tokens: %v", AttributeTokens, err)
+	}
+	t, ok := tokens[m.cfg.TokenAudience]
+	if !ok || t.Token == "" {
+		return "", fmt.Errorf("the request carries no token for audience %q (the CSIDriver %s's tokenRequests must name it): ConfigMaps, Secrets and certificates are read and requested with the pod's own token", m.cfg.TokenAudience, DriverName)
+	}
+	return t.Token, nil
+}
+
+// specAttributes are attrs without the kubelet's tokens, which are kept apart.
+func specAttributes(attrs map[string]string) map[string]string {
+	out := make(map[string]string, len(attrs))
+	for k, v := range attrs {
+		if k != AttributeTokens {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// volumeName is the pod's name for the volume, from the kubelet's target path
+// (.../volumes/kubernetes.io~csi/NAME/mount).
+func volumeName(target string) string {
+	return filepath.Base(filepath.Dir(target))
+}
+
+// appOwner is who should own the files of volume: the uid and gid of the first
+// container that mounts it, as the sidecar would run; nil when the pod does not say
+// (the files are then the agent's, readable by all but the key).
+func appOwner(pod *corev1.Pod, volume string) *store.Owner {
+	containers := append(append([]corev1.Container{}, pod.Spec.Containers...), pod.Spec.InitContainers...)
+	for _, c := range containers {
+		for _, vm := range c.VolumeMounts {
+			if vm.Name != volume {
+				continue
+			}
+			uid, gid := podSecurity(pod)
+			if sc := c.SecurityContext; sc != nil {
+				if sc.RunAsUser != nil {
+					uid = sc.RunAsUser
+				}
+				if sc.RunAsGroup != nil {
+					gid = sc.RunAsGroup
+				}
+			}
+			if uid == nil {
+				return nil
+			}
+			return &store.Owner{UID: int(*uid), GID: int(ptr.Deref(gid, 0))}
+		}
+	}
+	return nil
+}
+
+// podSecurity is the pod's uid and gid for its containers: its runAsGroup, else its
+// fsGroup, which the app's group then shares.
+func podSecurity(pod *corev1.Pod) (uid, gid *int64) {
+	sc := pod.Spec.SecurityContext
+	if sc == nil {
+		return nil, nil
+	}
+	if sc.RunAsGroup != nil {
+		return sc.RunAsUser, sc.RunAsGroup
+	}
+	return sc.RunAsUser, sc.FSGroup
+}

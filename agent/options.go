@@ -1,0 +1,104 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Options are the agent's command line.
+type Options struct {
+	NodeName string
+	// Endpoint is the CSI socket, as the agent's container sees it.
+	Endpoint string
+	// RegistrationDir is the kubelet's plugins_registry directory as the agent sees
+	// it; "" registers nothing (the agent run without a kubelet, in tests).
+	RegistrationDir string
+	// KubeletEndpoint is the CSI socket as the kubelet sees it, on the node.
+	KubeletEndpoint string
+	DataDir         string
+	// DataDirTmpfs mounts a tmpfs at DataDir unless one is there: the volumes' files
+	// and keys live in memory, never on the node's disk.
+	DataDirTmpfs     bool
+	DataDirSize      string
+	TokenAudience    string
+	Kubeconfig       string
+	KubeAPIQPS       float32
+	KubeAPIBurst     int
+	HealthAddress    string
+	DiscoveryEvery   time.Duration
+	FirstSyncTimeout time.Duration
+	ReapEvery        time.Duration
+}
+
+// NewOptions returns the defaults, with the node's name from $NODE_NAME.
+func NewOptions() *Options {
+	return &Options{
+		NodeName:         os.Getenv("NODE_NAME"),
+		Endpoint:         "unix:///csi/csi.sock",
+		RegistrationDir:  "/registration",
+		KubeletEndpoint:  "/var/lib/kubelet/plugins/" + DriverName + "/csi.sock",
+		DataDir:          "/var/run/trustsync-agent",
+		DataDirTmpfs:     true,
+		DataDirSize:      "256Mi",
+		KubeAPIQPS:       50,
+		KubeAPIBurst:     100,
+		HealthAddress:    ":9809",
+		DiscoveryEvery:   5 * time.Minute,
+		FirstSyncTimeout: 30 * time.Second,
+		ReapEvery:        time.Minute,
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "The node this agent serves (default: $NODE_NAME, from the downward API). Publish requests for pods on other nodes are refused.")
+	fs.StringVar(&o.Endpoint, "endpoint", o.Endpoint, "The CSI socket to serve, as this container sees it.")
+	fs.StringVar(&o.RegistrationDir, "registration-dir", o.RegistrationDir, "The kubelet's plugins_registry directory, as this container sees it: the agent registers its CSI driver there. Empty registers nothing (running without a kubelet).")
+	fs.StringVar(&o.KubeletEndpoint, "kubelet-registration-path", o.KubeletEndpoint, "The CSI socket as the kubelet sees it, on the node: what the registration tells the kubelet.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Where the volumes' files, pending keys and records are kept, on the node (a hostPath, so that a restarted agent finds them). Every volume is a directory here, bind-mounted read-only into its pod.")
+	fs.BoolVar(&o.DataDirTmpfs, "data-dir-tmpfs", o.DataDirTmpfs, "Mount a tmpfs at --data-dir unless one is there already, so that trust files and keys are kept in memory and never reach the node's disk.")
+	fs.StringVar(&o.DataDirSize, "data-dir-size", o.DataDirSize, "The size of that tmpfs: the most the volumes of this node may hold together (memory is used only as files are written).")
+	fs.StringVar(&o.TokenAudience, "token-audience", o.TokenAudience, "The audience of the pod ServiceAccount token the kubelet passes with each publish (the CSIDriver's tokenRequests). ConfigMaps, Secrets and certificates are read and requested with it; empty is the API server's own audience.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration (the agent's ServiceAccount).")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server, for the agent's own requests.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server, for the agent's own requests.")
+	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
+	fs.DurationVar(&o.DiscoveryEvery, "api-discovery-interval", o.DiscoveryEvery, "How often to ask whether a bundle API not watched yet is served now. 0 asks only at start.")
+	fs.DurationVar(&o.FirstSyncTimeout, "first-sync-timeout", o.FirstSyncTimeout, "How long a publish waits for a new volume's sources and certificate before failing with the reason, which the kubelet shows on the pod and retries.")
+	fs.DurationVar(&o.ReapEvery, "reap-interval", o.ReapEvery, "How often to look for volumes whose pods are gone without the kubelet having unpublished them.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required: the agent serves one node's pods"))
+	}
+	if !filepath.IsAbs(o.DataDir) {
+		errs = append(errs, fmt.Errorf("--data-dir %q must be an absolute path", o.DataDir))
+	}
+	if q, err := resource.ParseQuantity(o.DataDirSize); err != nil || q.Sign() <= 0 {
+		errs = append(errs, fmt.Errorf("--data-dir-size %q must be a positive quantity such as 256Mi", o.DataDirSize))
+	}
+	if o.RegistrationDir != "" && !filepath.IsAbs(o.KubeletEndpoint) {
+		errs = append(errs, fmt.Errorf("--kubelet-registration-path %q must be an absolute path", o.KubeletEndpoint))
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"api-discovery-interval", o.DiscoveryEvery}, {"first-sync-timeout", o.FirstSyncTimeout}, {"reap-interval", o.ReapEvery}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("--%s %s is negative", d.flag, d.v))
+		}
+	}
+	if o.FirstSyncTimeout == 0 || o.ReapEvery == 0 {
+		errs = append(errs, errors.New("--first-sync-timeout and --reap-interval must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,177 @@
+// Package agent is trustsync's node agent: a CSI node plugin (driver csi.trustsync.io)
+// for ephemeral inline volumes, one process per node, that delivers to every pod on
+// its node what the sidecar delivers to one. Each volume runs the sidecar's pipeline
+// (package sidecar/pipeline) over the agent's one set of watches (package
+// sidecar/watch), so bundles cost a watch per node, not per pod; what is not public
+// (ConfigMaps, Secrets, a certificate) is read and requested with the pod's own
+// ServiceAccount token, which the kubelet passes with each publish.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/agent/csi"
+	"github.com/trustsync/trustsync/agent/mounts"
+	"github.com/trustsync/trustsync/agent/registration"
+	"github.com/trustsync/trustsync/agent/store"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/sidecar/kubeclient"
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/watch"
+)
+
+// Version is the agent's version, as the CSI driver reports it.
+var Version = "v0.1.0"
+
+// CSIVersions are the CSI spec versions the agent serves.
+var CSIVersions = []string{"1.0.0"}
+
+// Run serves the node until ctx is done (SIGTERM). The volumes' mounts and files stay
+// when it stops: the pods keep reading them, and the next agent adopts them.
+func Run(ctx context.Context, o *Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-agent")
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	core, err := kubeclient.Core(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mounter := mounts.System{}
+	if err := prepareDataDir(o, mounter); err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := NewMetrics()
+	m.Register(registry)
+	reg := &registration.Server{Driver: DriverName, Endpoint: o.KubeletEndpoint, Versions: CSIVersions}
+	pods := NewNodePods(client, o.NodeName)
+	ready := func() bool { return pods.HasSynced() && (o.RegistrationDir == "" || reg.Registered()) }
+	if err := serveHealth(ctx, o.HealthAddress, registry, ready); err != nil {
+		return err
+	}
+
+	watches := watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
+	if _, err := watches.Discover(ctx); err != nil {
+		return err
+	}
+	go watches.Run(ctx, o.DiscoveryEvery)
+	go pods.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+		return nil // stopping before the pods listed
+	}
+	events := podevents.NewBroadcaster(ctx, core, "trustsync-agent")
+	defer events.Shutdown()
+	manager := NewManager(ctx, Config{
+		NodeName: o.NodeName, Store: store.Store{Root: o.DataDir}, Mounter: mounter, REST: cfg, Registry: watches, Pods: pods,
+		Events: events, TokenAudience: o.TokenAudience, FirstSyncTimeout: o.FirstSyncTimeout,
+	}, m)
+	if err := manager.Adopt(ctx); err != nil {
+		return err
+	}
+	go manager.Reap(ctx, o.ReapEvery)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	serve := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	csiServer := &csi.Server{Driver: DriverName, Version: Version, NodeID: o.NodeName, Volumes: manager, Ready: ready}
+	serve(func() error { return csi.Serve(ctx, o.Endpoint, csiServer) })
+	if o.RegistrationDir != "" {
+		serve(func() error { return registration.Serve(ctx, o.RegistrationDir, reg) })
+	}
+	klog.InfoS("Agent serving", "node", o.NodeName, "driver", DriverName, "dataDir", o.DataDir, "watches", watches.Watches())
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		return err
+	}
+	wg.Wait()
+	return nil
+}
+
+// prepareDataDir makes the data directory, and a tmpfs at it unless one is there.
+func prepareDataDir(o *Options, mounter mounts.Mounter) error {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("cannot make --data-dir %s: %w", o.DataDir, err)
+	}
+	if !o.DataDirTmpfs {
+		return nil
+	}
+	mounted, err := mounter.IsMountPoint(o.DataDir)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether --data-dir %s is mounted: %w", o.DataDir, err)
+	}
+	if mounted {
+		return nil // the tmpfs a previous agent mounted: its volumes are in it
+	}
+	size := resource.MustParse(o.DataDirSize) // Validate parsed it
+	if err := mounter.Tmpfs(o.DataDir, size.Value()); err != nil {
+		return fmt.Errorf("cannot mount a tmpfs at --data-dir %s (the agent needs CAP_SYS_ADMIN, and a hostPath with Bidirectional mount propagation so a restarted agent finds it): %w", o.DataDir, err)
+	}
+	klog.InfoS("Mounted a tmpfs for the volumes' files", "dir", o.DataDir, "size", o.DataDirSize)
+	return nil
+}
+
+// serveHealth serves /healthz, /readyz and /metrics on addr until ctx is done.
+func serveHealth(ctx context.Context, addr string, registry *prometheus.Registry, ready func() bool) error {
+	if addr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	healthz, readyz := bundleapi.Probes(ready, "the node's pods have not listed yet, or the kubelet has not registered the driver")
+	mux.Handle("/healthz", healthz)
+	mux.Handle("/readyz", readyz)
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Health server stopped")
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return nil
+}

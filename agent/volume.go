@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/agent/store"
+	"github.com/trustsync/trustsync/sidecar/certificate"
+	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/sidecar/kubeclient"
+	"github.com/trustsync/trustsync/sidecar/observe"
+	"github.com/trustsync/trustsync/sidecar/pipeline"
+	"github.com/trustsync/trustsync/sidecar/podevents"
+	"github.com/trustsync/trustsync/sidecar/render"
+	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/sidecar/write"
+)
+
+// volume is one published volume's pipeline and what feeds it: the sidecar's
+// pipeline, over the agent's shared watches, with the pod's own credentials for what
+// is not public.
+type volume struct {
+	rec      store.Record
+	plan     *render.Plan
+	sources  *watch.Set
+	pipeline *pipeline.Pipeline
+	cert     *certificate.Manager // nil without a certificate
+	reload   *observe.Reloader    // nil unless the app is to be told of changes
+	// needsToken: the volume reads with the pod's token, which a republish renews.
+	needsToken bool
+	cancel     context.CancelFunc
+	done       chan struct{}
+}
+
+// readsWithPodToken says whether spec reads anything with the pod's own credentials:
+// ConfigMaps, Secrets (password Secrets among them), or a certificate requested in
+// the pod's name. Bundles alone need no token: they are public.
+func readsWithPodToken(plan *render.Plan, spec contract.Spec) bool {
+	return len(plan.ConfigMaps()) > 0 || len(plan.Secrets()) > 0 || spec.Certificate != nil
+}
+
+// spec reads the Spec and plan of volumeID's attributes, writing into the volume's
+// own directories.
+func (m *Manager) spec(volumeID string, attrs map[string]string, namespace string) (contract.Spec, *render.Plan, error) {
+	spec, err := contract.SpecFromAttributes(attrs, m.store.Files(volumeID), m.store.State(volumeID))
+	if err != nil {
+		return spec, nil, err
+	}
+	plan, err := render.NewPlan(spec.Sources, namespace, spec.Certificate != nil)
+	return spec, plan, err
+}
+
+// newVolume assembles rec's pipeline; nothing runs until first and run.
+func (m *Manager) newVolume(rec store.Record) (*volume, error) {
+	id := rec.VolumeID
+	spec, plan, err := m.spec(id, rec.Attributes, rec.Pod.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	v := &volume{rec: rec, plan: plan, needsToken: readsWithPodToken(plan, spec), done: make(chan struct{})}
+	// The pod's own token, read anew from its file as the kubelet renews it: a pod
+	// gets through the agent what its own RBAC allows, and no more.
+	var core, csrs rest.Interface
+	if v.needsToken {
+		cfg := rest.AnonymousClientConfig(m.cfg.REST)
+		cfg.BearerTokenFile = m.store.TokenFile(id)
+		if core, err = kubeclient.Core(cfg); err != nil {
+			return nil, err
+		}
+		if csrs, err = kubeclient.CSRs(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if v.sources, err = m.cfg.Registry.Acquire(pipeline.WatchRequest(v.plan, core, rec.Pod.UID)); err != nil {
+		return nil, err
+	}
+	writer := write.NewAtomicWriter(m.store.Files(id))
+	if o := rec.Owner; o != nil {
+		writer.Owner = &write.Owner{UID: o.UID, GID: o.GID}
+	}
+	onDisk, err := writer.Read()
+	if err != nil {
+		v.sources.Close()
+		return nil, err
+	}
+	events := m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID})
+	clk := clock.RealClock{}
+	var observers []observe.Observer
+	if w := observe.NewExpiryWarner(spec.ExpiryWarningDays, events, clk); w != nil {
+		observers = append(observers, w)
+	}
+	if r := spec.Reload; r != nil && r.URL != "" {
+		podIP := func() (string, error) { return m.cfg.Pods.IP(rec.Pod.Namespace, rec.Pod.Name, rec.Pod.UID) }
+		v.reload = observe.NewReloader([]observe.Target{observe.NewPodURLTarget(r.URL, podIP)}, events, clk, nil)
+		observers = append(observers, v.reload)
+	}
+	observers = append(observers, m.metrics.observer(), observe.NewReporter(events, podevents.Throttle{Clock: clk}))
+	var certFiles map[string]write.File
+	if c := spec.Certificate; c != nil {
+		v.cert = certificate.New(certificate.Options{
+			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
+			SPIFFEID: fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", c.TrustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount),
+			PodName:  rec.Pod.Name, PodUID: rec.Pod.UID, StateDir: c.StateDir,
+		}, csrs, events, nil)
+		v.cert.Adopt(onDisk)
+		certFiles = v.cert.Files()
+	}
+	v.pipeline = pipeline.New(pipeline.Config{Plan: v.plan, Sources: v.sources, Writer: writer, OnDisk: onDisk, Certificate: certFiles,
+		Observers: observers, Clock: clk})
+	return v, nil
+}
+
+// first writes the volume's files once, before the pod may start: it waits for the
+// sources to list and the certificate to be issued, and fails, saying why, when a
+// required file cannot be written. It runs on the goroutine that will own the
+// pipeline.
+func (v *volume) first(ctx context.Context) error {
+	if !v.sources.WaitSynced(ctx) {
+		return fmt.Errorf("the sources did not list in time: %w", errors.Join(v.sources.NotSynced()...))
+	}
+	if v.cert != nil && v.cert.Files() == nil {
+		install := func(_ context.Context, files map[string]write.File) error { return v.pipeline.Install(files) }
+		if err := v.cert.Obtain(ctx, install); err != nil {
+			return fmt.Errorf("workload certificate: %w", err)
+		}
+	}
+	w := v.pipeline.Sync()
+	if w.WriteErr != nil {
+		return fmt.Errorf("cannot write the files: %w", w.WriteErr)
+	}
+	var missing []string
+	for _, path := range v.plan.Required() {
+		if err, failed := w.Failed[path]; failed {
+			missing = append(missing, fmt.Sprintf("%s: %v", path, err))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return errors.New(strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// run keeps the files current until ctx is done.
+func (v *volume) run(ctx context.Context) {
+	defer close(v.done)
+	if v.cert != nil {
+		go v.cert.Run(ctx, v.pipeline.Offers())
+	}
+	if v.reload != nil {
+		go v.reload.Run(ctx)
+	}
+	v.pipeline.Run(ctx)
+}
+
+// stop ends the pipeline and lets go of its watches.
+func (v *volume) stop() {
+	if v.cancel != nil {
+		v.cancel()
+		<-v.done
+	}
+	v.sources.Close()
+}
