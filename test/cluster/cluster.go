@@ -102,6 +102,7 @@ func Up(dir string, o Options) (err error) {
 		name string
 		fn   func() error
 	}{
+		{"mount propagation", c.shareMounts},
 		{"network", setUpNetwork},
 		{"certificates", c.writePKI},
 		{"etcd", c.startEtcd},
@@ -119,6 +120,22 @@ func Up(dir string, o Options) (err error) {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		o.Log("%s ready in %.1fs", s.name, time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// shareMounts makes dir a shared mount (bound onto itself): a CSI driver's pod mounts
+// the kubelet's pods directory and its own data directory, both under dir, with
+// Bidirectional propagation, which runc allows only from a shared mount, so that the
+// mounts it makes for pods reach the kubelet and the pods. This machine's / is
+// private; a node's /var/lib/kubelet usually is shared by systemd. Down's
+// unmountUnder takes the bind away with everything else under dir.
+func (c *node) shareMounts() error {
+	if err := syscall.Mount(c.dir, c.dir, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s onto itself: %w", c.dir, err)
+	}
+	if err := syscall.Mount("", c.dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", c.dir, err)
 	}
 	return nil
 }

@@ -1,0 +1,169 @@
+package node
+
+import (
+	"context"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// allowSources lets namespace ns's default ServiceAccount read ConfigMap extra-cas and
+// Secret store-pass, and creates both: what the pod's own RBAC allows is what the
+// agent reads for it.
+func allowSources(t *testing.T, n *cluster.Node, ns string, extra *fixtures.Cert, password string) {
+	t.Helper()
+	ctx := context.Background()
+	c := n.Client
+	if _, err := c.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "trust-sources"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"extra-cas"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"store-pass"}, Verbs: []string{"get", "list", "watch"}},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "trust-sources"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "trust-sources"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "extra-cas"},
+		Data: map[string]string{"ca.crt": pemOf(extra)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "store-pass"},
+		StringData: map[string]string{"password": password}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// delivery node, on the real node with the chart's agent: a restricted pod asking for
+// a bundle merged with a ConfigMap and the signer's live bundle, a PKCS#12 store and a
+// workload certificate runs with no container added; its app's first read is
+// complete; it reads its key as its own uid, and the certificate verifies against its
+// trust file and names its ServiceAccount; a bundle edit reaches the file the app
+// reads.
+func TestAgent_DeliveryNodeGivesThePodTheSidecarsFilesWithNoContainer(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "node-delivery", restricted)
+	oldRoot, newRoot, extra := fixtures.CA("node-delivery root"), fixtures.CA("node-delivery new root"), fixtures.CA("node-delivery extra")
+	ctb := createBundle(t, "e2e-node-delivery", oldRoot)
+	allowSources(t, n, ns, extra, "s3cret")
+	pod := appPod("app", map[string]string{
+		"trustsync.io/inject":        "true",
+		"trustsync.io/delivery":      "node",
+		"trustsync.io/ssl-cert-file": "true",
+		"trustsync.io/certificate":   "true",
+		"trustsync.io/sources": bundlesJSON(t,
+			map[string]any{"name": "e2e-node-delivery", "path": "ca.pem"},
+			map[string]any{"configMap": map[string]any{"name": "extra-cas", "key": "ca.crt"}, "path": "ca.pem"},
+			map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}, "path": "ca.pem"},
+			map[string]any{"name": "e2e-node-delivery", "path": "truststore.p12", "format": "pkcs12", "passwordSecret": map[string]any{"name": "store-pass", "key": "password"}}),
+	}, 1000, `cat "$SSL_CERT_FILE" || echo READ-FAILED; echo "READ-DONE"; exec sleep 3600`)
+	created := createPod(t, ns, pod)
+	if len(created.Spec.Containers) != 1 || len(created.Spec.InitContainers) != 0 {
+		t.Fatalf("delivery node added containers: %d containers, %d init containers", len(created.Spec.Containers), len(created.Spec.InitContainers))
+	}
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+
+	ctx := context.Background()
+	logs, err := n.Logs(ctx, ns, "app", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs, "READ-FAILED") || !strings.Contains(logs, "READ-DONE") {
+		t.Fatalf("the app's first read failed; its log:\n%s", logs)
+	}
+	got := anchorSet(t, logs[:strings.Index(logs, "READ-DONE")])
+	want := anchorSet(t, pemOf(oldRoot, extra)+liveAnchors(t))
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("first read held anchors %v, want the merge of all three sources %v", got, want)
+	}
+	key, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/tls.key")
+	if err != nil {
+		t.Fatalf("the app (uid 1000) cannot read its key: %v", err)
+	}
+	if b, _ := pem.Decode([]byte(key)); b == nil || !strings.Contains(b.Type, "PRIVATE KEY") {
+		t.Fatalf("tls.key as the app reads it is no private key:\n%s", key)
+	}
+	crt, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/tls.crt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/ca.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertIdentity(t, crt, trust, ns)
+	if _, err := n.Exec(ctx, ns, "app", "app", "test", "-s", mountPath+"/truststore.p12"); err != nil {
+		t.Errorf("truststore.p12 is missing or empty as the app sees it: %v", err)
+	}
+
+	ctb.Spec.TrustBundle = pemOf(oldRoot, newRoot)
+	start := time.Now()
+	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wantAfter := strings.Join(anchorSet(t, pemOf(oldRoot, newRoot, extra)+liveAnchors(t)), ",")
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", mountPath+"/ca.pem")
+		if err != nil {
+			return false, nil
+		}
+		last = out
+		return strings.Join(anchorSet(t, out), ",") == wantAfter, nil
+	})
+	if err != nil {
+		t.Fatalf("the app did not see the edited bundle within a minute; it last read:\n%s", last)
+	}
+	t.Logf("the app saw the edit %.2fs after the update call began (kubectl exec polling included)", time.Since(start).Seconds())
+}
+
+// A pod naming a Secret its ServiceAccount may not read does not get it through the
+// agent: it does not start, and its Events say why, naming the Secret.
+func TestAgent_APodDoesNotGetASecretItsServiceAccountMayNotRead(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "node-forbidden", restricted)
+	if _, err := n.Client.CoreV1().Secrets(ns).Create(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-yours"},
+		StringData: map[string]string{"ca.crt": pemOf(fixtures.CA("not yours"))}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, ns, appPod("app", map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/delivery": "node",
+		"trustsync.io/sources": bundlesJSON(t, map[string]any{"secret": map[string]any{"name": "not-yours", "key": "ca.crt"}, "path": "ca.pem"}),
+	}, 1000, "exec sleep 3600"))
+	want := `Secret "not-yours": secrets "not-yours" is forbidden`
+	var messages []string
+	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app"})
+		if err != nil {
+			return false, nil
+		}
+		messages = messages[:0]
+		for _, e := range events.Items {
+			messages = append(messages, e.Reason+": "+e.Message)
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no Warning Event on the pod says %q; its Events:\n%s", want, strings.Join(messages, "\n"))
+	}
+	p, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "app", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cluster.PodReady(p) {
+		t.Error("the pod started without its trust file")
+	}
+}
