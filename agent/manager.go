@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/keymutex"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/agent/csi"
 	"github.com/trustsync/trustsync/agent/mounts"
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/sidecar/contract"
@@ -35,7 +36,7 @@ const (
 	AttributePodUID         = contract.KubeletAttributePrefix + "pod.uid"
 	AttributeServiceAccount = contract.KubeletAttributePrefix + "serviceAccount.name"
 	AttributeEphemeral      = contract.KubeletAttributePrefix + "ephemeral"
-	AttributeTokens         = contract.KubeletAttributePrefix + "serviceAccount.tokens"
+	AttributeTokens         = csi.TokensKey
 )
 
 // Pods is what the agent asks about the pods on its node.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -69,6 +70,10 @@ func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 // ephemeralAttribute is the kubelet's mark of an inline ephemeral volume.
 const ephemeralAttribute = "csi.storage.k8s.io/ephemeral"
 
+// TokensKey holds the pod's ServiceAccount tokens the CSIDriver's tokenRequests ask
+// for: JSON, audience to token.
+const TokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+
 // NodePublishVolume checks the request and publishes the volume.
 func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if err := checkTarget(req.GetVolumeId(), req.GetTargetPath()); err != nil {
@@ -80,6 +85,13 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	attrs := req.GetVolumeContext()
 	if attrs[ephemeralAttribute] != "true" {
 		return nil, status.Errorf(codes.InvalidArgument, "%s serves inline ephemeral volumes only (a csi volume in the pod's spec, as the injector writes it), not persistent volumes", s.Driver)
+	}
+	// With the CSIDriver's serviceAccountTokenInSecrets, the kubelet passes the pod's
+	// tokens as a secret, where gRPC loggers know not to look; older kubelets pass
+	// them among the attributes.
+	if tokens, ok := req.GetSecrets()[TokensKey]; ok {
+		attrs = maps.Clone(attrs)
+		attrs[TokensKey] = tokens
 	}
 	if err := s.Volumes.Publish(ctx, req.GetVolumeId(), req.GetTargetPath(), attrs); err != nil {
 		return nil, err

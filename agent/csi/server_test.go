@@ -10,10 +10,14 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type recordingVolumes struct{ published, unpublished []string }
+type recordingVolumes struct {
+	published, unpublished []string
+	attrs                  map[string]string
+}
 
-func (r *recordingVolumes) Publish(_ context.Context, id, target string, _ map[string]string) error {
+func (r *recordingVolumes) Publish(_ context.Context, id, target string, attrs map[string]string) error {
 	r.published = append(r.published, id+" "+target)
+	r.attrs = attrs
 	return nil
 }
 
@@ -65,6 +69,25 @@ func TestNodePublishVolume_HandsAnInlineVolumeOver(t *testing.T) {
 	}
 	if len(vols.published) != 1 || len(vols.unpublished) != 1 {
 		t.Errorf("published %v, unpublished %v", vols.published, vols.unpublished)
+	}
+}
+
+// The kubelet passes the pod's tokens as secrets when the CSIDriver says so, and as
+// attributes before: the volume gets them either way.
+func TestNodePublishVolume_TakesTheTokensFromTheSecretsOrTheAttributes(t *testing.T) {
+	for name, req := range map[string]*csi.NodePublishVolumeRequest{
+		"secrets":    {Secrets: map[string]string{TokensKey: "{}"}, VolumeContext: map[string]string{ephemeralAttribute: "true"}},
+		"attributes": {VolumeContext: map[string]string{ephemeralAttribute: "true", TokensKey: "{}"}},
+	} {
+		req.VolumeId, req.TargetPath, req.VolumeCapability = "v", "/t", mountCapability
+		vols := &recordingVolumes{}
+		s := &Server{Driver: "csi.trustsync.io", Volumes: vols}
+		if _, err := s.NodePublishVolume(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		if vols.attrs[TokensKey] != "{}" {
+			t.Errorf("tokens as %s: the volume got attributes %v", name, vols.attrs)
+		}
 	}
 }
 

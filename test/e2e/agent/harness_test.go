@@ -188,10 +188,16 @@ func (a *agentProc) publish(t testing.TB, cp *controlplane.ControlPlane, pod *co
 	if edit != nil {
 		edit(attrs)
 	}
+	// As the kubelet passes them with the chart's serviceAccountTokenInSecrets.
+	secrets := map[string]string{}
+	if tokens, ok := attrs["csi.storage.k8s.io/serviceAccount.tokens"]; ok {
+		secrets["csi.storage.k8s.io/serviceAccount.tokens"] = tokens
+		delete(attrs, "csi.storage.k8s.io/serviceAccount.tokens")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, err := a.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
-		VolumeId: volumeID(pod), TargetPath: target, Readonly: true, VolumeContext: attrs,
+		VolumeId: volumeID(pod), TargetPath: target, Readonly: true, VolumeContext: attrs, Secrets: secrets,
 		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY}},
 	})
