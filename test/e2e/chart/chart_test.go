@@ -160,6 +160,39 @@ func TestChart_Renders(t *testing.T) {
 			},
 		},
 		{
+			name: "the node agent: a CSIDriver for inline volumes with the pod's token, a DaemonSet on the kubelet's directories; switched off, neither",
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				d := find(objs, "CSIDriver", "csi.trustsync.io")
+				if d == nil {
+					t.Fatal("no CSIDriver")
+				}
+				spec, _, _ := unstructured.NestedMap(d.Object, "spec")
+				if toString(spec["volumeLifecycleModes"]) != `["Ephemeral"]` || spec["podInfoOnMount"] != true || spec["requiresRepublish"] != true || spec["tokenRequests"] == nil {
+					t.Errorf("CSIDriver spec = %v", spec)
+				}
+				ds := find(objs, "DaemonSet", "trustsync-agent")
+				if ds == nil {
+					t.Fatal("no agent DaemonSet")
+				}
+				if s := toString(ds.Object); !strings.Contains(s, "/var/lib/kubelet/plugins_registry") || !strings.Contains(s, "Bidirectional") {
+					t.Error("the agent does not mount the kubelet's plugin registry, or its pods without mount propagation")
+				}
+				rules, _, _ := unstructured.NestedSlice(find(objs, "ClusterRole", "trustsync-agent").Object, "rules")
+				if s := toString(rules); strings.Contains(s, "configmaps") || strings.Contains(s, "secrets") || strings.Contains(s, "certificatesigningrequests") {
+					t.Errorf("the agent may read ConfigMaps or Secrets, or request certificates, itself: %v", rules)
+				}
+			},
+		},
+		{
+			name: "the node agent switched off",
+			args: []string{"--set", "agent.enabled=false"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				if find(objs, "CSIDriver", "") != nil || find(objs, "DaemonSet", "") != nil || find(objs, "ClusterRole", "trustsync-agent") != nil {
+					t.Error("the agent rendered though disabled")
+				}
+			},
+		},
+		{
 			name: "the NetworkPolicy admits the API server (and extra peers) to the HTTPS port, any prober to the health port",
 			args: []string{"--set", "webhook.networkPolicy.enabled=true", "--set", "webhook.networkPolicy.apiServerCIDRs={10.0.0.10/32}",
 				"--set", "webhook.networkPolicy.extraFrom[0].namespaceSelector.matchLabels.name=monitoring"},

@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +44,9 @@ type sideBySide struct {
 // each run gets its own namespace and bundle, removed when it ends.
 var sideBySideRuns int
 
-// setUpSideBySide creates one bundle and two pods reading it: "native" through the
+// setUpSideBySide creates one bundle and three pods reading it: "native" through the
 // kubelet's clusterTrustBundle projected volume, "trustsync" through the injected
-// sidecar.
+// sidecar, and "node" through the node agent's CSI volume (delivery node).
 func setUpSideBySide(b *testing.B) sideBySide {
 	n := installChart(b)
 	sideBySideRuns++
@@ -57,10 +61,13 @@ func setUpSideBySide(b *testing.B) sideBySide {
 	native.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "trust", MountPath: "/trust", ReadOnly: true}}
 	sidecar := appPod("trustsync", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": name}, 1000,
 		watchScript(mountPath+"/ca_certificates.pem"))
-	for _, p := range []*corev1.Pod{native, sidecar} {
+	node := appPod("node", map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "node", "trustsync.io/bundle-name": name}, 1000,
+		watchScript(mountPath+"/ca_certificates.pem"))
+	pods := []*corev1.Pod{native, sidecar, node}
+	for _, p := range pods {
 		createPod(b, ns, p)
 	}
-	for _, p := range []*corev1.Pod{native, sidecar} {
+	for _, p := range pods {
 		n.WaitPod(b, ns, p.Name, 2*time.Minute, "Ready", cluster.PodReady)
 	}
 	return sideBySide{namespace: ns, bundle: name}
@@ -68,24 +75,61 @@ func setUpSideBySide(b *testing.B) sideBySide {
 
 // BenchmarkNativeVsTrustsync_BundleEdit measures, per edit of one ClusterTrustBundle,
 // the time from the update call until the app container of each pod first reads the
-// new anchor: the kubelet's native projection against trustsync's sidecar, on the
-// same node in the same run. Reported as seconds per edit for each, and their ratio.
+// new anchor, for the three deliveries on the same node in the same run: the kubelet's
+// native projection, trustsync's sidecar and trustsync's node agent. Reported as the
+// median and the maximum seconds per edit for each, their ratios, and each pod's
+// memory as its cgroup counts it.
 func BenchmarkNativeVsTrustsync_BundleEdit(b *testing.B) {
 	env := setUpSideBySide(b)
 	n := theNode(b)
-	var native, trustsync []time.Duration
+	var native, trustsync, node []time.Duration
 	for i := 0; i < b.N; i++ {
 		marker, start := replaceAnchor(b, n, env.bundle)
 		// The native projection has been seen to take minutes; allow ten.
 		nt := seenAt(b, env.namespace, "native", marker, 10*time.Minute).Sub(start)
 		tt := seenAt(b, env.namespace, "trustsync", marker, 10*time.Minute).Sub(start)
-		b.Logf("edit %d: native projection %.2fs, trustsync sidecar %.2fs", i+1, nt.Seconds(), tt.Seconds())
-		native, trustsync = append(native, nt), append(trustsync, tt)
+		at := seenAt(b, env.namespace, "node", marker, 10*time.Minute).Sub(start)
+		b.Logf("edit %d: native projection %.2fs, trustsync sidecar %.2fs, trustsync node agent %.2fs", i+1, nt.Seconds(), tt.Seconds(), at.Seconds())
+		native, trustsync, node = append(native, nt), append(trustsync, tt), append(node, at)
 	}
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(native).Seconds(), "native-s/edit")
 	b.ReportMetric(median(trustsync).Seconds(), "trustsync-s/edit")
+	b.ReportMetric(median(node).Seconds(), "node-s/edit")
+	b.ReportMetric(slices.Max(native).Seconds(), "native-max-s")
+	b.ReportMetric(slices.Max(trustsync).Seconds(), "trustsync-max-s")
+	b.ReportMetric(slices.Max(node).Seconds(), "node-max-s")
 	b.ReportMetric(float64(median(native))/float64(median(trustsync)), "native/trustsync")
+	b.ReportMetric(float64(median(node))/float64(median(trustsync)), "node/sidecar")
+	for _, pod := range []string{"native", "trustsync", "node"} {
+		b.ReportMetric(podMemoryMiB(b, n, env.namespace, pod), pod+"-pod-MiB")
+	}
+}
+
+// podMemoryMiB is the memory the pod's cgroup charges now (cgroup v1, the kubelet's
+// cgroupfs driver): its containers' working memory, page cache included.
+func podMemoryMiB(b *testing.B, n *cluster.Node, namespace, name string) float64 {
+	b.Helper()
+	pod, err := n.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	matches, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/*/pod" + string(pod.UID) + "/memory.usage_in_bytes")
+	if more, _ := filepath.Glob("/sys/fs/cgroup/memory/kubepods/pod" + string(pod.UID) + "/memory.usage_in_bytes"); len(more) > 0 {
+		matches = append(matches, more...)
+	}
+	if len(matches) != 1 {
+		b.Fatalf("the memory cgroup of pod %s: found %v", name, matches)
+	}
+	raw, err := os.ReadFile(matches[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	bytes, err := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bytes / (1 << 20)
 }
 
 // replaceAnchor replaces the one anchor of bundle with a new one, and returns the
