@@ -4,14 +4,15 @@
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver and a real node (kubelet,
 #                      containerd), building both first
-#   make build         the three binaries into bin/
+#   make build         the four binaries into bin/
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks
-#   make bench-node    the kubelet's native projection against trustsync's sidecar, pod
-#                      certificates in a burst, a bundle edit to the app's reload, on
-#                      the real node (root; about 5 minutes)
+#   make bench-node    the three deliveries side by side (the kubelet's native
+#                      projection, trustsync's sidecar and node agent), pod certificates
+#                      in a burst, a bundle edit to the app's reload, on the real node
+#                      (root; about 10 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
 #   make image         the container image as a tarball in _output/, without a daemon
 
@@ -79,11 +80,14 @@ bench: controlplane
 	$(GO) test -run='^$$' -bench=Signing -benchtime=1x -count=2 -timeout 30m ./test/e2e/signer/
 	$(GO) test -run='^$$' -bench=CertificateStartup -benchtime=7x ./test/e2e/signer/
 	$(GO) test -run='^$$' -bench=LargeReviews -benchtime=1x -count=2 ./test/e2e/webhook/
+	$(GO) test -run='^$$' -bench=ManyPipelines -benchtime=5x -count=3 ./test/e2e/sidecar/
+	$(GO) test -run='^$$' -bench=Agent_1000Volumes -benchtime=5x ./test/e2e/agent/
 
-# Each native edit waits for the kubelet's periodic sync (about a minute): 3 edits, after
+# Each native edit waits for the kubelet's periodic sync (about a minute): 5 edits, after
 # the discarded first run testing makes.
 bench-node: controlplane node build
-	$(GO) test -run='^$$' -bench='NativeVsTrustsync|PodCertificates_Burst|Reload_BundleEditToApp' -benchtime=3x -timeout 40m ./test/e2e/node/
+	$(GO) test -run='^$$' -bench='NativeVsTrustsync' -benchtime=5x -timeout 40m ./test/e2e/node/
+	$(GO) test -run='^$$' -bench='PodCertificates_Burst|Reload_BundleEditToApp' -benchtime=3x -timeout 40m ./test/e2e/node/
 
 # Every fuzz target, one after another (go test fuzzes one target at a time).
 fuzz:

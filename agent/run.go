@@ -9,17 +9,12 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -31,6 +26,7 @@ import (
 	"github.com/trustsync/trustsync/agent/registration"
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
 	"github.com/trustsync/trustsync/sidecar/kubeclient"
 	"github.com/trustsync/trustsync/sidecar/podevents"
 	"github.com/trustsync/trustsync/sidecar/watch"
@@ -76,7 +72,7 @@ func Run(ctx context.Context, o *Options) error {
 	reg := &registration.Server{Driver: DriverName, Endpoint: o.KubeletEndpoint, Versions: CSIVersions}
 	pods := NewNodePods(client, o.NodeName)
 	ready := func() bool { return pods.HasSynced() && (o.RegistrationDir == "" || reg.Registered()) }
-	if err := serveHealth(ctx, o.HealthAddress, registry, ready); err != nil {
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, ready, "the node's pods have not listed yet, or the kubelet has not registered the driver"); err != nil {
 		return err
 	}
 
@@ -146,32 +142,5 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 		return fmt.Errorf("cannot mount a tmpfs at --data-dir %s (the agent needs CAP_SYS_ADMIN, and a hostPath with Bidirectional mount propagation so a restarted agent finds it): %w", o.DataDir, err)
 	}
 	klog.InfoS("Mounted a tmpfs for the volumes' files", "dir", o.DataDir, "size", o.DataDirSize)
-	return nil
-}
-
-// serveHealth serves /healthz, /readyz and /metrics on addr until ctx is done.
-func serveHealth(ctx context.Context, addr string, registry *prometheus.Registry, ready func() bool) error {
-	if addr == "" {
-		return nil
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	healthz, readyz := bundleapi.Probes(ready, "the node's pods have not listed yet, or the kubelet has not registered the driver")
-	mux.Handle("/healthz", healthz)
-	mux.Handle("/readyz", readyz)
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			klog.ErrorS(err, "Health server stopped")
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
 	return nil
 }

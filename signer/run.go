@@ -7,14 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -35,6 +32,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -73,7 +71,9 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := newMetrics(registry)
 	var ready atomic.Bool
-	if err := serveHealth(ctx, o.HealthAddress, registry, &ready); err != nil {
+	// /readyz: it leads and its caches are synced; a standby replica is not ready,
+	// which is what a Service wants.
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, ready.Load, "not leading, or caches not synced"); err != nil {
 		return err
 	}
 
@@ -287,27 +287,3 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 	}
 }
 
-// serveHealth serves /healthz (the process is up), /readyz (it leads and its caches
-// are synced; a standby replica is not ready, which is what a Service wants) and
-// /metrics.
-func serveHealth(ctx context.Context, addr string, registry *prometheus.Registry, ready *atomic.Bool) error {
-	if addr == "" {
-		return nil
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	healthz, readyz := bundleapi.Probes(ready.Load, "not leading, or caches not synced")
-	mux.Handle("/healthz", healthz)
-	mux.Handle("/readyz", readyz)
-	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	go func() {
-		<-ctx.Done()
-		_ = srv.Close()
-	}()
-	return nil
-}
