@@ -286,4 +286,3 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 		q.Done(key)
 	}
 }
-
