@@ -3,6 +3,9 @@ package node
 import (
 	"context"
 	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -166,4 +169,156 @@ func TestAgent_APodDoesNotGetASecretItsServiceAccountMayNotRead(t *testing.T) {
 	if cluster.PodReady(p) {
 		t.Error("the pod started without its trust file")
 	}
+}
+
+// The agent killed with SIGKILL (as an OOM kill would) in the middle of a burst of
+// edits: the apps reading their files without pause never find one missing or
+// partial; the kubelet restarts the agent, which adopts every live volume and brings
+// it up to date; a pod deleted while it was down leaves nothing once it is back.
+func TestAgent_KilledInABurstOfEditsNoAppReadsAPartialFileAndEveryVolumeConverges(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "agent-kill", restricted)
+	ctb := createBundle(t, "e2e-agent-kill", fixtures.CA("agent-kill 0"))
+	f := mountPath + "/ca_certificates.pem"
+	// Each read must be a whole PEM file: as many END lines as BEGIN lines, at least one.
+	script := `n=0
+while true; do
+  c=$(cat ` + f + ` 2>/dev/null) || { echo "GAP missing"; continue; }
+  b=$(echo "$c" | grep -c BEGIN); e=$(echo "$c" | grep -c END)
+  { [ "$b" -gt 0 ] && [ "$b" = "$e" ]; } || echo "GAP partial $b $e"
+  n=$((n+1)); [ $((n % 200)) -eq 0 ] && echo "READS $n"
+done`
+	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "node", "trustsync.io/bundle-name": "e2e-agent-kill"}
+	for _, name := range []string{"reader-0", "reader-1", "gone"} {
+		createPod(t, ns, appPod(name, annotations, 1000, script))
+	}
+	for _, name := range []string{"reader-0", "reader-1", "gone"} {
+		n.WaitPod(t, ns, name, 2*time.Minute, "Ready", cluster.PodReady)
+	}
+	gone, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "gone", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	volumesBefore := agentVolumes(t, n)
+
+	ctx := context.Background()
+	edit := func(i int) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			cur, err := n.Client.CertificatesV1().ClusterTrustBundles().Get(ctx, ctb.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			cur.Spec.TrustBundle = pemOf(fixtures.CA(fmt.Sprintf("agent-kill %d", i)))
+			_, err = n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, cur, metav1.UpdateOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		edit(i)
+		time.Sleep(100 * time.Millisecond)
+	}
+	killAgent(t, n)
+	edit(4)
+	if err := n.Client.CoreV1().Pods(ns).Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	edit(5)
+	for _, name := range []string{"reader-0", "reader-1"} {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			out, err := n.Exec(ctx, ns, name, "app", "cat", f)
+			last = out
+			return err == nil && strings.Join(anchorSet(t, out), ",") == strings.Join(anchorSet(t, currentBundle(t, n, ctb.Name)), ","), nil
+		})
+		if err != nil {
+			t.Fatalf("%s did not converge on the bundle after the agent's restart; it last read:\n%s", name, last)
+		}
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := n.Client.CoreV1().Pods(ns).Get(ctx, "gone", metav1.GetOptions{})
+		return err != nil && len(agentVolumes(t, n)) == len(volumesBefore)-1, nil
+	})
+	if err != nil {
+		t.Errorf("the pod deleted while the agent was down is not gone with its volume: the agent keeps %d volumes, had %d", len(agentVolumes(t, n)), len(volumesBefore))
+	}
+	if mounts := mountsUnder(t, filepath.Join(n.Dir, "kubelet", "pods", string(gone.UID))); len(mounts) > 0 {
+		t.Errorf("the deleted pod's mounts remain: %v", mounts)
+	}
+	for _, name := range []string{"reader-0", "reader-1"} {
+		logs, err := n.Logs(ctx, ns, name, "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(logs, "GAP") {
+			t.Errorf("%s read a missing or partial file:\n%s", name, logs)
+		}
+		if !strings.Contains(logs, "READS") {
+			t.Errorf("%s's read loop did not run:\n%s", name, logs)
+		}
+	}
+}
+
+// currentBundle is the bundle's PEM now.
+func currentBundle(t *testing.T, n *cluster.Node, name string) string {
+	t.Helper()
+	b, err := n.Client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Spec.TrustBundle
+}
+
+// killAgent kills the node's agent container with SIGKILL through the runtime and
+// waits until the kubelet has restarted it and it is ready again.
+func killAgent(t *testing.T, n *cluster.Node) {
+	t.Helper()
+	pods, err := n.Client.CoreV1().Pods(releaseNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the node's agent pod: %v, %v", pods, err)
+	}
+	p := pods.Items[0]
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Fatalf("agent container statuses: %+v", p.Status.ContainerStatuses)
+	}
+	s := p.Status.ContainerStatuses[0]
+	if _, err := n.Run(context.Background(), "ctr", "tasks", "kill", "--signal", "SIGKILL", strings.TrimPrefix(s.ContainerID, "containerd://")); err != nil {
+		t.Fatal(err)
+	}
+	n.WaitPod(t, releaseNamespace, p.Name, 2*time.Minute, "restarted and Ready", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount > s.RestartCount && cluster.PodReady(p)
+	})
+}
+
+// agentVolumes lists the volumes the agent keeps in its data directory on the node.
+func agentVolumes(t *testing.T, n *cluster.Node) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(n.Dir, "trustsync-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }
