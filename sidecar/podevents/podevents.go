@@ -38,10 +38,11 @@ type PodRef struct {
 
 // Pod records Events on one pod.
 type Pod struct {
-	recorder record.EventRecorder
-	pod      *corev1.ObjectReference
-	sink     sink
-	clock    clock.PassiveClock
+	component string
+	recorder  record.EventRecorder
+	pod       *corev1.ObjectReference
+	sink      sink
+	clock     clock.PassiveClock
 }
 
 // Component is the source the sidecar's Events name.
@@ -60,6 +61,7 @@ func New(ctx context.Context, c rest.Interface, ref PodRef) (*Pod, func()) {
 // Broadcaster records Events on many pods through one client and one goroutine: the
 // node agent's, for every pod on its node.
 type Broadcaster struct {
+	component   string
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	sink        sink
@@ -69,16 +71,17 @@ type Broadcaster struct {
 func NewBroadcaster(ctx context.Context, c rest.Interface, component string) *Broadcaster {
 	b := record.NewBroadcaster(record.WithContext(ctx))
 	b.StartRecordingToSink(sink{c: c})
-	return &Broadcaster{broadcaster: b, recorder: b.NewRecorder(kubeclient.CoreScheme, corev1.EventSource{Component: component}), sink: sink{c: c}}
+	return &Broadcaster{component: component, broadcaster: b, recorder: b.NewRecorder(kubeclient.CoreScheme, corev1.EventSource{Component: component}), sink: sink{c: c}}
 }
 
 // For records on the pod ref.
 func (b *Broadcaster) For(ref PodRef) *Pod {
 	return &Pod{
-		recorder: b.recorder,
-		pod:      &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
-		sink:     b.sink,
-		clock:    clock.RealClock{},
+		component: b.component,
+		recorder:  b.recorder,
+		pod:       &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
+		sink:      b.sink,
+		clock:     clock.RealClock{},
 	}
 }
 
@@ -105,7 +108,7 @@ func (p *Pod) WarningOnce(key, reason, message string) {
 		Reason:         reason,
 		Message:        message,
 		Type:           corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: Component},
+		Source:         corev1.EventSource{Component: p.component},
 		FirstTimestamp: now,
 		LastTimestamp:  now,
 		Count:          1,

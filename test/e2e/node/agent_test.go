@@ -322,3 +322,62 @@ func mountsUnder(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// Through the agent, an app asking for a reload URL on its loopback is told at its
+// own address (the agent is not in its network namespace), once per change of what it
+// trusts and not at start; a JKS store is written beside the PEM file; an anchor about
+// to expire earns the pod a Warning Event from the agent.
+func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "agent-reload", restricted)
+	ctx := context.Background()
+	rootA, rootB := fixtures.CA("agent-reload A"), fixtures.CA("agent-reload B")
+	expiring := fixtures.MustNew(fixtures.Options{CommonName: "agent-reload expiring", NotAfter: time.Now().Add(72 * time.Hour)})
+	ctb := createBundle(t, "e2e-agent-reload", rootA, expiring)
+	// The reloadApp, listening on every address of the pod rather than its loopback.
+	app := strings.Replace(reloadApp, "httpd -f -p 127.0.0.1:8080", "httpd -f -p 8080", 1)
+	createPod(t, ns, appPod("app", map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/delivery": "node",
+		"trustsync.io/sources": bundlesJSON(t,
+			map[string]any{"name": "e2e-agent-reload", "path": "ca.pem"},
+			map[string]any{"name": "e2e-agent-reload", "path": "truststore.jks", "format": "jks"}),
+		"trustsync.io/reload-url": "http://127.0.0.1:8080/cgi-bin/reload",
+	}, 1000, app))
+	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	reloads := func() []string {
+		t.Helper()
+		out, err := n.Exec(ctx, ns, "app", "app", "cat", "/tmp/reloads")
+		if err != nil {
+			t.Fatalf("read the app's reloads: %v", err)
+		}
+		return strings.Fields(out)
+	}
+	time.Sleep(3 * time.Second) // a reload at start would come within the 2 s of quiet
+	if got := reloads(); len(got) != 0 {
+		t.Fatalf("the app was reloaded at start: %q", got)
+	}
+	if _, err := n.Exec(ctx, ns, "app", "app", "test", "-s", mountPath+"/truststore.jks"); err != nil {
+		t.Errorf("truststore.jks is missing or empty as the app sees it: %v", err)
+	}
+	ctb.Spec.TrustBundle = pemOf(rootA, expiring, rootB)
+	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "one reload by URL", func() bool { return strings.Join(reloads(), " ") == "url" })
+	time.Sleep(3 * time.Second)
+	if got := reloads(); strings.Join(got, " ") != "url" {
+		t.Errorf("reloads after one change: %q, want one", got)
+	}
+	waitFor(t, "a TrustAnchorExpiring Warning from the agent", func() bool {
+		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app,reason=TrustAnchorExpiring"})
+		if err != nil {
+			return false
+		}
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && e.Source.Component == "trustsync-agent" && strings.Contains(e.Message, "agent-reload expiring") {
+				return true
+			}
+		}
+		return false
+	})
+}
