@@ -265,6 +265,12 @@ func TestAgent_PodsSelectingOneBundleShareItsWatch(t *testing.T) {
 	if after := settledWatches(t, cp); after != before {
 		t.Errorf("19 more pods selecting the same bundle changed the API server's watches from %v to %v; want no change", before, after)
 	}
+	if got := a.metric(t, "trustsync_agent_volumes"); got != "20" {
+		t.Errorf("trustsync_agent_volumes = %q, want 20", got)
+	}
+	if got := a.metric(t, `trustsync_agent_publish_total{result="ok"}`); got != "20" {
+		t.Errorf(`trustsync_agent_publish_total{result="ok"} = %q, want 20`, got)
+	}
 }
 
 // settledWatches is the API server's open watches once the count holds still.
@@ -283,4 +289,52 @@ func settledWatches(t testing.TB, cp *controlplane.ControlPlane) float64 {
 		time.Sleep(300 * time.Millisecond)
 	}
 	return last
+}
+
+// The kubelet publishes a live volume again and again (requiresRepublish), each time
+// with the pod's renewed token: the agent keeps the new token and reads with it, and
+// changes nothing else; the same volume asked for at another target is refused,
+// naming where it is.
+func TestAgent_RepublishTakesTheRenewedTokenAndKeepsTheVolume(t *testing.T) {
+	cp := planes.Get(t, true)
+	root, extra, newer := fixtures.CA("republish"), fixtures.CA("republish extra"), fixtures.CA("republish extra 2")
+	name := newBundle(t, cp, root)
+	webSources(t, cp, extra, "s3cret")
+	a := startAgent(t, cp)
+	pod := newPod(t, cp, "republish", "web", nodeName, map[string]string{injector.AnnotationSources: sourcesFor(name)})
+	if err := a.publish(t, cp, pod, nil); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(a.dataDir, a.volumeDirs(t)[0], "token")
+	first, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a token issued a second later differs
+	if err := a.publish(t, cp, pod, nil); err != nil {
+		t.Fatalf("republish: %v", err)
+	}
+	if second, err := os.ReadFile(tokenFile); err != nil || string(first) == string(second) {
+		t.Errorf("the republished token was not kept: %v", err)
+	}
+	// Still read with the pod's token: a ConfigMap edit arrives.
+	cm, err := kube(t, cp).CoreV1().ConfigMaps(namespace).Get(context.Background(), "extra-cas", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["ca.crt"] = fixtures.Bundle(newer)
+	if _, err := kube(t, cp).CoreV1().ConfigMaps(namespace).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(a.target(pod), "ca.pem"), merged(root, newer))
+
+	err = a.publish(t, cp, pod, func(attrs map[string]string) {
+		attrs["csi.storage.k8s.io/pod.uid"] = "11111111-1111-1111-1111-111111111111"
+	})
+	if status.Code(err) != codes.AlreadyExists || !strings.Contains(err.Error(), "is already published at "+a.target(pod)) {
+		t.Errorf("the same volume for another pod: %v, want AlreadyExists naming where it is", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(a.target(pod), "ca.pem")); string(got) != string(merged(root, newer)) {
+		t.Errorf("the volume's file changed: %q", got)
+	}
 }

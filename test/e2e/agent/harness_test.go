@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,6 +44,8 @@ import (
 type agentProc struct {
 	root, socket, dataDir, podsDir, kubeconfig string
 	bin                                        string
+	// health is the address of /healthz, /readyz and /metrics.
+	health string
 	starts                                     int
 	proc                                       *controlplane.Process
 	conn                                       *grpc.ClientConn
@@ -63,7 +67,11 @@ func startAgent(t testing.TB, cp *controlplane.ControlPlane, extra ...string) *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProc{root: root, bin: bin, socket: filepath.Join(root, "csi", "csi.sock"), dataDir: filepath.Join(root, "data"),
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentProc{root: root, bin: bin, health: "127.0.0.1:" + strconv.Itoa(port), socket: filepath.Join(root, "csi", "csi.sock"), dataDir: filepath.Join(root, "data"),
 		podsDir: filepath.Join(root, "pods"), kubeconfig: filepath.Join(root, "kubeconfig"), extra: extra}
 	cfg, err := cp.ServiceAccountConfig(context.Background(), agentNamespace, "trustsync-agent")
 	if err != nil {
@@ -89,7 +97,7 @@ func (a *agentProc) start(t testing.TB) {
 	t.Helper()
 	a.starts++
 	args := append([]string{"--node-name=" + nodeName, "--endpoint=unix://" + a.socket, "--registration-dir=", "--data-dir=" + a.dataDir,
-		"--kubeconfig=" + a.kubeconfig, "--health-bind-address=", "--first-sync-timeout=5s", "--reap-interval=1s", "-v=2"}, a.extra...)
+		"--kubeconfig=" + a.kubeconfig, "--health-bind-address=" + a.health, "--first-sync-timeout=5s", "--reap-interval=1s", "-v=2"}, a.extra...)
 	var err error
 	if a.proc, err = controlplane.StartProcess("trustsync-agent", a.bin, args, filepath.Join(a.root, "agent-"+strconv.Itoa(a.starts)+".log")); err != nil {
 		t.Fatal(err)
@@ -108,6 +116,26 @@ func (a *agentProc) start(t testing.TB) {
 	if err != nil {
 		t.Fatalf("the agent did not become ready: %v\n%s", err, a.proc.Tail())
 	}
+}
+
+// metric returns the value of the agent's metric line that starts with series.
+func (a *agentProc) metric(t testing.TB, series string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.health + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return rest
+		}
+	}
+	return ""
 }
 
 // stop stops the agent gracefully; kill stops it with SIGKILL.

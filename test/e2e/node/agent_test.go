@@ -186,7 +186,7 @@ while true; do
   c=$(cat ` + f + ` 2>/dev/null) || { echo "GAP missing"; continue; }
   b=$(echo "$c" | grep -c BEGIN); e=$(echo "$c" | grep -c END)
   { [ "$b" -gt 0 ] && [ "$b" = "$e" ]; } || echo "GAP partial $b $e"
-  n=$((n+1)); [ $((n % 200)) -eq 0 ] && echo "READS $n"
+  n=$((n+1)); [ $((n % 20)) -eq 0 ] && echo "READS $n"
 done`
 	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "node", "trustsync.io/bundle-name": "e2e-agent-kill"}
 	for _, name := range []string{"reader-0", "reader-1", "gone"} {
