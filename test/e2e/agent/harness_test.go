@@ -45,13 +45,13 @@ type agentProc struct {
 	root, socket, dataDir, podsDir, kubeconfig string
 	bin                                        string
 	// health is the address of /healthz, /readyz and /metrics.
-	health string
-	starts                                     int
-	proc                                       *controlplane.Process
-	conn                                       *grpc.ClientConn
-	node                                       csi.NodeClient
-	identity                                   csi.IdentityClient
-	extra                                      []string
+	health   string
+	starts   int
+	proc     *controlplane.Process
+	conn     *grpc.ClientConn
+	node     csi.NodeClient
+	identity csi.IdentityClient
+	extra    []string
 }
 
 // startAgent runs the agent as the chart's ServiceAccount (with the chart's RBAC,
