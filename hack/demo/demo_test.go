@@ -58,10 +58,11 @@ func run(t *testing.T) {
 
 	say("Installing the chart as a user would (a 5-second CA propagation window, for the demo)")
 	show("$ helm install trustsync charts/trustsync -n trustsync-system --create-namespace \\")
-	show("      --set signer.caPropagationWindow=5s --wait")
+	show("      --set signer.caPropagationWindow=5s --wait \\")
+	show("      --set agent.kubeletDir=... --set agent.dataDir=...   # this kubelet's --root-dir")
 	start = time.Now()
-	d.run(ctx, "helm", "install", "trustsync", "charts/trustsync", "-n", "trustsync-system", "--create-namespace",
-		"--set", "signer.caPropagationWindow=5s", "--wait", "--timeout", "3m")
+	d.run(ctx, "helm", append([]string{"install", "trustsync", "charts/trustsync", "-n", "trustsync-system", "--create-namespace",
+		"--set", "signer.caPropagationWindow=5s", "--wait", "--timeout", "3m"}, node.ChartValues()...)...)
 	show("installed in %s:", time.Since(start).Round(100*time.Millisecond))
 	d.kubectl(ctx, "get", "pods", "-n", "trustsync-system")
 	live := d.liveBundle(ctx, 1)

@@ -77,6 +77,14 @@ func (n *Node) Crash(names ...string) {
 	}
 }
 
+// ChartValues are the values the chart needs on this node beyond its defaults, as
+// docs/install.md asks of any cluster whose kubelet does not keep its files in
+// /var/lib/kubelet: this kubelet runs with --root-dir in the node's directory, where
+// the agent also keeps its volumes.
+func (n *Node) ChartValues() []string {
+	return []string{"--set", "agent.kubeletDir=" + filepath.Join(n.Dir, "kubelet"), "--set", "agent.dataDir=" + filepath.Join(n.Dir, "trustsync-agent")}
+}
+
 // Kubeconfig is the cluster-admin kubeconfig.
 func (n *Node) Kubeconfig() string { return filepath.Join(n.Dir, "kubeconfig") }
 

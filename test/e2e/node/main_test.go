@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -82,13 +81,6 @@ func installChart(t testing.TB) *cluster.Node {
 func helmInstall(n *cluster.Node) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	_, err := n.Run(ctx, "helm", append([]string{"install", release, "charts/trustsync", "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, nodeValues(n)...)...)
+	_, err := n.Run(ctx, "helm", append([]string{"install", release, "charts/trustsync", "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, n.ChartValues()...)...)
 	return err
-}
-
-// nodeValues are the values docs/install.md asks of a cluster whose kubelet does not
-// keep its files in /var/lib/kubelet: this node's kubelet runs with --root-dir in the
-// node's directory, where the agent also keeps its volumes.
-func nodeValues(n *cluster.Node) []string {
-	return []string{"--set", "agent.kubeletDir=" + filepath.Join(n.Dir, "kubelet"), "--set", "agent.dataDir=" + filepath.Join(n.Dir, "trustsync-agent")}
 }

@@ -164,7 +164,7 @@ func upgradeChart(t *testing.T, n *cluster.Node, args ...string) {
 	if len(args) > 0 && args[0] != "--reset-values" {
 		args = append([]string{"--reuse-values"}, args...)
 	} else {
-		args = append(args, nodeValues(n)...) // the defaults this node's install set
+		args = append(args, n.ChartValues()...) // the defaults this node's install set
 	}
 	cmd := append([]string{"upgrade", release, "charts/trustsync", "-n", releaseNamespace, "--wait", "--timeout", "3m"}, args...)
 	if _, err := n.Run(ctx, "helm", cmd...); err != nil {
