@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -48,7 +47,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	podsClient, err := kubeclient.Pods(cfg)
 	if err != nil {
 		return err
 	}
@@ -70,7 +69,7 @@ func Run(ctx context.Context, o *Options) error {
 	m := NewMetrics()
 	m.Register(registry)
 	reg := &registration.Server{Driver: DriverName, Endpoint: o.KubeletEndpoint, Versions: CSIVersions}
-	pods := NewNodePods(client, o.NodeName)
+	pods := NewNodePods(podsClient, o.NodeName)
 	ready := func() bool { return pods.HasSynced() && (o.RegistrationDir == "" || reg.Registered()) }
 	if err := healthserver.Serve(ctx, o.HealthAddress, registry, ready, "the node's pods have not listed yet, or the kubelet has not registered the driver"); err != nil {
 		return err

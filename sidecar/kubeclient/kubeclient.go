@@ -42,6 +42,19 @@ func CSRs(base *rest.Config) (rest.Interface, error) {
 	return restClientFor(base, "/apis", certificatesv1.SchemeGroupVersion, csrScheme)
 }
 
+// podScheme knows Pods alone, for the node agent's watch of its node's pods.
+var podScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	s.AddKnownTypes(corev1.SchemeGroupVersion, &corev1.Pod{}, &corev1.PodList{})
+	metav1.AddToGroupVersion(s, corev1.SchemeGroupVersion)
+	return s
+}()
+
+// Pods is a REST client for core/v1 Pods alone.
+func Pods(base *rest.Config) (rest.Interface, error) {
+	return restClientFor(base, "/api", corev1.SchemeGroupVersion, podScheme)
+}
+
 // restClientFor is a REST client for one group version that decodes only what scheme
 // knows.
 func restClientFor(base *rest.Config, apiPath string, gv schema.GroupVersion, scheme *runtime.Scheme) (rest.Interface, error) {
