@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -331,11 +333,13 @@ func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.
 	n := installChart(t)
 	ns := n.Namespace(t, "agent-reload", restricted)
 	ctx := context.Background()
-	rootA, rootB := fixtures.CA("agent-reload A"), fixtures.CA("agent-reload B")
+	rootA, rootB, rootC := fixtures.CA("agent-reload A"), fixtures.CA("agent-reload B"), fixtures.CA("agent-reload C")
 	expiring := fixtures.MustNew(fixtures.Options{CommonName: "agent-reload expiring", NotAfter: time.Now().Add(72 * time.Hour)})
 	ctb := createBundle(t, "e2e-agent-reload", rootA, expiring)
-	// The reloadApp, listening on every address of the pod rather than its loopback.
+	// The reloadApp, listening on every address of the pod rather than its loopback,
+	// and recording with each reload how many anchors ca.pem held when it came.
 	app := strings.Replace(reloadApp, "httpd -f -p 127.0.0.1:8080", "httpd -f -p 8080", 1)
+	app = strings.Replace(app, `echo url >> /tmp/reloads`, `echo url $(grep -c BEGIN `+mountPath+`/ca.pem) >> /tmp/reloads`, 1)
 	createPod(t, ns, appPod("app", map[string]string{
 		"trustsync.io/inject": "true", "trustsync.io/delivery": "node",
 		"trustsync.io/sources": bundlesJSON(t,
@@ -344,29 +348,37 @@ func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.
 		"trustsync.io/reload-url": "http://127.0.0.1:8080/cgi-bin/reload",
 	}, 1000, app))
 	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
-	reloads := func() []string {
+	reloads := func() string {
 		t.Helper()
 		out, err := n.Exec(ctx, ns, "app", "app", "cat", "/tmp/reloads")
 		if err != nil {
 			t.Fatalf("read the app's reloads: %v", err)
 		}
-		return strings.Fields(out)
+		return strings.Join(strings.Split(strings.TrimSpace(out), "\n"), ", ")
 	}
-	time.Sleep(3 * time.Second) // a reload at start would come within the 2 s of quiet
-	if got := reloads(); len(got) != 0 {
-		t.Fatalf("the app was reloaded at start: %q", got)
+	// The start-up decision is made in the publish's first sync, logged before the
+	// publish is.
+	publish := publishLog(t, n, ns+"/app")
+	if !strings.Contains(publish, "The app starts with the files as they are") || strings.Contains(publish, "What the app trusts or presents changed") {
+		t.Fatalf("the agent's start-up decision for the pod is not the baseline; its log of the publish:\n%s", publish)
 	}
 	if _, err := n.Exec(ctx, ns, "app", "app", "test", "-s", mountPath+"/truststore.jks"); err != nil {
 		t.Errorf("truststore.jks is missing or empty as the app sees it: %v", err)
 	}
-	ctb.Spec.TrustBundle = pemOf(rootA, expiring, rootB)
-	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// Two changes, one after the other: each reload records the anchors it found, so a
+	// reload at start, or a second one for the first change, would stand before the
+	// second change's.
+	for _, anchors := range [][]*fixtures.Cert{{rootA, expiring, rootB}, {rootA, expiring, rootB, rootC}} {
+		ctb.Spec.TrustBundle = pemOf(anchors...)
+		var err error
+		if ctb, err = n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		mark := fmt.Sprintf("url %d", len(anchors))
+		waitFor(t, "a reload after the change to "+strconv.Itoa(len(anchors))+" anchors", func() bool { return strings.Contains(reloads(), mark) })
 	}
-	waitFor(t, "one reload by URL", func() bool { return strings.Join(reloads(), " ") == "url" })
-	time.Sleep(3 * time.Second)
-	if got := reloads(); strings.Join(got, " ") != "url" {
-		t.Errorf("reloads after one change: %q, want one", got)
+	if got := reloads(); got != "url 3, url 4" {
+		t.Errorf("reloads = %q, want one per change: %q", got, "url 3, url 4")
 	}
 	waitFor(t, "a TrustAnchorExpiring Warning from the agent", func() bool {
 		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app,reason=TrustAnchorExpiring"})
@@ -380,4 +392,30 @@ func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.
 		}
 		return false
 	})
+}
+
+// publishLog is the node agent's log from the publish before the pod's volume's up to
+// the line saying pod (namespace/name) was published, waiting for that line.
+func publishLog(t *testing.T, n *cluster.Node, pod string) string {
+	t.Helper()
+	pods, err := n.Client.CoreV1().Pods(releaseNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the node's agent pod: %v, %v", pods, err)
+	}
+	published := fmt.Sprintf("%q pod=%q", "Published volume", pod)
+	var log string
+	waitFor(t, "the agent's "+published, func() bool {
+		log, err = n.Logs(context.Background(), releaseNamespace, pods.Items[0].Name, "agent")
+		return err == nil && strings.Contains(log, published)
+	})
+	lines := strings.Split(log, "\n")
+	end := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, published) })
+	start := 0
+	for i := end - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], `"Published volume"`) {
+			start = i + 1
+			break
+		}
+	}
+	return strings.Join(lines[start:end+1], "\n")
 }
