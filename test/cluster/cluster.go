@@ -201,7 +201,7 @@ func Down(dir string) error {
 	// Anything else still naming the run (a shim re-parented to init, a runc).
 	killAll(processesMentioning(dir + "/"))
 	errs = append(errs, killKubepods()...)
-	errs = append(errs, unmountUnder(dir)...)
+	errs = append(errs, UnmountUnder(dir)...)
 	errs = append(errs, tearDownNetwork()...)
 	if st, err := loadHostState(filepath.Join(dir, "run", "host-state.json")); err == nil {
 		errs = append(errs, st.restore()...)

@@ -95,7 +95,7 @@ func (st hostState) restore() []error {
 		}
 	}
 	for _, p := range st.Created {
-		unmountUnder(p)
+		UnmountUnder(p)
 		if err := os.RemoveAll(p); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s (created by the node): %w", p, err))
 		}
@@ -217,8 +217,8 @@ func mounts() []mount {
 	return out
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
+// MountsUnder lists the mount points at or below dir, deepest first.
+func MountsUnder(dir string) []string {
 	var under []string
 	for _, m := range mounts() {
 		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
@@ -234,12 +234,12 @@ func unescapeMount(s string) string {
 	return r.Replace(s)
 }
 
-// unmountUnder unmounts everything at or below dir, lazily as a last resort (a mount
+// UnmountUnder unmounts everything at or below dir, lazily as a last resort (a mount
 // a dying process still holds).
-func unmountUnder(dir string) []error {
+func UnmountUnder(dir string) []error {
 	var errs []error
 	for i := 0; i < 3; i++ {
-		mounts := mountsUnder(dir)
+		mounts := MountsUnder(dir)
 		if len(mounts) == 0 {
 			return nil
 		}
@@ -252,7 +252,7 @@ func unmountUnder(dir string) []error {
 			}
 		}
 	}
-	if left := mountsUnder(dir); len(left) > 0 {
+	if left := MountsUnder(dir); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("still mounted under %s: %s", dir, strings.Join(left, ", ")))
 	}
 	return errs

@@ -88,7 +88,7 @@ func TestAgent_DeliversThePodsSourcesAndKeepsThemCurrent(t *testing.T) {
 			t.Errorf("%s is owned by %d:%d, want the app's 1000:1000", f, st.Uid, st.Gid)
 		}
 	}
-	if !isMountPoint(t, target) {
+	if !isMountPoint(target) {
 		t.Error("the target is not a mount point")
 	}
 	if err := os.WriteFile(filepath.Join(target, "x"), nil, 0o644); err == nil {
@@ -159,7 +159,7 @@ func TestAgent_RefusesBadRequestsAndLeavesOtherVolumesAlone(t *testing.T) {
 			if err == nil || status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.wantErr) {
 				t.Fatalf("publish = %v, want %s with %q", err, tc.code, tc.wantErr)
 			}
-			if isMountPoint(t, a.target(pod)) {
+			if isMountPoint(a.target(pod)) {
 				t.Error("a refused volume is mounted")
 			}
 			if dirs := a.volumeDirs(t); len(dirs) != 1 {
@@ -230,7 +230,7 @@ func TestAgent_RestartAdoptsLiveVolumesAndRemovesTheDeletedPods(t *testing.T) {
 		return os.IsNotExist(statErr) && len(a.volumeDirs(t)) == 2, nil
 	})
 	if err != nil {
-		t.Errorf("the deleted pod's volume was not removed: target mounted %v, the agent keeps %d volumes", isMountPoint(t, a.target(pods[2])), len(a.volumeDirs(t)))
+		t.Errorf("the deleted pod's volume was not removed: target mounted %v, the agent keeps %d volumes", isMountPoint(a.target(pods[2])), len(a.volumeDirs(t)))
 	}
 	// Still kept current after adoption.
 	setBundle(t, cp, name, versions[0])

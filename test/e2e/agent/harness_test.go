@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -34,6 +32,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -85,7 +84,9 @@ func startAgent(t testing.TB, cp *controlplane.ControlPlane, extra ...string) *a
 		if t.Failed() && a.proc != nil {
 			t.Logf("agent log:\n%s", a.proc.Tail())
 		}
-		unmountUnder(t, root)
+		for _, err := range cluster.UnmountUnder(root) {
+			t.Error(err)
+		}
 		_ = os.RemoveAll(root)
 	})
 	a.start(t)
@@ -151,30 +152,6 @@ func (a *agentProc) stop() {
 func (a *agentProc) kill() {
 	_ = a.conn.Close()
 	a.proc.Kill()
-}
-
-// unmountUnder unmounts every mount under root, deepest first.
-func unmountUnder(t testing.TB, root string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	defer f.Close()
-	var points []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && (fields[4] == root || strings.HasPrefix(fields[4], root+"/")) {
-			points = append(points, fields[4])
-		}
-	}
-	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil {
-			t.Errorf("cannot unmount %s: %v", p, err)
-		}
-	}
 }
 
 // target is where the kubelet would publish pod's trustsync volume.
@@ -378,16 +355,4 @@ func (a *agentProc) volumeDirs(t testing.TB) []string {
 }
 
 // isMountPoint reports whether path is mounted.
-func isMountPoint(t testing.TB, path string) bool {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == path {
-			return true
-		}
-	}
-	return false
-}
+func isMountPoint(path string) bool { return slices.Contains(cluster.MountsUnder(path), path) }

@@ -247,7 +247,7 @@ done`
 	if err != nil {
 		t.Errorf("the pod deleted while the agent was down is not gone with its volume: the agent keeps %d volumes, had %d", len(agentVolumes(t, n)), len(volumesBefore))
 	}
-	if mounts := mountsUnder(t, filepath.Join(n.Dir, "kubelet", "pods", string(gone.UID))); len(mounts) > 0 {
+	if mounts := cluster.MountsUnder(filepath.Join(n.Dir, "kubelet", "pods", string(gone.UID))); len(mounts) > 0 {
 		t.Errorf("the deleted pod's mounts remain: %v", mounts)
 	}
 	for _, name := range []string{"reader-0", "reader-1"} {
@@ -305,22 +305,6 @@ func agentVolumes(t *testing.T, n *cluster.Node) []string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, e.Name())
-	}
-	return out
-}
-
-// mountsUnder lists the mount points at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
 	}
 	return out
 }
