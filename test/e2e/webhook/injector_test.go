@@ -2,15 +2,20 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -322,5 +327,64 @@ func TestInjector_ReloadsAndTruststores(t *testing.T) {
 			_, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 			wantErrContaining(t, err, tc.want)
 		})
+	}
+}
+
+// Delivery node through the real API server: with the node agent's CSIDriver (the
+// chart installed it) the pod is stored with the agent's inline volume and no sidecar;
+// a reload signal is refused, naming the annotation; with the CSIDriver gone, the
+// webhook notices and refuses delivery node, saying why.
+func TestInjector_DeliveryNode(t *testing.T) {
+	cp, _ := env(t, true)
+	ctx := controlplane.Context(t)
+	if err := cp.CreateNamespace(ctx, "node-apps", map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}); err != nil {
+		t.Fatal(err)
+	}
+	pods := kube(t, cp).CoreV1().Pods("node-apps")
+	node := func(extra map[string]string) map[string]string {
+		a := map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "node", "trustsync.io/bundle-name": "corp-roots"}
+		maps.Copy(a, extra)
+		return a
+	}
+	got, err := pods.Create(ctx, restrictedPod("node", node(nil)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("refused: %v", err)
+	}
+	if len(got.Spec.InitContainers) != 0 || len(got.Spec.Containers) != 1 {
+		t.Fatalf("containers were added: init %d, app %d", len(got.Spec.InitContainers), len(got.Spec.Containers))
+	}
+	var csiVolume *corev1.CSIVolumeSource
+	for _, v := range got.Spec.Volumes {
+		if v.Name == "trustsync-anchors" {
+			csiVolume = v.CSI
+		}
+	}
+	if csiVolume == nil || csiVolume.Driver != "csi.trustsync.io" || !strings.Contains(csiVolume.VolumeAttributes["sources"], `"corp-roots"`) {
+		t.Fatalf("volume trustsync-anchors = %+v, want the agent's CSI volume carrying the sources", csiVolume)
+	}
+	_, err = pods.Create(ctx, restrictedPod("signal", node(map[string]string{"trustsync.io/reload-signal": "SIGHUP"})), metav1.CreateOptions{})
+	wantErrContaining(t, err, `metadata.annotations[trustsync.io/reload-signal]: Invalid value: "SIGHUP": with trustsync.io/delivery: node, the node agent cannot signal a container`)
+
+	drivers := kube(t, cp).StorageV1().CSIDrivers()
+	installed, err := drivers.Get(ctx, "csi.trustsync.io", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drivers.Delete(ctx, installed.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		restored := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: installed.Name, Labels: installed.Labels}, Spec: installed.Spec}
+		if _, err := drivers.Create(context.Background(), restored, metav1.CreateOptions{}); err != nil {
+			t.Errorf("restore the CSIDriver: %v", err)
+		}
+	})
+	const want = `with trustsync.io/delivery: node, the node agent's CSIDriver csi.trustsync.io is not installed`
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := pods.Create(ctx, restrictedPod("no-agent", node(nil)), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), want), nil
+	})
+	if err != nil {
+		t.Fatalf("with the CSIDriver deleted, delivery node was not refused with %q", want)
 	}
 }
