@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -183,10 +183,11 @@ func TestAgent_KilledInABurstOfEditsNoAppReadsAPartialFileAndEveryVolumeConverge
 	ctb := createBundle(t, "e2e-agent-kill", fixtures.CA("agent-kill 0"))
 	f := mountPath + "/ca_certificates.pem"
 	// Each read must be a whole PEM file: as many END lines as BEGIN lines, at least one.
+	// The boundaries are matched whole, as base64 may hold "END" by chance.
 	script := `n=0
 while true; do
   c=$(cat ` + f + ` 2>/dev/null) || { echo "GAP missing"; continue; }
-  b=$(echo "$c" | grep -c BEGIN); e=$(echo "$c" | grep -c END)
+  b=$(echo "$c" | grep -c '^-----BEGIN '); e=$(echo "$c" | grep -c '^-----END ')
   { [ "$b" -gt 0 ] && [ "$b" = "$e" ]; } || echo "GAP partial $b $e"
   n=$((n+1)); [ $((n % 20)) -eq 0 ] && echo "READS $n"
 done`
@@ -201,7 +202,9 @@ done`
 	if err != nil {
 		t.Fatal(err)
 	}
-	volumesBefore := agentVolumes(t, n)
+	if _, ok := agentVolumes(t, n)[string(gone.UID)]; !ok {
+		t.Fatalf("the agent keeps no volume for pod gone (uid %s): %v", gone.UID, agentVolumes(t, n))
+	}
 
 	ctx := context.Background()
 	edit := func(i int) {
@@ -240,12 +243,24 @@ done`
 			t.Fatalf("%s did not converge on the bundle after the agent's restart; it last read:\n%s", name, last)
 		}
 	}
+	// Other tests' pods come and go on the node, so the volumes are told apart by
+	// their pods, not counted.
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := n.Client.CoreV1().Pods(ns).Get(ctx, "gone", metav1.GetOptions{})
-		return err != nil && len(agentVolumes(t, n)) == len(volumesBefore)-1, nil
+		_, kept := agentVolumes(t, n)[string(gone.UID)]
+		return err != nil && !kept, nil
 	})
 	if err != nil {
-		t.Errorf("the pod deleted while the agent was down is not gone with its volume: the agent keeps %d volumes, had %d", len(agentVolumes(t, n)), len(volumesBefore))
+		t.Errorf("the pod deleted while the agent was down is not gone with its volume: the agent keeps %v", agentVolumes(t, n))
+	}
+	for _, name := range []string{"reader-0", "reader-1"} {
+		p, err := n.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := agentVolumes(t, n)[string(p.UID)]; !ok {
+			t.Errorf("the live pod %s lost its volume after the agent's restart: the agent keeps %v", name, agentVolumes(t, n))
+		}
 	}
 	if mounts := cluster.MountsUnder(filepath.Join(n.Dir, "kubelet", "pods", string(gone.UID))); len(mounts) > 0 {
 		t.Errorf("the deleted pod's mounts remain: %v", mounts)
@@ -295,16 +310,20 @@ func killAgent(t *testing.T, n *cluster.Node) {
 	})
 }
 
-// agentVolumes lists the volumes the agent keeps in its data directory on the node.
-func agentVolumes(t *testing.T, n *cluster.Node) []string {
+// agentVolumes is the volumes the agent keeps in its data directory on the node, by
+// the uid of their pod.
+func agentVolumes(t *testing.T, n *cluster.Node) map[string]string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(n.Dir, "trustsync-agent"))
+	records, broken, err := store.Store{Root: filepath.Join(n.Dir, "trustsync-agent")}.List()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, e := range entries {
-		out = append(out, e.Name())
+	out := map[string]string{}
+	for _, r := range records {
+		out[r.Pod.UID] = r.Pod.String()
+	}
+	for _, dir := range broken {
+		out["broken "+dir] = dir
 	}
 	return out
 }
@@ -323,7 +342,7 @@ func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.
 	// The reloadApp, listening on every address of the pod rather than its loopback,
 	// and recording with each reload how many anchors ca.pem held when it came.
 	app := strings.Replace(reloadApp, "httpd -f -p 127.0.0.1:8080", "httpd -f -p 8080", 1)
-	app = strings.Replace(app, `echo url >> /tmp/reloads`, `echo url $(grep -c BEGIN `+mountPath+`/ca.pem) >> /tmp/reloads`, 1)
+	app = strings.Replace(app, `echo url >> /tmp/reloads`, `echo url $(grep -c -- -----BEGIN `+mountPath+`/ca.pem) >> /tmp/reloads`, 1)
 	createPod(t, ns, appPod("app", map[string]string{
 		"trustsync.io/inject": "true", "trustsync.io/delivery": "node",
 		"trustsync.io/sources": bundlesJSON(t,
