@@ -18,6 +18,8 @@ type Metrics struct {
 	syncs        *prometheus.CounterVec
 	syncTime     prometheus.Histogram
 	heldBackPath prometheus.Counter
+	observed     prometheus.Gauge
+	reports      *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics; Register adds them to a registry.
@@ -49,21 +51,34 @@ func NewMetrics() *Metrics {
 			Name: "trustsync_agent_held_back_files_total",
 			Help: "Files that kept their last good content in a sync because a source was missing or broken (the pod's Events say which).",
 		}),
+		observed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trustsync_agent_observed_files",
+			Help: "Trust files of the node's pods (any delivery) the agent observes.",
+		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_agent_report_writes_total",
+			Help: "Writes of the node's NodeTrustReport, by result (ok, error).",
+		}, []string{"result"}),
 	}
 }
 
 // Register adds the metrics to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.volumes, m.publishes, m.publishTime, m.syncs, m.syncTime, m.heldBackPath)
+	reg.MustRegister(m.volumes, m.publishes, m.publishTime, m.syncs, m.syncTime, m.heldBackPath, m.observed, m.reports)
 }
 
 func (m *Metrics) published(err error, took time.Duration) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.publishes.WithLabelValues(result).Inc()
+	m.publishes.WithLabelValues(result(err)).Inc()
 	m.publishTime.Observe(took.Seconds())
+}
+
+func (m *Metrics) reportWritten(err error) { m.reports.WithLabelValues(result(err)).Inc() }
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
 }
 
 // observer counts every volume's syncs.

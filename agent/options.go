@@ -34,6 +34,12 @@ type Options struct {
 	DiscoveryEvery   time.Duration
 	FirstSyncTimeout time.Duration
 	ReapEvery        time.Duration
+	// PodsDir is the kubelet's pods directory, as the agent sees it: where it reads
+	// what the node's pods hold. "" observes nothing.
+	PodsDir         string
+	ObserveEvery    time.Duration
+	ReportInterval  time.Duration
+	ReportHeartbeat time.Duration
 }
 
 // NewOptions returns the defaults, with the node's name from $NODE_NAME.
@@ -52,6 +58,10 @@ func NewOptions() *Options {
 		DiscoveryEvery:   5 * time.Minute,
 		FirstSyncTimeout: 30 * time.Second,
 		ReapEvery:        time.Minute,
+		PodsDir:          "/var/lib/kubelet/pods",
+		ObserveEvery:     500 * time.Millisecond,
+		ReportInterval:   2 * time.Second,
+		ReportHeartbeat:  5 * time.Minute,
 	}
 }
 
@@ -72,6 +82,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.DiscoveryEvery, "api-discovery-interval", o.DiscoveryEvery, "How often to ask whether a bundle API not watched yet is served now. 0 asks only at start.")
 	fs.DurationVar(&o.FirstSyncTimeout, "first-sync-timeout", o.FirstSyncTimeout, "How long a publish waits for a new volume's sources and certificate before failing with the reason, which the kubelet shows on the pod and retries.")
 	fs.DurationVar(&o.ReapEvery, "reap-interval", o.ReapEvery, "How often to look for volumes whose pods are gone without the kubelet having unpublished them.")
+	fs.StringVar(&o.PodsDir, "pods-dir", o.PodsDir, "The kubelet's pods directory, as this container sees it: the agent reads the trust files of the node's pods there (whichever delivery wrote them, trust files alone) and reports what each holds in the node's NodeTrustReport. Empty observes and reports nothing.")
+	fs.DurationVar(&o.ObserveEvery, "observe-interval", o.ObserveEvery, "How often to look at the node's trust files for a change. Only a file whose inode, size or modification time changed is read again.")
+	fs.DurationVar(&o.ReportInterval, "report-interval", o.ReportInterval, "The least time between two writes of the node's NodeTrustReport: changes within it are written together.")
+	fs.DurationVar(&o.ReportHeartbeat, "report-heartbeat", o.ReportHeartbeat, "Write the report at least this often even when nothing changed, so that its updatedAt tells a running agent from a stopped one.")
 }
 
 // Validate checks the options.
@@ -92,10 +106,16 @@ func (o *Options) Validate() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"api-discovery-interval", o.DiscoveryEvery}, {"first-sync-timeout", o.FirstSyncTimeout}, {"reap-interval", o.ReapEvery}} {
+	}{{"api-discovery-interval", o.DiscoveryEvery}, {"first-sync-timeout", o.FirstSyncTimeout}, {"reap-interval", o.ReapEvery}, {"observe-interval", o.ObserveEvery}, {"report-interval", o.ReportInterval}, {"report-heartbeat", o.ReportHeartbeat}} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s is negative", d.flag, d.v))
 		}
+	}
+	if o.PodsDir != "" && !filepath.IsAbs(o.PodsDir) {
+		errs = append(errs, fmt.Errorf("--pods-dir %q must be an absolute path", o.PodsDir))
+	}
+	if o.PodsDir != "" && (o.ObserveEvery == 0 || o.ReportHeartbeat == 0) {
+		errs = append(errs, errors.New("--observe-interval and --report-heartbeat must be positive while --pods-dir is set"))
 	}
 	if o.FirstSyncTimeout == 0 || o.ReapEvery == 0 {
 		errs = append(errs, errors.New("--first-sync-timeout and --reap-interval must be positive"))

@@ -71,3 +71,22 @@ func (p *NodePods) IP(namespace, name, uid string) (string, error) {
 	}
 	return pod.Status.PodIP, nil
 }
+
+// List is every pod on the node, from the cache.
+func (p *NodePods) List() []*corev1.Pod {
+	objs := p.informer.GetStore().List()
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		pods = append(pods, o.(*corev1.Pod))
+	}
+	return pods
+}
+
+// NodeOwner is the node's Node as an owner: what is owned goes with the node.
+func NodeOwner(ctx context.Context, client rest.Interface, node string) (*metav1.OwnerReference, error) {
+	n := &corev1.Node{}
+	if err := client.Get().Resource("nodes").Name(node).Do(ctx).Into(n); err != nil {
+		return nil, fmt.Errorf("read Node %s, the owner of its trust report: %w", node, err)
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}, nil
+}

@@ -17,12 +17,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/agent/csi"
+	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/agent/mounts"
 	"github.com/trustsync/trustsync/agent/registration"
+	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
@@ -94,6 +97,13 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 	go manager.Reap(ctx, o.ReapEvery)
+	if o.PodsDir != "" {
+		publisher, err := reportPublisher(ctx, o, podsClient, dyn, pods, m)
+		if err != nil {
+			return err
+		}
+		go publisher.Run(ctx)
+	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
@@ -142,4 +152,26 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 	}
 	klog.InfoS("Mounted a tmpfs for the volumes' files", "dir", o.DataDir, "size", o.DataDirSize)
 	return nil
+}
+
+// reportPublisher observes what the node's pods hold and keeps the node's report.
+func reportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*report.Publisher, error) {
+	owner, err := NodeOwner(ctx, podsClient, o.NodeName)
+	if err != nil {
+		return nil, err
+	}
+	observer := &holdings.Observer{PodsDir: o.PodsDir}
+	return &report.Publisher{
+		Client: dyn.Resource(report.Resource), Node: o.NodeName, Owner: owner,
+		Scan: func() ([]holdings.Pod, bool) {
+			held, changed := observer.Scan(pods.List())
+			files := 0
+			for _, p := range held {
+				files += len(p.Files)
+			}
+			m.observed.Set(float64(files))
+			return held, changed
+		},
+		ScanEvery: o.ObserveEvery, MinInterval: o.ReportInterval, Heartbeat: o.ReportHeartbeat, Wrote: m.reportWritten,
+	}, nil
 }

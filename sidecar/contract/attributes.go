@@ -3,6 +3,7 @@ package contract
 import (
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -78,6 +79,27 @@ func SpecFromAttributes(attrs map[string]string, dir, stateDir string) (Spec, er
 	s, err := f.Spec()
 	if err != nil {
 		return Spec{}, fmt.Errorf("volume attributes: %w", err)
+	}
+	return s, nil
+}
+
+// SpecFromArgs reads the Spec back from an injected sidecar's arguments (its
+// subcommand first, then Args' flags and the runtime's), as someone looking at the pod
+// finds them: what the sidecar writes, and from what.
+func SpecFromArgs(args []string) (Spec, error) {
+	fs := pflag.NewFlagSet("sidecar arguments", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	rt := DefaultRuntime()
+	f := AddFlags(fs, &rt)
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		args = args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return Spec{}, fmt.Errorf("sidecar arguments: %w", err)
+	}
+	s, err := f.Spec()
+	if err != nil {
+		return Spec{}, fmt.Errorf("sidecar arguments: %w", err)
 	}
 	return s, nil
 }

@@ -17,12 +17,14 @@ import (
 )
 
 // MirrorCRDPath returns the path of the mirror CRD: the chart's copy, the only one.
-func MirrorCRDPath() (string, error) {
+func MirrorCRDPath() (string, error) { return chartCRDPath("clustertrustbundles.trustsync.io.yaml") }
+
+func chartCRDPath(file string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, "charts", "trustsync", "crds", "clustertrustbundles.trustsync.io.yaml"), nil
+	return filepath.Join(root, "charts", "trustsync", "crds", file), nil
 }
 
 // InstallMirrorCRD installs the mirror CRD and waits until it is established and its
@@ -32,6 +34,20 @@ func (cp *ControlPlane) InstallMirrorCRD(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return cp.installCRD(ctx, path)
+}
+
+// InstallReportsCRD installs the chart's NodeTrustReport CRD and waits until it is
+// served.
+func (cp *ControlPlane) InstallReportsCRD(ctx context.Context) error {
+	path, err := chartCRDPath("nodetrustreports.trustsync.io.yaml")
+	if err != nil {
+		return err
+	}
+	return cp.installCRD(ctx, path)
+}
+
+func (cp *ControlPlane) installCRD(ctx context.Context, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -66,8 +82,16 @@ func (cp *ControlPlane) InstallMirrorCRD(ctx context.Context) error {
 		if !established {
 			return false, nil
 		}
-		_, err = dc.ServerResourcesForGroupVersion(gv)
-		return err == nil, nil
+		resources, err := dc.ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			return false, nil
+		}
+		for _, r := range resources.APIResources {
+			if r.Name == crd.Spec.Names.Plural {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -55,6 +56,28 @@ func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, namespace, nam
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("failed to request a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	cfg := cp.anonymousConfig()
+	cfg.BearerToken = tr.Status.Token
+	return cfg, nil
+}
+
+// PodServiceAccountConfig is a client config with a token of pod's ServiceAccount
+// bound to pod, as the kubelet gives a running pod: the API server adds the pod's
+// node to the requests it authenticates (userInfo.extra
+// authentication.kubernetes.io/node-name).
+func (cp *ControlPlane) PodServiceAccountConfig(ctx context.Context, pod *corev1.Pod) (*rest.Config, error) {
+	client, err := kubernetes.NewForConfig(cp.AdminConfig())
+	if err != nil {
+		return nil, err
+	}
+	expiry := int64(3600)
+	tr, err := client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry,
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to request a token bound to pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	cfg := cp.anonymousConfig()
 	cfg.BearerToken = tr.Status.Token

@@ -72,7 +72,11 @@ func startAgent(t testing.TB, cp *controlplane.ControlPlane, extra ...string) *a
 	}
 	a := &agentProc{root: root, bin: bin, health: "127.0.0.1:" + strconv.Itoa(port), socket: filepath.Join(root, "csi", "csi.sock"), dataDir: filepath.Join(root, "data"),
 		podsDir: filepath.Join(root, "pods"), kubeconfig: filepath.Join(root, "kubeconfig"), extra: extra}
-	cfg, err := cp.ServiceAccountConfig(context.Background(), agentNamespace, "trustsync-agent")
+	pod, err := kube(t, cp).CoreV1().Pods(agentNamespace).Get(context.Background(), agentPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cp.PodServiceAccountConfig(context.Background(), pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +102,7 @@ func (a *agentProc) start(t testing.TB) {
 	t.Helper()
 	a.starts++
 	args := append([]string{"--node-name=" + nodeName, "--endpoint=unix://" + a.socket, "--registration-dir=", "--data-dir=" + a.dataDir,
-		"--kubeconfig=" + a.kubeconfig, "--health-bind-address=" + a.health, "--first-sync-timeout=5s", "--reap-interval=1s", "-v=2"}, a.extra...)
+		"--kubeconfig=" + a.kubeconfig, "--health-bind-address=" + a.health, "--first-sync-timeout=5s", "--reap-interval=1s", "--pods-dir=" + a.podsDir, "-v=2"}, a.extra...)
 	var err error
 	if a.proc, err = controlplane.StartProcess("trustsync-agent", a.bin, args, filepath.Join(a.root, "agent-"+strconv.Itoa(a.starts)+".log")); err != nil {
 		t.Fatal(err)

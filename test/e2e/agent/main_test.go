@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +38,9 @@ const (
 	// ServiceAccount lives.
 	agentNamespace = "trustsync-system"
 	nodeName       = "node-e2e"
+	otherNode      = "node-other"
+	// agentPod is the agent's pod on nodeName, whose token the agent uses.
+	agentPod = "trustsync-agent-node-e2e"
 )
 
 // setup installs the mirror CRD, the chart's agent objects (its ServiceAccount, RBAC
@@ -46,6 +50,9 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := cp.InstallMirrorCRD(ctx); err != nil {
+		return err
+	}
+	if err := cp.InstallReportsCRD(ctx); err != nil {
 		return err
 	}
 	for _, ns := range []string{namespace, agentNamespace} {
@@ -67,6 +74,18 @@ func setup(cp *controlplane.ControlPlane, _ bool) error {
 	}
 	client, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
+		return err
+	}
+	// The agent's node, and the agent's pod on it (never run: the agent runs as a
+	// process, with a token bound to this pod, which carries the node's name).
+	for _, node := range []string{nodeName, otherNode} {
+		if _, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if _, err := client.CoreV1().Pods(agentNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: agentPod},
+		Spec: corev1.PodSpec{ServiceAccountName: "trustsync-agent", NodeName: nodeName, Containers: []corev1.Container{{Name: "agent", Image: "registry.example/trustsync:test"}}},
+	}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
 	if _, err := client.RbacV1().Roles(namespace).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "web-trust-sources"}, Rules: []rbacv1.PolicyRule{

@@ -63,8 +63,10 @@ func TestUninstall_LeavesExactlyWhatTheDocsSay(t *testing.T) {
 	if strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("after helm uninstall, namespace %s holds\n  %v\nwant what docs/install.md says remains:\n  %v", releaseNamespace, left, want)
 	}
-	if _, err := n.Run(ctx, "kubectl", "get", "crd", "clustertrustbundles.trustsync.io"); err != nil {
-		t.Errorf("the mirror CRD is gone after the uninstall: %v", err)
+	for _, crd := range []string{"clustertrustbundles.trustsync.io", "nodetrustreports.trustsync.io"} {
+		if _, err := n.Run(ctx, "kubectl", "get", "crd", crd); err != nil {
+			t.Errorf("the CRD %s is gone after the uninstall: %v", crd, err)
+		}
 	}
 }
 

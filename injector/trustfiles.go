@@ -1,0 +1,144 @@
+package injector
+
+import (
+	"encoding/json"
+	"path"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
+)
+
+// TrustFile is one trust file a pod's containers read, as the stored pod says it is
+// delivered: by trustsync's sidecar or node agent (what this package injected), or by
+// the kubelet projecting ClusterTrustBundles (injected with delivery native, or
+// written into the pod by hand). It is what observation reads and what a report
+// compares with the sources.
+type TrustFile struct {
+	Delivery Delivery
+	// Volume is the pod's volume holding the file; File its path in the volume.
+	Volume string
+	File   string
+	// Format is contract.FormatPEM, or a Java truststore's.
+	Format string
+	// MountPaths are where the pod's containers see the file, each once.
+	MountPaths []string
+	// Sources are what the file is made of.
+	Sources []contract.Source
+}
+
+// Path is where the app sees the file: its first mount path, or the file in the
+// volume when no container mounts it.
+func (f TrustFile) Path() string {
+	if len(f.MountPaths) > 0 {
+		return f.MountPaths[0]
+	}
+	return f.File
+}
+
+// TrustFiles lists the trust files of a stored pod. It never lists a certificate or
+// key: only the paths of trust sources. A pod whose injected spec cannot be read back
+// (edited by hand) lists what can be.
+func TrustFiles(pod *corev1.Pod) []TrustFile {
+	var files []TrustFile
+	var st Status
+	injected := json.Unmarshal([]byte(pod.Annotations[AnnotationStatus]), &st) == nil && st.Volume != ""
+	for _, v := range pod.Spec.Volumes {
+		var sources []contract.Source
+		delivery := DeliveryNative
+		switch {
+		case v.Projected != nil:
+			sources = projectedTrust(v.Projected)
+		case injected && v.Name == st.Volume && st.Delivery == DeliveryNode && v.CSI != nil:
+			delivery = DeliveryNode
+			if spec, err := contract.SpecFromAttributes(v.CSI.VolumeAttributes, "/", "/"); err == nil {
+				sources = spec.Sources
+			}
+		case injected && v.Name == st.Volume && (st.Delivery == "" || st.Delivery == DeliverySidecar) && v.EmptyDir != nil:
+			delivery = DeliverySidecar
+			if c := sidecarContainer(pod, st.Sidecar); c != nil {
+				if spec, err := contract.SpecFromArgs(c.Args); err == nil {
+					sources = spec.Sources
+				}
+			}
+		}
+		files = append(files, filesOf(pod, v.Name, st.Sidecar, delivery, sources)...)
+	}
+	return files
+}
+
+// projectedTrust is a projected volume's ClusterTrustBundle sources, as sources.
+func projectedTrust(p *corev1.ProjectedVolumeSource) []contract.Source {
+	var sources []contract.Source
+	for _, s := range p.Sources {
+		ctb := s.ClusterTrustBundle
+		if ctb == nil {
+			continue
+		}
+		src := contract.Source{Path: ctb.Path, LabelSelector: ctb.LabelSelector, Optional: ctb.Optional != nil && *ctb.Optional}
+		if ctb.Name != nil {
+			src.Name = *ctb.Name
+		}
+		if ctb.SignerName != nil {
+			src.SignerName = *ctb.SignerName
+		}
+		sources = append(sources, src)
+	}
+	return sources
+}
+
+// filesOf groups sources by the file they write, in the order of first mention.
+func filesOf(pod *corev1.Pod, volume, sidecar string, delivery Delivery, sources []contract.Source) []TrustFile {
+	var files []TrustFile
+	index := map[string]int{}
+	for _, s := range sources {
+		i, ok := index[s.Path]
+		if !ok {
+			i = len(files)
+			index[s.Path] = i
+			files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: s.Path, Format: s.FileFormat(), MountPaths: mountPaths(pod, volume, sidecar, s.Path)})
+		}
+		files[i].Sources = append(files[i].Sources, s)
+	}
+	return files
+}
+
+// mountPaths are where the pod's containers but the sidecar see file of volume.
+func mountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
+	var out []string
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Name == sidecar && sidecar != "" {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.Name != volume {
+				continue
+			}
+			p := ""
+			switch {
+			case m.SubPath == "":
+				p = path.Join(m.MountPath, file)
+			case m.SubPath == file:
+				p = m.MountPath
+			default:
+				continue
+			}
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+func sidecarContainer(pod *corev1.Pod, name string) *corev1.Container {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if cs[i].Name == name {
+				return &cs[i]
+			}
+		}
+	}
+	return nil
+}

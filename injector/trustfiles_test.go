@@ -1,0 +1,80 @@
+package injector
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
+)
+
+func injected(t *testing.T, annotations map[string]string) *corev1.Pod {
+	t.Helper()
+	a := map[string]string{AnnotationInject: "true"}
+	for k, v := range annotations {
+		a[k] = v
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: a},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+	res, err := Inject(pod, "apps", nil, Config{NodeAgent: true, NativeAPIs: NativeAPIs{ClusterTrustBundles: true, PodCertificates: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := res.Apply(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestTrustFiles_ListsEveryDeliverysTrustFilesAndNeverACertificate(t *testing.T) {
+	handMade := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+		Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp-roots"), Path: "roots.pem"}},
+			{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "other"}}},
+		}}}}},
+	}}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want []TrustFile
+	}{
+		{name: "the sidecar's files, read back from its arguments, as the app mounts them",
+			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationCertificate: "true"}),
+			want: []TrustFile{{Delivery: DeliverySidecar, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+		{name: "the node agent's files, read back from the volume's attributes",
+			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "node"}),
+			want: []TrustFile{{Delivery: DeliveryNode, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+		{name: "the kubelet's projected bundle, injected with delivery native",
+			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "native"}),
+			want: []TrustFile{{Delivery: DeliveryNative, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+		{name: "a projected bundle written by hand, without trustsync's annotations; other projections are not trust files",
+			pod: handMade,
+			want: []TrustFile{{Delivery: DeliveryNative, Volume: "roots", File: "roots.pem", Format: contract.FormatPEM,
+				MountPaths: []string{"/etc/roots/roots.pem"}, Sources: []contract.Source{{Name: "corp-roots", Path: "roots.pem"}}}}},
+		{name: "a pod without trust has none", pod: &corev1.Pod{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := TrustFiles(tc.pod)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d files %+v, want %+v", len(got), got, tc.want)
+			}
+			for i := range got {
+				g, w := got[i], tc.want[i]
+				if g.Delivery != w.Delivery || g.Volume != w.Volume || g.File != w.File || g.Format != w.Format || g.Path() != w.Path() ||
+					len(g.Sources) != len(w.Sources) || g.Sources[0].Name != w.Sources[0].Name {
+					t.Errorf("file %d:\n got %+v\nwant %+v", i, g, w)
+				}
+				if contract.ReservedPaths.Has(g.File) {
+					t.Errorf("file %d is a certificate's file %q", i, g.File)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,259 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// The agent reports what every pod on its node holds, whoever delivered it: its own
+// volumes, a sidecar's emptyDir and the kubelet's projected bundle (here written by
+// the test where the sidecar and the kubelet would write them), one set of anchors
+// stored once; an edit shows in the report once each pod holds it, pod by pod; the
+// report is owned by the node; and the agent never opens the sidecar's key, kept in
+// the same volume as the trust file it reads.
+func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T) {
+	cp := planes.Get(t, true)
+	v1, v2 := fixtures.CA("report v1"), fixtures.CA("report v2")
+	name := newBundle(t, cp, v1)
+	a := startAgent(t, cp)
+
+	nodePod := newPod(t, cp, "report-node", "web", nodeName, map[string]string{injector.AnnotationBundleName: name})
+	if err := a.publish(t, cp, nodePod, nil); err != nil {
+		t.Fatal(err)
+	}
+	sidecarPod := newPod(t, cp, "report-sidecar", "web", nodeName, map[string]string{
+		injector.AnnotationBundleName: name, injector.AnnotationDelivery: string(injector.DeliverySidecar), injector.AnnotationCertificate: "true"})
+	nativePod := createPod(t, cp, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "report-native", Namespace: namespace},
+		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: "web",
+			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+			Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To(name), Path: "roots.pem"}}}}}}}}})
+
+	sidecarDir := filepath.Join(a.podsDir, string(sidecarPod.UID), "volumes", "kubernetes.io~empty-dir", "trustsync-anchors")
+	nativeDir := filepath.Join(a.podsDir, string(nativePod.UID), "volumes", "kubernetes.io~projected", "roots")
+	key := fixtures.CA("report workload key")
+	writeVersion(t, sidecarDir, "1", map[string][]byte{injector.DefaultPath: []byte(fixtures.Bundle(v1)), "tls.key": key.KeyPEM(), "tls.crt": key.CertPEM()})
+	writeVersion(t, nativeDir, "1", map[string][]byte{"roots.pem": []byte(fixtures.Bundle(v1))})
+	keyOpened := watchOpens(t, filepath.Join(sidecarDir, "..1", "tls.key"))
+
+	want := map[string]string{
+		"report-node/" + injector.DefaultMountPath + "/" + injector.DefaultPath:    string(injector.DeliveryNode),
+		"report-sidecar/" + injector.DefaultMountPath + "/" + injector.DefaultPath: string(injector.DeliverySidecar),
+		"report-native//etc/roots/roots.pem":                                       string(injector.DeliveryNative),
+	}
+	holding := func(r *report.NodeTrustReport, anchors ...*fixtures.Cert) []string {
+		var ids []string
+		for _, c := range anchors {
+			ids = append(ids, holdings.AnchorID(c.Cert.Raw))
+		}
+		slices.Sort(ids)
+		var out []string
+		for _, p := range r.Pods {
+			for _, f := range p.Files {
+				s, _ := r.Set(f.AnchorSet)
+				if d, ok := want[p.Name+"/"+f.Path]; ok && d == f.Delivery && slices.Equal(s.Anchors, ids) {
+					out = append(out, p.Name)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	r := waitReport(t, cp, "every pod holding v1", func(r *report.NodeTrustReport) bool { return len(holding(r, v1)) == 3 })
+	if owners := r.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != nodeName || owners[0].UID == "" {
+		t.Errorf("the report's owners are %+v, want the Node %s", owners, nodeName)
+	}
+
+	// The edit: the agent rewrites its own volume; the sidecar's file and the
+	// kubelet's lag behind, and the report says so, pod by pod.
+	setBundle(t, cp, name, v1, v2)
+	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *report.NodeTrustReport) bool {
+		return slices.Equal(holding(r, v1, v2), []string{"report-node"}) && len(holding(r, v1)) == 2
+	})
+	writeVersion(t, sidecarDir, "2", map[string][]byte{injector.DefaultPath: []byte(fixtures.Bundle(v1, v2))})
+	writeVersion(t, nativeDir, "2", map[string][]byte{"roots.pem": []byte(fixtures.Bundle(v1, v2))})
+	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *report.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
+	for _, p := range r.Pods {
+		for _, f := range p.Files {
+			if f.Path == "" || f.ChangedAt == nil {
+				t.Errorf("%s's file %s has no path or time it changed: %+v", p.Name, f.File, f)
+			}
+		}
+	}
+	if n := keyOpened(); n > 0 {
+		t.Errorf("the sidecar's key was opened %d times while the agent observed its volume", n)
+	}
+	if got := a.metric(t, "trustsync_agent_report_writes_total{result=\"ok\"}"); got == "" || got == "0" {
+		t.Errorf("trustsync_agent_report_writes_total{result=\"ok\"} = %q", got)
+	}
+}
+
+// An agent may write its own node's report alone: the API server's admission refuses
+// another node's, naming both, and a token that names no node.
+func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	pod, err := kube(t, cp).CoreV1().Pods(agentNamespace).Get(ctx, agentPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, err := cp.PodServiceAccountConfig(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, err := cp.ServiceAccountConfig(ctx, agentNamespace, "trustsync-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     *rest.Config
+		report  string
+		wantErr string
+	}{
+		{name: "the agent on node-e2e writes node-e2e's", cfg: bound, report: nodeName},
+		{name: "the agent on node-e2e writes node-other's", cfg: bound, report: otherNode,
+			wantErr: "an agent on node " + nodeName + " may write NodeTrustReport " + nodeName + " alone, not " + otherNode},
+		{name: "the agent's ServiceAccount with a token bound to no pod", cfg: unbound, report: otherNode,
+			wantErr: "may be written only with a token bound to a pod on node " + otherNode + "; this token names no node"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dynamic.NewForConfigOrDie(tc.cfg).Resource(report.Resource)
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": report.GroupVersion.String(), "kind": report.Kind,
+				"metadata": map[string]any{"name": tc.report}, "node": tc.report, "updatedAt": time.Now().UTC().Format(time.RFC3339)}}
+			_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				var cur *unstructured.Unstructured
+				if cur, err = c.Get(ctx, tc.report, metav1.GetOptions{}); err == nil {
+					obj.SetResourceVersion(cur.GetResourceVersion())
+					_, err = c.Update(ctx, obj, metav1.UpdateOptions{})
+				}
+			}
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wantErr != "" && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("got %v; want Forbidden saying %q", err, tc.wantErr)
+			}
+			if tc.wantErr != "" {
+				if _, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource).Get(ctx, tc.report, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					t.Errorf("the refused report exists: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// waitReport waits until the node's report satisfies ok, and returns it.
+func waitReport(t *testing.T, cp *controlplane.ControlPlane, what string, ok func(*report.NodeTrustReport) bool) *report.NodeTrustReport {
+	t.Helper()
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource)
+	var last *report.NodeTrustReport
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		u, err := c.Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if last, err = report.FromUnstructured(u); err != nil {
+			return false, err
+		}
+		return ok(last), nil
+	})
+	if err != nil {
+		t.Fatalf("the report of %s does not show %s: %v; it is %+v", nodeName, what, err, last)
+	}
+	return last
+}
+
+// createPod creates pod as it is; it is deleted when the test ends.
+func createPod(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	created, err := kube(t, cp).CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube(t, cp).CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, *metav1.NewDeleteOptions(0))
+	})
+	return created
+}
+
+// writeVersion writes files into dir as the kubelet's atomic writer (and the
+// sidecar's) does: a directory per version, ..data pointing at the latest, and each
+// file a link through ..data.
+func writeVersion(t *testing.T, dir, version string, files map[string][]byte) {
+	t.Helper()
+	ts := filepath.Join(dir, ".."+version)
+	if err := os.MkdirAll(ts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(ts, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrExist) {
+			t.Fatal(err)
+		}
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(".."+version, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// watchOpens counts the opens of path from now on, through inotify; the count is read
+// by calling the returned function.
+func watchOpens(t *testing.T, path string) func() int {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(fd) })
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_OPEN); err != nil {
+		t.Fatal(err)
+	}
+	return func() int {
+		opens := 0
+		buf := make([]byte, 64*1024)
+		for {
+			n, err := unix.Read(fd, buf)
+			if n <= 0 || err != nil {
+				return opens
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				if ev.Mask&unix.IN_OPEN != 0 {
+					opens++
+				}
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}
+}
