@@ -76,7 +76,9 @@ func TestScan_ReadsTrustFilesBeneathTheirVolumeAlone(t *testing.T) {
 		{name: "a symlink out of the volume (at another pod's key) is not followed", err: "open beneath",
 			lay: func(t *testing.T, dir string) { must(t, os.Symlink(secret, filepath.Join(dir, "ca.pem"))) }},
 		{name: "a relative symlink climbing out of the volume is not followed", err: "open beneath",
-			lay: func(t *testing.T, dir string) { must(t, os.Symlink("../../../../../"+secret, filepath.Join(dir, "ca.pem"))) }},
+			lay: func(t *testing.T, dir string) {
+				must(t, os.Symlink("../../../../../"+secret, filepath.Join(dir, "ca.pem")))
+			}},
 		{name: "a FIFO is not waited on", err: "not a regular file",
 			lay: func(t *testing.T, dir string) { must(t, syscall.Mkfifo(filepath.Join(dir, "ca.pem"), 0o644)) }},
 		{name: "a file holding a key is not a trust file, and its content is not reported", err: "not a PEM trust file",
