@@ -18,7 +18,7 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-BINARIES  := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-agent
+BINARIES  := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-agent kubectl-trustsync
 # Every package but the e2e suites, which need the control plane.
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m

@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -93,6 +96,38 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *report.NodeTrustReport) bool {
 		return slices.Equal(holding(r, v1, v2), []string{"report-node"}) && len(holding(r, v1)) == 2
 	})
+	// kubectl trustsync, meanwhile: the node pod is up to date, the other two behind,
+	// missing v2, and only the node pod holds v2.
+	cli := pluginRunner(t, cp)
+	// Exit 3 while any file is behind, 0 once all are current.
+	states := func(code int) map[string]query.FileStatus {
+		var got struct{ Items []query.FileStatus }
+		cli.json(t, &got, code, "status", "-n", namespace)
+		out := map[string]query.FileStatus{}
+		for _, f := range got.Items {
+			if strings.HasPrefix(f.Pod, "report-") {
+				out[f.Pod] = f
+			}
+		}
+		return out
+	}
+	v2ID := holdings.AnchorID(v2.Cert.Raw)
+	st := states(3)
+	if st["report-node"].State != query.UpToDate || st["report-sidecar"].State != query.Behind || st["report-native"].State != query.Behind ||
+		!slices.Equal(st["report-native"].Missing, []string{v2ID}) {
+		t.Errorf("status while two pods lag: %+v", st)
+	}
+	v2File := filepath.Join(t.TempDir(), "v2.pem")
+	must(t, os.WriteFile(v2File, v2.CertPEM(), 0o644))
+	var who struct {
+		Anchor string
+		Items  []query.Holder
+	}
+	cli.json(t, &who, 0, "who-trusts", v2File, "-A")
+	if who.Anchor != v2ID || len(who.Items) != 1 || who.Items[0].Pod != "report-node" || who.Items[0].Delivery != "node" {
+		t.Errorf("who-trusts v2 while two pods lag: %+v", who)
+	}
+
 	writeVersion(t, sidecarDir, "2", map[string][]byte{injector.DefaultPath: []byte(fixtures.Bundle(v1, v2))})
 	writeVersion(t, nativeDir, "2", map[string][]byte{"roots.pem": []byte(fixtures.Bundle(v1, v2))})
 	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *report.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
@@ -103,6 +138,33 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 			}
 		}
 	}
+	cli.json(t, &who, 0, "who-trusts", v2ID[:12], "-A")
+	var pods []string
+	for _, h := range who.Items {
+		pods = append(pods, h.Pod+" "+h.Delivery+" "+h.Path)
+	}
+	if want := []string{"report-native native /etc/roots/roots.pem", "report-node node " + injector.DefaultMountPath + "/" + injector.DefaultPath,
+		"report-sidecar sidecar " + injector.DefaultMountPath + "/" + injector.DefaultPath}; !slices.Equal(pods, want) {
+		t.Errorf("who-trusts %s (a 12-digit prefix) = %v, want %v", v2ID[:12], pods, want)
+	}
+	for pod, f := range states(0) {
+		if f.State != query.UpToDate {
+			t.Errorf("%s is %s once every pod holds v1 and v2: %+v", pod, f.State, f)
+		}
+	}
+	if st := states(0)["report-native"]; st.CaughtUpAfter == nil {
+		t.Errorf("the native delivery's latency is not given: %+v", st)
+	}
+	nobody := filepath.Join(t.TempDir(), "nobody.pem")
+	must(t, os.WriteFile(nobody, fixtures.CA("trusted by nobody").CertPEM(), 0o644))
+	cli.json(t, &who, 3, "who-trusts", nobody, "-A")
+	if len(who.Items) != 0 {
+		t.Errorf("who-trusts an anchor nobody holds: %+v", who)
+	}
+	if out, code := cli.run(t, "who-trusts", "12ab"); code != 1 || !strings.Contains(out, "too short a prefix: give at least 12 hex digits") {
+		t.Errorf("who-trusts 12ab: exit %d, %q; want 1 and the reason", code, out)
+	}
+
 	if n := keyOpened(); n > 0 {
 		t.Errorf("the sidecar's key was opened %d times while the agent observed its volume", n)
 	}
@@ -164,6 +226,58 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// plugin runs kubectl-trustsync as built by make build, as an admin.
+type plugin struct{ bin, kubeconfig string }
+
+func pluginRunner(t *testing.T, cp *controlplane.ControlPlane) plugin {
+	t.Helper()
+	bin, err := controlplane.BuildBinary("kubectl-trustsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	must(t, controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()))
+	return plugin{bin: bin, kubeconfig: kubeconfig}
+}
+
+// run returns what the plugin printed (both streams) and its exit code.
+func (p plugin) run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// json runs the plugin with -o json, wants exit code, and decodes its output into v.
+func (p plugin) json(t *testing.T, v any, code int, args ...string) {
+	t.Helper()
+	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig, "-o", "json")...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if got := cmd.ProcessState.ExitCode(); got != code {
+		t.Fatalf("kubectl trustsync %v: exit %d, want %d; it said %s%s", args, got, code, out, stderr.String())
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("kubectl trustsync %v -o json: %v\n%s", args, err, out)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,292 @@
+// Package query answers, from the nodes' reports, the pods and the bundles, the
+// questions kubectl trustsync asks: does each pod hold what its sources select now,
+// and who holds a given anchor. It reads nothing itself: the caller lists, so it is
+// tested without a server.
+package query
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/injector"
+)
+
+// States of a trust file.
+const (
+	UpToDate    = "UpToDate"
+	Behind      = "Behind"
+	NotObserved = "NotObserved"
+	Unreadable  = "Unreadable"
+)
+
+// Cluster is what the questions are asked of.
+type Cluster struct {
+	Pods    []*corev1.Pod
+	Reports []*report.NodeTrustReport
+	// Bundles are every bundle, of both APIs, in upstream form.
+	Bundles []*certificatesv1.ClusterTrustBundle
+	// Changed is when each bundle (by name) last changed, where known.
+	Changed map[string]time.Time
+}
+
+// FileStatus is one trust file of one pod: what it holds against what its sources
+// select now.
+type FileStatus struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node"`
+	Delivery  string `json:"delivery"`
+	Path      string `json:"path"`
+	State     string `json:"state"`
+	// Holds and Expected count anchors; Missing and Unexpected name the difference.
+	Holds      int      `json:"holds"`
+	Expected   int      `json:"expected"`
+	Missing    []string `json:"missing,omitempty"`
+	Unexpected []string `json:"unexpected,omitempty"`
+	// OnlyBundles: the file also takes anchors from ConfigMaps, Secrets or the public
+	// roots, which are not compared; it is up to date when it holds every bundle anchor.
+	OnlyBundles bool `json:"onlyBundlesCompared,omitempty"`
+	// ChangedAt is when the file last changed; BehindSince when the sources last
+	// changed, for a file behind them.
+	ChangedAt   *time.Time `json:"changedAt,omitempty"`
+	BehindSince *time.Time `json:"behindSince,omitempty"`
+	// CaughtUpAfter is how long after its sources' last change the file took it:
+	// the delivery's latency, as observed on the node.
+	CaughtUpAfter *Seconds `json:"caughtUpAfterSeconds,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
+}
+
+// Seconds is a duration in seconds.
+type Seconds float64
+
+// Status compares every trust file of the pods with what its sources select now.
+func (c Cluster) Status() []FileStatus {
+	reports := map[string]*report.NodeTrustReport{}
+	for _, r := range c.Reports {
+		reports[r.Name] = r
+	}
+	var out []FileStatus
+	for _, pod := range c.Pods {
+		for _, tf := range injector.TrustFiles(pod) {
+			if tf.Format != "pem" {
+				continue
+			}
+			fs := FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: string(tf.Delivery), Path: tf.Path()}
+			expected, since, onlyBundles := c.expected(tf)
+			fs.Expected, fs.OnlyBundles = len(expected), onlyBundles
+			held, ok := observed(reports[pod.Spec.NodeName], pod, tf)
+			switch {
+			case pod.Spec.NodeName == "":
+				fs.State, fs.Reason = NotObserved, "not scheduled"
+			case reports[pod.Spec.NodeName] == nil:
+				fs.State, fs.Reason = NotObserved, "no report from node "+pod.Spec.NodeName+" (no agent there, or reports turned off)"
+			case !ok:
+				fs.State, fs.Reason = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
+			case held.Error != "":
+				fs.State, fs.Reason = Unreadable, held.Error
+			default:
+				c.compare(&fs, reports[pod.Spec.NodeName], held, expected, since)
+			}
+			out = append(out, fs)
+		}
+	}
+	return out
+}
+
+func (c Cluster) compare(fs *FileStatus, r *report.NodeTrustReport, held report.FileHolding, expected []string, since time.Time) {
+	set, _ := r.Set(held.AnchorSet)
+	if held.ChangedAt != nil {
+		t := held.ChangedAt.Time
+		fs.ChangedAt = &t
+	}
+	if set.Elided {
+		fs.State, fs.Reason = NotObserved, "the node's report left this file's anchors out (too many distinct sets on the node)"
+		return
+	}
+	fs.Holds = len(set.Anchors)
+	for _, a := range expected {
+		if !slices.Contains(set.Anchors, a) {
+			fs.Missing = append(fs.Missing, a)
+		}
+	}
+	if !fs.OnlyBundles {
+		for _, a := range set.Anchors {
+			if !slices.Contains(expected, a) {
+				fs.Unexpected = append(fs.Unexpected, a)
+			}
+		}
+	}
+	if len(fs.Missing) > 0 || len(fs.Unexpected) > 0 {
+		fs.State = Behind
+		if !since.IsZero() {
+			fs.BehindSince = &since
+		}
+		return
+	}
+	fs.State = UpToDate
+	if !since.IsZero() && fs.ChangedAt != nil && !fs.ChangedAt.Before(since) {
+		d := Seconds(fs.ChangedAt.Sub(since).Seconds())
+		fs.CaughtUpAfter = &d
+	}
+}
+
+// expected is what the file's bundle sources select now, when the newest of them
+// changed, and whether other kinds of source feed the file too.
+func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.Time, onlyBundles bool) {
+	for _, s := range tf.Sources {
+		sel, ok := s.Selector()
+		if !ok {
+			onlyBundles = true
+			continue
+		}
+		match, err := sel.Matcher()
+		if err != nil {
+			continue
+		}
+		for _, b := range c.Bundles {
+			if !match(b) {
+				continue
+			}
+			ids, err := holdings.Anchors([]byte(b.Spec.TrustBundle))
+			if err != nil {
+				continue
+			}
+			anchors = append(anchors, ids...)
+			if t := c.Changed[b.Name]; t.After(since) {
+				since = t
+			}
+		}
+	}
+	slices.Sort(anchors)
+	return slices.Compact(anchors), since, onlyBundles
+}
+
+// observed finds the pod's file in its node's report.
+func observed(r *report.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (report.FileHolding, bool) {
+	if r == nil {
+		return report.FileHolding{}, false
+	}
+	for _, p := range r.Pods {
+		if p.UID != string(pod.UID) {
+			continue
+		}
+		for _, f := range p.Files {
+			if f.Volume == tf.Volume && f.File == tf.File {
+				return f, true
+			}
+		}
+	}
+	return report.FileHolding{}, false
+}
+
+// Holder is one pod's file holding an anchor.
+type Holder struct {
+	Namespace string     `json:"namespace"`
+	Pod       string     `json:"pod"`
+	Node      string     `json:"node"`
+	Path      string     `json:"path"`
+	Delivery  string     `json:"delivery"`
+	ChangedAt *time.Time `json:"changedAt,omitempty"`
+}
+
+// WhoTrusts lists every pod's file, in the reports, that holds anchor, by namespace,
+// pod and path; namespace "" is every namespace.
+func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
+	var out []Holder
+	for _, r := range c.Reports {
+		for _, p := range r.Pods {
+			if namespace != "" && p.Namespace != namespace {
+				continue
+			}
+			for _, f := range p.Files {
+				set, ok := r.Set(f.AnchorSet)
+				if !ok || !slices.Contains(set.Anchors, anchor) {
+					continue
+				}
+				h := Holder{Namespace: p.Namespace, Pod: p.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery}
+				if f.ChangedAt != nil {
+					t := f.ChangedAt.Time
+					h.ChangedAt = &t
+				}
+				out = append(out, h)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Holder) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Path, b.Namespace+"/"+b.Pod+"/"+b.Path)
+	})
+	return out
+}
+
+var hexPrefix = regexp.MustCompile(`^[0-9a-fA-F:]+$`)
+
+// MinPrefix is the shortest anchor prefix taken: 12 hex digits, 48 bits.
+const MinPrefix = 12
+
+// ResolveAnchor turns what the user gave into anchor IDs: a PEM file's certificates,
+// or a SHA-256 in hex (colons allowed, as openssl prints it), or a prefix of at least
+// MinPrefix digits that names one anchor among those the reports and bundles know.
+func (c Cluster) ResolveAnchor(arg string) ([]string, error) {
+	if data, err := os.ReadFile(arg); err == nil {
+		ids, err := holdings.Anchors(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not a PEM file of certificates: %w", arg, err)
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("%s holds no certificate", arg)
+		}
+		return ids, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if !hexPrefix.MatchString(arg) {
+		return nil, fmt.Errorf("%q is neither a file nor a SHA-256 in hex: give a PEM file, or the anchor's SHA-256 (openssl x509 -noout -fingerprint -sha256), or at least %d of its first hex digits", arg, MinPrefix)
+	}
+	prefix := strings.ToLower(strings.ReplaceAll(arg, ":", ""))
+	switch {
+	case len(prefix) == 64:
+		return []string{prefix}, nil
+	case len(prefix) > 64:
+		return nil, fmt.Errorf("%q has %d hex digits; a SHA-256 has 64", arg, len(prefix))
+	case len(prefix) < MinPrefix:
+		return nil, fmt.Errorf("%q is too short a prefix: give at least %d hex digits", arg, MinPrefix)
+	}
+	var found []string
+	for _, id := range c.knownAnchors() {
+		if strings.HasPrefix(id, prefix) && !slices.Contains(found, id) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("no anchor held by a pod or in a bundle starts with %s", prefix)
+	case 1:
+		return found, nil
+	}
+	return nil, fmt.Errorf("prefix %s names %d anchors (%s); give more digits", prefix, len(found), strings.Join(found, ", "))
+}
+
+func (c Cluster) knownAnchors() []string {
+	var ids []string
+	for _, r := range c.Reports {
+		for _, s := range r.AnchorSets {
+			ids = append(ids, s.Anchors...)
+		}
+	}
+	for _, b := range c.Bundles {
+		more, _ := holdings.Anchors([]byte(b.Spec.TrustBundle))
+		ids = append(ids, more...)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
