@@ -11,8 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/agent/report/query"
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // caManager owns one signer's CA: it creates it, advances its rotation, saves the
@@ -29,6 +36,13 @@ type caManager struct {
 	publisher  *publisher
 	clock      clock.PassiveClock
 	metrics    *metrics
+
+	// gate observes propagation (observed mode); events go on the CA Secret.
+	gate   propagationGate
+	events record.EventRecorder
+	// lastProgress is the last progress recorded as an Event, so that a waiting
+	// rotation records a change of it, not every check.
+	lastProgress string
 
 	current atomic.Pointer[CA]
 	// loaded, when set, runs when the signing CA changes (CSRs waiting for one can go).
@@ -56,7 +70,9 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 
 	before := st.phase()
-	changed, next, err := st.advance(now, m.rotation, func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
+	rot, progress := m.observe(ctx, secret, st)
+	propagated := progress != nil && progress.Holding == progress.Expected
+	changed, next, err := st.advance(now, rot, propagated, func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
 	if err != nil {
 		return 0, err
 	}
@@ -65,14 +81,20 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	if err := m.publisher.publish(ctx, st.anchors()); err != nil {
+	if before == PhaseWaiting && st.phase() == PhaseStable {
+		m.recordSwitch(secret, st, progress)
+	}
+	if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot)); err != nil {
 		return 0, err
 	}
 	if st.markPublished(now) {
 		if _, err = m.save(ctx, secret, st); err != nil {
 			return 0, err
 		}
-		next = st.nextDeadline(m.rotation)
+		if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot)); err != nil {
+			return 0, err
+		}
+		next = st.nextDeadline(rot)
 	}
 	if after := st.phase(); after != before {
 		logger.Info("CA rotation advanced", "from", before, "to", after, "signingCA", st.Current.Cert.Subject.String())
@@ -85,7 +107,80 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	if next.IsZero() {
 		return 0, nil
 	}
-	return max(next.Sub(now), time.Second), nil
+	wait := max(next.Sub(now), time.Second)
+	if st.phase() == PhaseWaiting && rot.Propagation == PropagationObserved {
+		// Look again soon: the pods' reports change without telling the signer.
+		wait = min(wait, observeEvery)
+	}
+	return wait, nil
+}
+
+// observeEvery is how often a waiting rotation asks the reports again.
+const observeEvery = 5 * time.Second
+
+// observe, while a new CA waits with observed propagation, asks how far it has
+// reached, records the progress (metrics, and an Event on the CA Secret when it
+// changed), and returns the rotation to advance with: timed instead where no reports
+// can be read.
+func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caState) (rotation, *query.Progress) {
+	rot := m.rotation
+	if st.phase() != PhaseWaiting || rot.Propagation != PropagationObserved || m.gate == nil {
+		return rot, nil
+	}
+	p, ok, err := m.gate.progress(ctx, holdings.AnchorID(st.Next.Cert.Raw))
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Cannot tell whether the new CA reached the pods; it waits", "signer", m.signer)
+		return rot, &query.Progress{Expected: 1}
+	case !ok:
+		rot.Propagation = PropagationTimed
+		return rot, nil
+	}
+	m.metrics.rotationPods.WithLabelValues(m.signer, "expected").Set(float64(p.Expected))
+	m.metrics.rotationPods.WithLabelValues(m.signer, "holding").Set(float64(p.Holding))
+	m.metrics.rotationPods.WithLabelValues(m.signer, "stragglers").Set(float64(len(p.Stragglers)))
+	if summary := fmt.Sprintf("%d/%d", p.Holding, p.Expected); summary != m.lastProgress && m.events != nil && p.Holding < p.Expected {
+		m.lastProgress = summary
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %d of %d pods selecting %s hold it; not yet: %s",
+			holdings.AnchorID(st.Next.Cert.Raw), p.Holding, p.Expected, liveName(m.signer), describeStragglers(p.Stragglers))
+	}
+	return rot, &p
+}
+
+// recordSwitch records on the CA Secret that the new CA signs now, and whether every
+// pod had it.
+func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Progress) {
+	m.lastProgress = ""
+	m.metrics.rotationPods.DeletePartialMatch(prometheus.Labels{"signer": m.signer})
+	if m.events == nil {
+		return
+	}
+	ca := holdings.AnchorID(st.Current.Cert.Raw)
+	switch {
+	case p == nil:
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: its propagation window has passed", ca)
+	case p.Holding == p.Expected:
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods selecting %s hold it", ca, p.Expected, liveName(m.signer))
+	default:
+		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededWithoutAllPods", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s, though %d of %d pods selecting %s were not seen holding it: %s",
+			ca, m.rotation.MaxWait, len(p.Stragglers), p.Expected, liveName(m.signer), describeStragglers(p.Stragglers))
+	}
+}
+
+// rotationStatus is what the live bundle tells of the rotation.
+func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
+	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: holdings.AnchorID(st.Current.Cert.Raw)}
+	if s.Propagation == "" {
+		s.Propagation = string(PropagationTimed)
+	}
+	if st.Next != nil {
+		s.NewCA = holdings.AnchorID(st.Next.Cert.Raw)
+	}
+	if !st.NextPublishedAt.IsZero() {
+		at, by := st.NextPublishedAt.UTC(), st.NextPublishedAt.Add(rot.wait()).UTC()
+		s.PublishedAt, s.SignsBy = &at, &by
+	}
+	return s
 }
 
 // bootstrap generates the signer's first CA and stores it. If another replica got

@@ -39,14 +39,31 @@ type retiredAnchor struct {
 type rotation struct {
 	// RotateAt is the fraction of a CA's lifetime at which its successor is created.
 	RotateAt float64
-	// Window is how long a new anchor is published before its CA signs.
+	// Window is how long a new anchor is published before its CA signs, when
+	// propagation is timed.
 	Window time.Duration
+	// Propagation is PropagationObserved or PropagationTimed. Observed: the new CA
+	// signs once every pod selecting the signer's bundle is seen holding its anchor,
+	// or once MaxWait has passed since it was published.
+	Propagation Propagation
+	MaxWait     time.Duration
 	// Validity is a generated CA's lifetime.
 	Validity time.Duration
 	// MaxLeafLifetime is the longest certificate the signer issues (policy maximum),
 	// which bounds how long a retired anchor must stay.
 	MaxLeafLifetime time.Duration
 }
+
+// Propagation is how a rotation decides that the new anchor has reached the pods.
+type Propagation string
+
+const (
+	// PropagationObserved waits until the nodes' reports show every pod selecting the
+	// signer's bundle holding the new anchor (or MaxWait passes).
+	PropagationObserved Propagation = "observed"
+	// PropagationTimed waits a fixed window.
+	PropagationTimed Propagation = "timed"
+)
 
 // Phase names where a rotation stands, for logs and metrics.
 type Phase string
@@ -81,6 +98,22 @@ func (s *caState) anchors() []*x509.Certificate {
 	return out
 }
 
+// propagated says whether a next CA published at publishedAt may sign at now.
+func (r rotation) propagated(publishedAt, now time.Time, observed bool) bool {
+	if r.Propagation == PropagationObserved && observed {
+		return true
+	}
+	return !now.Before(publishedAt.Add(r.wait()))
+}
+
+// wait is the longest a published next CA waits before it signs.
+func (r rotation) wait() time.Duration {
+	if r.Propagation == PropagationObserved {
+		return r.MaxWait
+	}
+	return r.Window
+}
+
 func (r rotation) rotateAt(ca *CA) time.Time {
 	life := ca.Cert.NotAfter.Sub(ca.Cert.NotBefore)
 	return ca.Cert.NotBefore.Add(time.Duration(float64(life) * r.RotateAt))
@@ -89,8 +122,9 @@ func (r rotation) rotateAt(ca *CA) time.Time {
 // advance takes every step that is due at now and reports whether the state changed
 // (and must be saved) and when the next step falls due (zero: none scheduled). newCA
 // makes a CA; tests inject it. Publishing is not a step here: the caller publishes
-// anchors() and then calls markPublished.
-func (s *caState) advance(now time.Time, r rotation, newCA func(time.Time) (*CA, error)) (changed bool, next time.Time, err error) {
+// anchors() and then calls markPublished. propagated says whether every pod selecting
+// the signer's bundle was observed holding the next anchor (observed propagation).
+func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func(time.Time) (*CA, error)) (changed bool, next time.Time, err error) {
 	// Retired anchors nothing valid depends on any more are dropped.
 	kept := s.Retired[:0]
 	for _, ra := range s.Retired {
@@ -114,7 +148,7 @@ func (s *caState) advance(now time.Time, r rotation, newCA func(time.Time) (*CA,
 		s.NextPublishedAt, s.RotateHandled, changed = time.Time{}, s.RotateRequested, true
 	}
 
-	if s.Next != nil && !s.NextPublishedAt.IsZero() && !now.Before(s.NextPublishedAt.Add(r.Window)) {
+	if s.Next != nil && !s.NextPublishedAt.IsZero() && r.propagated(s.NextPublishedAt, now, propagated) {
 		until := now.Add(r.MaxLeafLifetime + backdate)
 		if old := s.Current.Anchor(); old.NotAfter.Before(until) {
 			until = old.NotAfter
@@ -141,7 +175,7 @@ func (s *caState) nextDeadline(r rotation) time.Time {
 	var deadlines []time.Time
 	switch {
 	case s.Next != nil && !s.NextPublishedAt.IsZero():
-		deadlines = append(deadlines, s.NextPublishedAt.Add(r.Window))
+		deadlines = append(deadlines, s.NextPublishedAt.Add(r.wait()))
 	case s.Next == nil && s.Managed:
 		deadlines = append(deadlines, r.rotateAt(s.Current))
 	}

@@ -51,7 +51,7 @@ func TestRotation_TrustBeforeUse(t *testing.T) {
 	first, _ := genAt(t0)
 	st := &caState{Current: first, Managed: true}
 
-	changed, next, err := st.advance(t0.Add(49*time.Hour), testRotation, genAt)
+	changed, next, err := st.advance(t0.Add(49*time.Hour), testRotation, false, genAt)
 	if err != nil || changed || st.phase() != PhaseStable {
 		t.Fatalf("before the rotation point: changed=%v phase=%s err=%v", changed, st.phase(), err)
 	}
@@ -60,7 +60,7 @@ func TestRotation_TrustBeforeUse(t *testing.T) {
 	}
 
 	rotateTime := t0.Add(51 * time.Hour)
-	if changed, _, _ = st.advance(rotateTime, testRotation, genAt); !changed || st.phase() != PhasePublishing {
+	if changed, _, _ = st.advance(rotateTime, testRotation, false, genAt); !changed || st.phase() != PhasePublishing {
 		t.Fatalf("at the rotation point: changed=%v phase=%s", changed, st.phase())
 	}
 	st = roundTrip(t, st)
@@ -78,12 +78,12 @@ func TestRotation_TrustBeforeUse(t *testing.T) {
 		t.Fatalf("after publishing: phase=%s", st.phase())
 	}
 	st = roundTrip(t, st)
-	if changed, next, _ = st.advance(publishTime.Add(9*time.Minute), testRotation, genAt); changed || !next.Equal(publishTime.Add(10*time.Minute)) {
+	if changed, next, _ = st.advance(publishTime.Add(9*time.Minute), testRotation, false, genAt); changed || !next.Equal(publishTime.Add(10*time.Minute)) {
 		t.Fatalf("inside the window: changed=%v next=%s", changed, next)
 	}
 
 	switchTime := publishTime.Add(10 * time.Minute)
-	if changed, next, _ = st.advance(switchTime, testRotation, genAt); !changed || st.phase() != PhaseStable {
+	if changed, next, _ = st.advance(switchTime, testRotation, false, genAt); !changed || st.phase() != PhaseStable {
 		t.Fatalf("after the window: changed=%v phase=%s", changed, st.phase())
 	}
 	st = roundTrip(t, st)
@@ -103,7 +103,7 @@ func TestRotation_TrustBeforeUse(t *testing.T) {
 		t.Errorf("next deadline = %s, want the retired anchor's end %s", next, st.Retired[0].Until)
 	}
 
-	if changed, _, _ = st.advance(st.Retired[0].Until, testRotation, genAt); !changed || len(st.Retired) != 0 {
+	if changed, _, _ = st.advance(st.Retired[0].Until, testRotation, false, genAt); !changed || len(st.Retired) != 0 {
 		t.Fatalf("after the retired anchor's end: changed=%v retired=%d", changed, len(st.Retired))
 	}
 	if anchorSerials(st)[first.Cert.SerialNumber.String()] {
@@ -116,12 +116,12 @@ func TestRotation_TrustBeforeUse(t *testing.T) {
 func TestRotation_CrashBeforePublishingDoesNotStartTheWindow(t *testing.T) {
 	first, _ := genAt(t0)
 	st := &caState{Current: first, Managed: true, RotateRequested: "2026-11-21T12:00:00Z"}
-	if changed, _, _ := st.advance(t0, testRotation, genAt); !changed || st.phase() != PhasePublishing {
+	if changed, _, _ := st.advance(t0, testRotation, false, genAt); !changed || st.phase() != PhasePublishing {
 		t.Fatalf("a rotation request did not start a rotation: %s", st.phase())
 	}
 	st = roundTrip(t, st) // crash here: saved, never published
 	for _, later := range []time.Duration{time.Hour, 24 * time.Hour} {
-		if changed, _, _ := st.advance(t0.Add(later), testRotation, genAt); changed || st.phase() != PhasePublishing {
+		if changed, _, _ := st.advance(t0.Add(later), testRotation, false, genAt); changed || st.phase() != PhasePublishing {
 			t.Fatalf("%s later, unpublished: changed=%v phase=%s", later, changed, st.phase())
 		}
 	}
@@ -133,11 +133,11 @@ func TestRotation_CrashBeforePublishingDoesNotStartTheWindow(t *testing.T) {
 func TestRotation_AHandledRequestStartsNoSecondRotation(t *testing.T) {
 	first, _ := genAt(t0)
 	st := &caState{Current: first, Managed: true, RotateRequested: "r1", RotateHandled: "r1"}
-	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); changed {
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, false, genAt); changed {
 		t.Fatal("an already handled request rotated again")
 	}
 	st.RotateRequested = "r2"
-	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); !changed || st.Next == nil {
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, false, genAt); !changed || st.Next == nil {
 		t.Fatal("a new request did not rotate")
 	}
 }
@@ -147,7 +147,7 @@ func TestRotation_AHandledRequestStartsNoSecondRotation(t *testing.T) {
 func TestRotation_BroughtInCAIsNeverRotated(t *testing.T) {
 	ca, _ := genAt(t0)
 	st := &caState{Current: ca, Managed: false, RotateRequested: "r1"}
-	changed, next, _ := st.advance(t0.Add(99*time.Hour), testRotation, genAt)
+	changed, next, _ := st.advance(t0.Add(99*time.Hour), testRotation, false, genAt)
 	if st.Next != nil || !next.IsZero() {
 		t.Fatalf("a brought-in CA got a successor (next=%v, deadline=%s)", st.Next, next)
 	}
@@ -160,7 +160,7 @@ func TestRotation_RetiredAnchorsGoNoLaterThanTheirOwnExpiry(t *testing.T) {
 	short := fixtures.MustNew(fixtures.Options{NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour)})
 	current, _ := genAt(t0)
 	st := &caState{Current: current, Managed: true, Retired: []retiredAnchor{{Cert: short.Cert, Until: t0.Add(48 * time.Hour)}}}
-	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, genAt); !changed || len(st.Retired) != 0 {
+	if changed, _, _ := st.advance(t0.Add(time.Hour), testRotation, false, genAt); !changed || len(st.Retired) != 0 {
 		t.Error("an expired retired anchor was kept")
 	}
 }
@@ -209,4 +209,46 @@ func subjects(certs []*x509.Certificate) []string {
 		out = append(out, c.Subject.CommonName)
 	}
 	return out
+}
+
+// Observed propagation: the next CA signs as soon as every pod is seen holding it, or
+// once the maximum wait has passed without; timed propagation waits its window
+// whatever is observed.
+func TestRotation_ObservedPropagationSignsOnceEveryPodHoldsTheNewCA(t *testing.T) {
+	observed := testRotation
+	observed.Propagation, observed.MaxWait = PropagationObserved, time.Hour
+	for _, tc := range []struct {
+		name       string
+		r          rotation
+		after      time.Duration
+		propagated bool
+		switches   bool
+		next       time.Duration // the deadline returned when it does not switch
+	}{
+		{name: "observed: every pod holds it a second after publishing", r: observed, after: time.Second, propagated: true, switches: true},
+		{name: "observed: a pod lacks it after the timed window", r: observed, after: 30 * time.Minute, propagated: false, next: time.Hour},
+		{name: "observed: a pod still lacks it at the maximum wait", r: observed, after: time.Hour, propagated: false, switches: true},
+		{name: "timed: every pod holds it, the window is still waited out", r: testRotation, after: time.Second, propagated: true, next: 10 * time.Minute},
+		{name: "timed: the window passed", r: testRotation, after: 10 * time.Minute, propagated: false, switches: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			first, _ := genAt(t0)
+			st := &caState{Current: first, Managed: true, RotateRequested: "now"}
+			if _, _, err := st.advance(t0, tc.r, false, genAt); err != nil || st.Next == nil {
+				t.Fatalf("the rotation did not start: %v", err)
+			}
+			st.markPublished(t0)
+			changed, next, err := st.advance(t0.Add(tc.after), tc.r, tc.propagated, genAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switched := changed && st.Next == nil
+			if switched != tc.switches {
+				t.Fatalf("switched to the new CA: %v, want %v (phase %s)", switched, tc.switches, st.phase())
+			}
+			if !tc.switches && !next.Equal(t0.Add(tc.next)) {
+				t.Errorf("next deadline %s, want %s", next.Sub(t0), tc.next)
+			}
+		})
+	}
 }

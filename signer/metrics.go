@@ -6,15 +6,16 @@ import (
 
 // metrics are the signer's Prometheus metrics.
 type metrics struct {
-	csrs        *prometheus.CounterVec
-	signLatency *prometheus.HistogramVec
-	requested   *prometheus.CounterVec
-	honored     *prometheus.CounterVec
-	caNotAfter  *prometheus.GaugeVec
-	phase       *prometheus.GaugeVec
-	leader      prometheus.Gauge
-	pcrs        *prometheus.CounterVec
-	pcrLatency  *prometheus.HistogramVec
+	csrs         *prometheus.CounterVec
+	signLatency  *prometheus.HistogramVec
+	requested    *prometheus.CounterVec
+	honored      *prometheus.CounterVec
+	caNotAfter   *prometheus.GaugeVec
+	phase        *prometheus.GaugeVec
+	rotationPods *prometheus.GaugeVec
+	leader       prometheus.Gauge
+	pcrs         *prometheus.CounterVec
+	pcrLatency   *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "trustsync_signer_ca_rotation_phase",
 			Help: "1 for the CA rotation phase each signer is in (Stable, Publishing, Waiting), 0 for the others.",
 		}, []string{"signer", "phase"}),
+		rotationPods: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_signer_ca_rotation_pods",
+			Help: "While a new CA waits for observed propagation: the pods selecting the signer's bundle (state=expected), those seen holding the new CA (holding) and those not (stragglers, which the CA Secret's Events name).",
+		}, []string{"signer", "state"}),
 		pcrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_signer_pod_certificate_requests_total",
 			Help: "PodCertificateRequests decided, by signer, result (issued, denied, failed) and reason.",
@@ -58,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.leader, m.pcrs, m.pcrLatency)
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.leader, m.pcrs, m.pcrLatency)
 	return m
 }
 

@@ -23,11 +23,13 @@ type Options struct {
 	TrustDomain string
 	Workers     int
 
-	HealthAddress       string
-	CASecretPrefix      string
-	CAValidity          time.Duration
-	CARotateAt          float64
-	CAPropagationWindow time.Duration
+	HealthAddress        string
+	CASecretPrefix       string
+	CAValidity           time.Duration
+	CARotateAt           float64
+	CAPropagationWindow  time.Duration
+	CAPropagation        string
+	CAPropagationMaxWait time.Duration
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -35,16 +37,18 @@ type Options struct {
 // of CSRs.
 func NewOptions() *Options {
 	return &Options{
-		KubeAPIQPS:          20,
-		KubeAPIBurst:        30,
-		Namespace:           os.Getenv("POD_NAMESPACE"),
-		TrustDomain:         policy.DefaultTrustDomain,
-		Workers:             4,
-		HealthAddress:       ":8081",
-		CASecretPrefix:      "trustsync-ca-",
-		CAValidity:          365 * 24 * time.Hour,
-		CARotateAt:          2.0 / 3,
-		CAPropagationWindow: 10 * time.Minute,
+		KubeAPIQPS:           20,
+		KubeAPIBurst:         30,
+		Namespace:            os.Getenv("POD_NAMESPACE"),
+		TrustDomain:          policy.DefaultTrustDomain,
+		Workers:              4,
+		HealthAddress:        ":8081",
+		CASecretPrefix:       "trustsync-ca-",
+		CAValidity:           365 * 24 * time.Hour,
+		CARotateAt:           2.0 / 3,
+		CAPropagationWindow:  10 * time.Minute,
+		CAPropagation:        string(PropagationObserved),
+		CAPropagationMaxWait: time.Hour,
 	}
 }
 
@@ -69,7 +73,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CASecretPrefix, "ca-secret-prefix", o.CASecretPrefix, "Prefix of each signer's CA Secret name; the rest is the signer name with '/' replaced by '-'.")
 	fs.DurationVar(&o.CAValidity, "ca-validity", o.CAValidity, "Lifetime of a CA the signer generates.")
 	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
-	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "How long a new CA is published before it signs anything: trust before use.")
+	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "With --ca-propagation=timed (or where no node reports are served): how long a new CA is published before it signs anything: trust before use.")
+	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
+	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
 // Policy loads the policy file, or builds the one --signer-name and --trust-domain stand
@@ -103,6 +109,12 @@ func (o *Options) Validate() error {
 	}
 	if o.CAValidity < time.Hour {
 		errs = append(errs, fmt.Errorf("--ca-validity %s is too short; use at least an hour", o.CAValidity))
+	}
+	if o.CAPropagation != string(PropagationObserved) && o.CAPropagation != string(PropagationTimed) {
+		errs = append(errs, fmt.Errorf("--ca-propagation %q is not supported: give %s or %s", o.CAPropagation, PropagationObserved, PropagationTimed))
+	}
+	if o.CAPropagationMaxWait <= 0 {
+		errs = append(errs, fmt.Errorf("--ca-propagation-max-wait %s must be positive", o.CAPropagationMaxWait))
 	}
 	return errors.Join(errs...)
 }

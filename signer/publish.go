@@ -3,6 +3,7 @@ package signer
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -33,15 +34,19 @@ func liveName(signer string) string {
 }
 
 // publish makes every served API's live bundle hold exactly anchors, creating or
-// restoring it if it was deleted or edited.
-func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate) error {
+// restoring it if it was deleted or edited, and tell where the rotation stands.
+func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate, status bundle.RotationStatus) error {
 	pool := bundle.NewPool()
 	for _, a := range anchors {
 		pool.AddDER(a.Raw)
 	}
 	want := string(pool.PEM())
+	rotation, err := json.Marshal(status)
+	if err != nil {
+		return err
+	}
 	for _, s := range p.stores {
-		if err := p.publishTo(ctx, s, want); err != nil {
+		if err := p.publishTo(ctx, s, want, string(rotation)); err != nil {
 			return err
 		}
 	}
@@ -51,13 +56,14 @@ func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate) er
 // fieldManager is the signer's name in the live bundles' managedFields.
 const fieldManager = "trustsync-signer"
 
-// publishTo applies the live bundle's content, label and signer: server-side apply
-// owns exactly those fields, so other tools' labels and annotations on the bundle are
-// never overwritten, and a deleted or edited bundle is restored by the same request.
-func (p *publisher) publishTo(ctx context.Context, s *bundleapi.Store, trustBundle string) error {
+// publishTo applies the live bundle's content, label, rotation annotation and signer:
+// server-side apply owns exactly those fields, so other tools' labels and annotations
+// on the bundle are never overwritten, and a deleted or edited bundle is restored by
+// the same request.
+func (p *publisher) publishTo(ctx context.Context, s *bundleapi.Store, trustBundle, rotation string) error {
 	name := liveName(p.signer)
 	_, err := s.Apply(ctx, &certificatesv1.ClusterTrustBundle{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LiveLabel: LiveValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LiveLabel: LiveValue}, Annotations: map[string]string{bundle.RotationAnnotation: rotation}},
 		Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: p.signer, TrustBundle: trustBundle},
 	}, fieldManager)
 	if err != nil {

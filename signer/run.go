@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,9 +24,12 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -117,6 +121,12 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	if err != nil {
 		return err
 	}
+	// Events on the CA Secrets: a rotation's progress.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-signer"})
+
 	var synced []cache.InformerSynced
 	managers := map[string]*caManager{}
 	for i := range pol.Signers {
@@ -125,10 +135,12 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		var csrLister certlisters.CertificateSigningRequestLister
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
-			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second},
-			client:   client, clock: clock.RealClock{}, metrics: m,
-			publisher: &publisher{signer: name},
+			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second,
+				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait},
+			client: client, clock: clock.RealClock{}, metrics: m,
+			publisher: &publisher{signer: name}, events: recorder,
 		}
+		mgr.gate = &reportsGate{client: client, dyn: dyn, publisher: mgr.publisher}
 		for _, api := range writers {
 			mgr.publisher.stores = append(mgr.publisher.stores, bundleapi.NewStore(dyn, api))
 		}

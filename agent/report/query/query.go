@@ -290,3 +290,103 @@ func (c Cluster) knownAnchors() []string {
 	slices.Sort(ids)
 	return slices.Compact(ids)
 }
+
+// Progress is how far an anchor has reached the pods that select a bundle.
+type Progress struct {
+	// Holding of Expected pods hold the anchor in every trust file that selects the
+	// bundle.
+	Holding  int `json:"holding"`
+	Expected int `json:"expected"`
+	// Stragglers are the pods that do not, each with why.
+	Stragglers []Straggler `json:"stragglers"`
+}
+
+// Straggler is a pod that selects the bundle and is not seen holding the anchor.
+type Straggler struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node,omitempty"`
+	// Reason: NotObserved (no report from its node, or not in it yet), Unreadable,
+	// or Behind.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Progress says which pods selecting any of bundles (by their trust files' bundle
+// sources) hold anchor. Pods not running (finished, or not scheduled) are not
+// counted: they hold nothing and will read the bundle when they start.
+func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) Progress {
+	reports := map[string]*report.NodeTrustReport{}
+	for _, r := range c.Reports {
+		reports[r.Name] = r
+	}
+	p := Progress{Stragglers: []Straggler{}}
+	for _, pod := range c.Pods {
+		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+			continue
+		}
+		var files []injector.TrustFile
+		for _, tf := range injector.TrustFiles(pod) {
+			if tf.Format == "pem" && selectsAny(tf, bundles) {
+				files = append(files, tf)
+			}
+		}
+		if len(files) == 0 {
+			continue
+		}
+		p.Expected++
+		s := Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
+		r := reports[pod.Spec.NodeName]
+		for _, tf := range files {
+			held, ok := observed(r, pod, tf)
+			var set report.AnchorSet
+			if ok {
+				set, _ = r.Set(held.AnchorSet)
+			}
+			switch {
+			case r == nil:
+				s.Reason, s.Detail = NotObserved, "no report from node "+pod.Spec.NodeName
+			case !ok:
+				s.Reason, s.Detail = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
+			case held.Error != "":
+				s.Reason, s.Detail = Unreadable, tf.Path()+": "+held.Error
+			case set.Elided:
+				s.Reason, s.Detail = NotObserved, tf.Path()+": anchors left out of the node's report"
+			case !slices.Contains(set.Anchors, anchor):
+				s.Reason, s.Detail = Behind, tf.Path()+" does not hold it"
+			default:
+				continue
+			}
+			break
+		}
+		if s.Reason == "" {
+			p.Holding++
+		} else {
+			p.Stragglers = append(p.Stragglers, s)
+		}
+	}
+	slices.SortFunc(p.Stragglers, func(a, b Straggler) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
+	})
+	return p
+}
+
+// selectsAny reports whether one of the file's bundle sources selects one of bundles.
+func selectsAny(tf injector.TrustFile, bundles []*certificatesv1.ClusterTrustBundle) bool {
+	for _, s := range tf.Sources {
+		sel, ok := s.Selector()
+		if !ok {
+			continue
+		}
+		match, err := sel.Matcher()
+		if err != nil {
+			continue
+		}
+		for _, b := range bundles {
+			if match(b) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/agent/report/query"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 )
 
@@ -54,6 +56,7 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
 
   status             does each pod hold what its sources select now?
   who-trusts ANCHOR  which pods hold this anchor?
+  rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
 
 Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
@@ -75,6 +78,17 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		Short: "Every pod and file holding ANCHOR: a PEM file, or a SHA-256 in hex (or its first 12 digits or more)",
 		Args:  cobra.ExactArgs(1),
 		RunE:  func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
+	}, &cobra.Command{
+		Use:   "rotation [SIGNER]",
+		Short: "trustsync's signers' CA rotation: its phase, the new CA, how many pods selecting the signer's bundle hold it, and who does not yet",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			signer := ""
+			if len(args) == 1 {
+				signer = args[0]
+			}
+			return o.rotation(cmd.Context(), signer)
+		},
 	})
 	root.SetArgs(args)
 	if err := root.ExecuteContext(context.Background()); err != nil {
@@ -276,4 +290,81 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// Rotation is one signer's CA rotation, as kubectl trustsync rotation prints it.
+type Rotation struct {
+	Signer string `json:"signer"`
+	Bundle string `json:"bundle"`
+	bundle.RotationStatus
+	// Holding of Expected pods selecting the bundle hold NewCA; Stragglers do not.
+	Holding    int               `json:"holding"`
+	Expected   int               `json:"expected"`
+	Stragglers []query.Straggler `json:"stragglers"`
+}
+
+func (o *options) rotation(ctx context.Context, signer string) error {
+	o.allNamespaces = true // a rotation concerns every pod that selects the bundle
+	c, err := o.cluster(ctx, "")
+	if err != nil {
+		return err
+	}
+	var out []Rotation
+	for _, b := range c.Bundles {
+		raw, ok := b.Annotations[bundle.RotationAnnotation]
+		if !ok || (signer != "" && b.Spec.SignerName != signer) || slices.ContainsFunc(out, func(r Rotation) bool { return r.Bundle == b.Name }) {
+			continue
+		}
+		r := Rotation{Signer: b.Spec.SignerName, Bundle: b.Name, Stragglers: []query.Straggler{}}
+		if err := json.Unmarshal([]byte(raw), &r.RotationStatus); err != nil {
+			return fmt.Errorf("bundle %s: annotation %s is not a rotation status: %w", b.Name, bundle.RotationAnnotation, err)
+		}
+		if r.NewCA != "" {
+			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
+			r.Holding, r.Expected, r.Stragglers = p.Holding, p.Expected, p.Stragglers
+			if p.Holding < p.Expected {
+				o.code = ExitNotAll
+			}
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		if signer != "" {
+			return fmt.Errorf("no live bundle of trustsync's signer %s (with annotation %s): is it a signer of this trustsync's policy?", signer, bundle.RotationAnnotation)
+		}
+		return fmt.Errorf("no live bundle of a trustsync signer found (annotation %s)", bundle.RotationAnnotation)
+	}
+	if o.output == "json" {
+		if len(out) == 1 {
+			return o.json(out[0])
+		}
+		return o.json(map[string]any{"items": out})
+	}
+	if err := o.checkOutput(); err != nil {
+		return err
+	}
+	for _, r := range out {
+		fmt.Fprintf(o.stdout, "Signer:       %s (bundle %s)\n", r.Signer, r.Bundle)
+		fmt.Fprintf(o.stdout, "Phase:        %s (%s propagation)\n", r.Phase, r.Propagation)
+		fmt.Fprintf(o.stdout, "Current CA:   %s\n", r.CurrentCA)
+		if r.NewCA == "" {
+			continue
+		}
+		fmt.Fprintf(o.stdout, "New CA:       %s\n", r.NewCA)
+		if r.SignsBy != nil {
+			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
+		}
+		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
+		if len(r.Stragglers) > 0 {
+			w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAMESPACE\tPOD\tNODE\tREASON\tDETAIL")
+			for _, s := range r.Stragglers {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Pod, s.Node, s.Reason, s.Detail)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -98,11 +96,11 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	})
 	// kubectl trustsync, meanwhile: the node pod is up to date, the other two behind,
 	// missing v2, and only the node pod holds v2.
-	cli := pluginRunner(t, cp)
+	cli := controlplane.NewPlugin(t, cp)
 	// Exit 3 while any file is behind, 0 once all are current.
 	states := func(code int) map[string]query.FileStatus {
 		var got struct{ Items []query.FileStatus }
-		cli.json(t, &got, code, "status", "-n", namespace)
+		cli.JSON(t, &got, code, "status", "-n", namespace)
 		out := map[string]query.FileStatus{}
 		for _, f := range got.Items {
 			if strings.HasPrefix(f.Pod, "report-") {
@@ -123,7 +121,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		Anchor string
 		Items  []query.Holder
 	}
-	cli.json(t, &who, 0, "who-trusts", v2File, "-A")
+	cli.JSON(t, &who, 0, "who-trusts", v2File, "-A")
 	if who.Anchor != v2ID || len(who.Items) != 1 || who.Items[0].Pod != "report-node" || who.Items[0].Delivery != "node" {
 		t.Errorf("who-trusts v2 while two pods lag: %+v", who)
 	}
@@ -138,7 +136,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 			}
 		}
 	}
-	cli.json(t, &who, 0, "who-trusts", v2ID[:12], "-A")
+	cli.JSON(t, &who, 0, "who-trusts", v2ID[:12], "-A")
 	var pods []string
 	for _, h := range who.Items {
 		pods = append(pods, h.Pod+" "+h.Delivery+" "+h.Path)
@@ -157,11 +155,11 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	}
 	nobody := filepath.Join(t.TempDir(), "nobody.pem")
 	must(t, os.WriteFile(nobody, fixtures.CA("trusted by nobody").CertPEM(), 0o644))
-	cli.json(t, &who, 3, "who-trusts", nobody, "-A")
+	cli.JSON(t, &who, 3, "who-trusts", nobody, "-A")
 	if len(who.Items) != 0 {
 		t.Errorf("who-trusts an anchor nobody holds: %+v", who)
 	}
-	if out, code := cli.run(t, "who-trusts", "12ab"); code != 1 || !strings.Contains(out, "too short a prefix: give at least 12 hex digits") {
+	if out, code := cli.Run(t, "who-trusts", "12ab"); code != 1 || !strings.Contains(out, "too short a prefix: give at least 12 hex digits") {
 		t.Errorf("who-trusts 12ab: exit %d, %q; want 1 and the reason", code, out)
 	}
 
@@ -226,51 +224,6 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// plugin runs kubectl-trustsync as built by make build, as an admin.
-type plugin struct{ bin, kubeconfig string }
-
-func pluginRunner(t *testing.T, cp *controlplane.ControlPlane) plugin {
-	t.Helper()
-	bin, err := controlplane.BuildBinary("kubectl-trustsync")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	must(t, controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()))
-	return plugin{bin: bin, kubeconfig: kubeconfig}
-}
-
-// run returns what the plugin printed (both streams) and its exit code.
-func (p plugin) run(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig)...)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	return string(out), cmd.ProcessState.ExitCode()
-}
-
-// json runs the plugin with -o json, wants exit code, and decodes its output into v.
-func (p plugin) json(t *testing.T, v any, code int, args ...string) {
-	t.Helper()
-	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig, "-o", "json")...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	if got := cmd.ProcessState.ExitCode(); got != code {
-		t.Fatalf("kubectl trustsync %v: exit %d, want %d; it said %s%s", args, got, code, out, stderr.String())
-	}
-	if err := json.Unmarshal(out, v); err != nil {
-		t.Fatalf("kubectl trustsync %v -o json: %v\n%s", args, err, out)
 	}
 }
 

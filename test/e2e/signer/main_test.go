@@ -47,6 +47,9 @@ func setup(cp *controlplane.ControlPlane, native bool) error {
 			return err
 		}
 	}
+	if err := cp.InstallReportsCRD(ctx); err != nil {
+		return err
+	}
 	for _, ns := range []string{signerNamespace, appNamespace} {
 		if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 			return err
@@ -82,9 +85,10 @@ func grantCSRRequesters(ctx context.Context, cp *controlplane.ControlPlane) erro
 	return err
 }
 
-// startSigner runs trustsync-signer with leader election and a short propagation window.
+// startSigner runs trustsync-signer with leader election and a short, timed
+// propagation window (propagation_test.go runs one with observed propagation).
 func startSigner(cp *controlplane.ControlPlane, extra ...string) (*controlplane.Process, error) {
-	return cp.StartSigner(append([]string{"--namespace=" + signerNamespace, "--ca-propagation-window=" + window.String()}, extra...)...)
+	return cp.StartSigner(append([]string{"--namespace=" + signerNamespace, "--ca-propagation=timed", "--ca-propagation-window=" + window.String()}, extra...)...)
 }
 
 func kube(t testing.TB, cfg *rest.Config) kubernetes.Interface {

@@ -1,0 +1,25 @@
+package bundle
+
+import "time"
+
+// RotationAnnotation, on a signer's live bundle, is where trustsync's signer says where
+// its CA rotation stands (RotationStatus as JSON): public, as the bundle is, so that
+// anyone may ask `kubectl trustsync rotation` without reading the CA's Secret.
+const RotationAnnotation = "trustsync.io/rotation"
+
+// RotationStatus is a signer's CA rotation as its live bundle tells it.
+type RotationStatus struct {
+	// Phase is Stable, Publishing or Waiting.
+	Phase string `json:"phase"`
+	// Propagation is how a new CA waits to sign: "observed" (until every pod
+	// selecting the bundle is seen holding it, or MaxWaitUntil) or "timed".
+	Propagation string `json:"propagation"`
+	// CurrentCA signs now; NewCA, while rotating, is published and waits. Each is
+	// the SHA-256 of the CA certificate's DER, lowercase hex.
+	CurrentCA string `json:"currentCA"`
+	NewCA     string `json:"newCA,omitempty"`
+	// PublishedAt is when NewCA was published; SignsBy is when it signs at the
+	// latest (the timed window's end, or observed propagation's maximum wait).
+	PublishedAt *time.Time `json:"publishedAt,omitempty"`
+	SignsBy     *time.Time `json:"signsBy,omitempty"`
+}

@@ -1,0 +1,79 @@
+package signer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/agent/report/query"
+)
+
+// propagationGate says how far a new anchor has reached the pods that select the
+// signer's bundle, from the nodes' reports. ok is false where no report can be read
+// (the reports' API is not served: no agents), and a rotation then waits its timed
+// window instead.
+type propagationGate interface {
+	progress(ctx context.Context, anchor string) (p query.Progress, ok bool, err error)
+}
+
+// reportsGate reads the reports, the pods and the signer's live bundles afresh on
+// each call: it is asked only while a new CA waits, every few seconds.
+type reportsGate struct {
+	client    kubernetes.Interface
+	dyn       dynamic.Interface
+	publisher *publisher
+}
+
+func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
+	list, err := g.dyn.Resource(report.Resource).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return query.Progress{}, false, nil
+	}
+	if err != nil {
+		return query.Progress{}, false, fmt.Errorf("list NodeTrustReports: %w", err)
+	}
+	var c query.Cluster
+	for i := range list.Items {
+		r, err := report.FromUnstructured(&list.Items[i])
+		if err != nil {
+			return query.Progress{}, false, err
+		}
+		c.Reports = append(c.Reports, r)
+	}
+	pods, err := g.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return query.Progress{}, false, fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		c.Pods = append(c.Pods, &pods.Items[i])
+	}
+	var live []*certificatesv1.ClusterTrustBundle
+	for _, s := range g.publisher.stores {
+		b, err := s.Get(ctx, liveName(g.publisher.signer))
+		if err != nil {
+			return query.Progress{}, false, fmt.Errorf("read the live bundle: %w", err)
+		}
+		live = append(live, b)
+	}
+	return c.Progress(anchor, live), true, nil
+}
+
+// describeStragglers names up to ten pods, with why, and how many more.
+func describeStragglers(ss []query.Straggler) string {
+	var names []string
+	for i, s := range ss {
+		if i == 10 {
+			names = append(names, fmt.Sprintf("and %d more (kubectl trustsync rotation)", len(ss)-10))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s/%s (%s: %s)", s.Namespace, s.Pod, s.Reason, s.Detail))
+	}
+	return strings.Join(names, ", ")
+}

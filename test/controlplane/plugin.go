@@ -1,0 +1,59 @@
+package controlplane
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Plugin runs kubectl-trustsync, built as make build builds it, as the admin.
+type Plugin struct{ bin, kubeconfig string }
+
+// NewPlugin builds the plugin and writes the admin's kubeconfig for it.
+func NewPlugin(t testing.TB, cp *ControlPlane) Plugin {
+	t.Helper()
+	bin, err := BuildBinary("kubectl-trustsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return Plugin{bin: bin, kubeconfig: kubeconfig}
+}
+
+// Run returns what the plugin printed (both streams) and its exit code.
+func (p Plugin) Run(t testing.TB, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+// JSON runs the plugin with -o json, wants exit code code, and decodes its output
+// into v.
+func (p Plugin) JSON(t testing.TB, v any, code int, args ...string) {
+	t.Helper()
+	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig, "-o", "json")...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	if got := cmd.ProcessState.ExitCode(); got != code {
+		t.Fatalf("kubectl trustsync %v: exit %d, want %d; it said %s%s", args, got, code, out, stderr.String())
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		t.Fatalf("kubectl trustsync %v -o json: %v\n%s", args, err, out)
+	}
+}

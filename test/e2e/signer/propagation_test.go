@@ -1,0 +1,230 @@
+package signer
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
+	"github.com/trustsync/trustsync/test/controlplane"
+)
+
+// observedSigner runs a signer of its own (its own namespace, Lease and CA) with
+// observed propagation and a short maximum wait.
+const (
+	observedSigner    = "example.com/observed"
+	observedNamespace = "observed-signer"
+	observedMaxWait   = 20 * time.Second
+)
+
+// With observed propagation, a new CA signs once every pod selecting the signer's
+// bundle is seen holding it, not before, whatever the time: kubectl trustsync rotation
+// names the pods that lack it, a certificate issued meanwhile comes from the old CA,
+// and once the last pod holds it the next one comes from the new CA, with a Normal
+// Event on the CA Secret. A pod that never catches up holds the rotation back until
+// the maximum wait, when it proceeds with a Warning Event naming the pod.
+func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	admin := kube(t, cp.AdminConfig())
+	if err := cp.CreateNamespace(ctx, observedNamespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.StartSigner("--namespace="+observedNamespace, "--signer-name="+observedSigner,
+		"--ca-propagation=observed", "--ca-propagation-max-wait="+observedMaxWait.String(), "--ca-propagation-window=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("signer log:\n%s", p.Tail())
+		}
+		p.Stop(10 * time.Second)
+	})
+	cli := controlplane.NewPlugin(t, cp)
+	// rotation asks kubectl trustsync; its exit code is 3 while pods lack the new CA.
+	rotation := func(code int) plugin.Rotation {
+		t.Helper()
+		var r plugin.Rotation
+		cli.JSON(t, &r, code, "rotation", observedSigner)
+		return r
+	}
+	var r plugin.Rotation
+	stable := func() bool {
+		out, code := cli.Run(t, "rotation", observedSigner, "-o", "json")
+		return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Phase == "Stable"
+	}
+	waitFor(t, "the signer's live bundle, Stable", stable)
+	oldCA := r.CurrentCA
+
+	// Two pods select the bundle through the kubelet's projection, on two nodes whose
+	// reports say what they hold.
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"holds-soon", "never-holds"} {
+		pod, err := admin.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: "node-" + name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
+				VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+				Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To(observedSigner), LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"}}}}}}}}},
+			metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[name] = pod
+		t.Cleanup(func() { _ = admin.CoreV1().Pods(appNamespace).Delete(ctx, name, *metav1.NewDeleteOptions(0)) })
+	}
+	hold := func(name string, anchors ...string) { writeReport(t, cp, pods[name], anchors...) }
+	hold("holds-soon", oldCA)
+	hold("never-holds", oldCA)
+
+	requestRotation(t, cp)
+	waitFor(t, "a new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" })
+	newCA := r.NewCA
+	if r.Holding != 0 || r.Expected != 2 || len(r.Stragglers) != 2 {
+		t.Errorf("rotation right after the new CA was published: %+v", r)
+	}
+	if issuer := issuedBy(t, cp); issuer != oldCA {
+		t.Errorf("a certificate issued while no pod holds the new CA comes from %s, not the old CA %s", issuer, oldCA)
+	}
+
+	hold("holds-soon", oldCA, newCA)
+	waitFor(t, "one pod of two holding the new CA", func() bool { r = rotation(3); return r.Holding == 1 })
+	if len(r.Stragglers) != 1 || r.Stragglers[0].Pod != "never-holds" || r.Stragglers[0].Reason != "Behind" {
+		t.Errorf("stragglers with one pod behind: %+v", r.Stragglers)
+	}
+	if issuer := issuedBy(t, cp); issuer != oldCA {
+		t.Errorf("a certificate issued while a pod lacks the new CA comes from %s, not the old CA %s", issuer, oldCA)
+	}
+
+	hold("never-holds", oldCA, newCA)
+	waitFor(t, "the new CA signing once both pods hold it", func() bool { return stable() && r.CurrentCA == newCA })
+	if issuer := issuedBy(t, cp); issuer != newCA {
+		t.Errorf("a certificate issued once every pod holds the new CA comes from %s, not the new CA %s", issuer, newCA)
+	}
+	waitEvent(t, cp, "RotationProceeded", "all 2 pods selecting")
+
+	// A second rotation that one pod never catches up with.
+	requestRotation(t, cp)
+	waitFor(t, "a second new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" && r.NewCA != newCA })
+	third := r.NewCA
+	hold("holds-soon", newCA, third)
+	published := time.Now()
+	waitFor(t, "the rotation proceeding after its maximum wait", func() bool { return stable() && r.CurrentCA == third })
+	if waited := time.Since(published); waited < observedMaxWait/2 {
+		t.Errorf("the rotation proceeded %s after the last report, before its maximum wait of %s", waited, observedMaxWait)
+	}
+	waitEvent(t, cp, "RotationProceededWithoutAllPods", "apps/never-holds (Behind")
+}
+
+// writeReport makes pod's node report that the pod's ca.pem holds anchors.
+func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, anchors ...string) {
+	t.Helper()
+	slices.Sort(anchors)
+	id := report.SetID(anchors)
+	r := &report.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: report.GroupVersion.String(), Kind: report.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Spec.NodeName}, Node: pod.Spec.NodeName, UpdatedAt: metav1.Now(),
+		AnchorSets: []report.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}},
+		Pods: []report.PodHolding{{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
+			Files: []report.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}}}}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource)
+	obj := &unstructured.Unstructured{Object: m}
+	if cur, err := c.Get(context.Background(), r.Name, metav1.GetOptions{}); err == nil {
+		obj.SetResourceVersion(cur.GetResourceVersion())
+		_, err = c.Update(context.Background(), obj, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), r.Name, metav1.DeleteOptions{}) })
+}
+
+// requestRotation asks the observed signer to rotate its CA now.
+func requestRotation(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	secrets := kube(t, cp.AdminConfig()).CoreV1().Secrets(observedNamespace)
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := secrets.Get(ctx, "trustsync-ca-example.com-observed", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		s.Annotations["trustsync.io/rotate-requested-at"] = time.Now().UTC().Format(time.RFC3339Nano)
+		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issuedBy issues a certificate from the observed signer and returns its issuer's
+// anchor ID (the SHA-256 of the CA certificate that signed it, from the live bundle).
+func issuedBy(t *testing.T, cp *controlplane.ControlPlane) string {
+	t.Helper()
+	cert := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", observedSigner, nil, []string{spiffe(appNamespace, "web")}).Name))
+	b, err := liveStore(t, cp, true).Get(context.Background(), "example.com:observed:live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := bundle.ParseCertificates([]byte(b.Spec.TrustBundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range certs {
+		if cert.CheckSignatureFrom(ca) == nil {
+			return holdings.AnchorID(ca.Raw)
+		}
+	}
+	t.Fatalf("the certificate verifies against no anchor of the live bundle")
+	return ""
+}
+
+// waitFor polls ok for a minute.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		t.Fatalf("never saw %s: %v", what, err)
+	}
+}
+
+// waitEvent waits for an Event of reason on the observed signer's CA Secret whose
+// message contains want.
+func waitEvent(t *testing.T, cp *controlplane.ControlPlane, reason, want string) {
+	t.Helper()
+	var seen []string
+	waitFor(t, "Event "+reason+" saying "+want, func() bool {
+		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(observedNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=trustsync-ca-example.com-observed"})
+		if err != nil {
+			return false
+		}
+		seen = seen[:0]
+		for _, e := range events.Items {
+			seen = append(seen, e.Reason+": "+e.Message)
+			if e.Reason == reason && strings.Contains(e.Message, want) {
+				return true
+			}
+		}
+		return false
+	})
+}
