@@ -74,8 +74,9 @@ type FileHolding struct {
 	// AnchorSet is the id of the set the file holds; empty when it could not be
 	// read, and Error says why.
 	AnchorSet string `json:"anchorSet,omitempty"`
-	// ChangedAt is when the file was last written.
-	ChangedAt *metav1.Time `json:"changedAt,omitempty"`
+	// ChangedAt is when the file was last written, to the microsecond: the
+	// deliveries' latencies are read from it.
+	ChangedAt *metav1.MicroTime `json:"changedAt,omitempty"`
 	Error     string       `json:"error,omitempty"`
 }
 
@@ -93,7 +94,7 @@ func Build(node string, held []holdings.Pod, now time.Time) *NodeTrustReport {
 		for _, f := range p.Files {
 			fh := FileHolding{Path: f.Path(), Volume: f.Volume, File: f.File, Delivery: string(f.Delivery), Error: f.Err}
 			if !f.ChangedAt.IsZero() {
-				t := metav1.NewTime(f.ChangedAt.UTC())
+				t := metav1.NewMicroTime(f.ChangedAt.UTC())
 				fh.ChangedAt = &t
 			}
 			if f.Err == "" {

@@ -88,17 +88,22 @@ func (n *Node) ChartValues() []string {
 // Kubeconfig is the cluster-admin kubeconfig.
 func (n *Node) Kubeconfig() string { return filepath.Join(n.Dir, "kubeconfig") }
 
-// Run runs one of bin/'s tools (kubectl, helm, ctr) against the node.
+// Run runs one of bin/'s tools (kubectl, helm, ctr) against the node. bin/ is on the
+// tool's PATH, so kubectl finds its plugins there as a user's would on theirs
+// (`kubectl trustsync ...`).
 func (n *Node) Run(ctx context.Context, tool string, args ...string) (string, error) {
-	switch tool {
-	case "kubectl", "helm":
+	switch {
+	case tool == "kubectl" && len(args) > 0 && args[0] == "trustsync":
+		// kubectl takes no flags before a plugin's name.
+		args = append(args, "--kubeconfig", n.Kubeconfig())
+	case tool == "kubectl", tool == "helm":
 		args = append([]string{"--kubeconfig", n.Kubeconfig()}, args...)
-	case "ctr":
+	case tool == "ctr":
 		args = append([]string{"--address", filepath.Join(n.Dir, "containerd", "containerd.sock"), "-n", "k8s.io"}, args...)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(n.Root, "bin", tool), args...)
 	cmd.Dir = n.Root
-	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(n.Dir, "kubectl-cache"), "HELM_CACHE_HOME="+filepath.Join(n.Dir, "helm-cache"),
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(n.Root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECACHEDIR="+filepath.Join(n.Dir, "kubectl-cache"), "HELM_CACHE_HOME="+filepath.Join(n.Dir, "helm-cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(n.Dir, "helm-config"), "HELM_DATA_HOME="+filepath.Join(n.Dir, "helm-data"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
