@@ -77,7 +77,7 @@ type FileHolding struct {
 	// ChangedAt is when the file was last written, to the microsecond: the
 	// deliveries' latencies are read from it.
 	ChangedAt *metav1.MicroTime `json:"changedAt,omitempty"`
-	Error     string       `json:"error,omitempty"`
+	Error     string            `json:"error,omitempty"`
 }
 
 // Build makes node's report of what its pods hold, with anchor sets deduplicated,
