@@ -30,6 +30,11 @@ type Options struct {
 	CAPropagationWindow  time.Duration
 	CAPropagation        string
 	CAPropagationMaxWait time.Duration
+	// Targets runs the TrustTarget controller; TargetsSecrets lets it write Secrets.
+	Targets        bool
+	TargetsSecrets bool
+	TargetsQPS     float32
+	TargetsBurst   int
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -49,6 +54,9 @@ func NewOptions() *Options {
 		CAPropagationWindow:  10 * time.Minute,
 		CAPropagation:        string(PropagationObserved),
 		CAPropagationMaxWait: time.Hour,
+		Targets:              true,
+		TargetsQPS:           100,
+		TargetsBurst:         200,
 	}
 }
 
@@ -75,6 +83,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
 	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "With --ca-propagation=timed (or where no node reports are served): how long a new CA is published before it signs anything: trust before use.")
 	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
+	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served).")
+	fs.BoolVar(&o.TargetsSecrets, "targets-secrets", o.TargetsSecrets, "Allow TrustTargets to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
+	fs.Float32Var(&o.TargetsQPS, "targets-kube-api-qps", o.TargetsQPS, "Queries per second to the API server for TrustTargets, apart from the signer's own: a bundle edit is one write per selected namespace.")
+	fs.IntVar(&o.TargetsBurst, "targets-kube-api-burst", o.TargetsBurst, "Burst of queries for TrustTargets.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 

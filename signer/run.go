@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,8 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/signer/targets"
 )
 
 // resync re-checks every CA now and then even without an event, as a safety net.
@@ -236,6 +239,11 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, csrQueue, h.handle) }, time.Second)
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, pcrQueue, pcrs.handle) }, time.Second)
 	}
+	if o.Targets {
+		if err := runTargets(ctx, o, client, recorder); err != nil {
+			return err
+		}
+	}
 	ready.Store(true)
 	defer ready.Store(false)
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
@@ -297,4 +305,34 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 		}
 		q.Done(key)
 	}
+}
+
+// runTargets starts the TrustTarget controller where its CRD is served. It has
+// clients of its own, with their own rate limit: its writes grow with namespaces (one
+// per namespace and edit), and must neither wait behind a burst of CSRs nor delay one.
+func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, recorder record.EventRecorder) error {
+	resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
+	if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
+		klog.InfoS("TrustTargets are not served (install the chart's crds/); not writing any", "resource", targets.Resource.String())
+		return nil
+	}
+	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.TargetsQPS, o.TargetsBurst, "trustsync-signer/targets")
+	if err != nil {
+		return err
+	}
+	if client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	registry := watch.New(ctx, dyn, client.Discovery())
+	if _, err := registry.Discover(ctx); err != nil {
+		return err
+	}
+	go registry.Run(ctx, 5*time.Minute)
+	c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync})
+	go c.Run(ctx, 2)
+	return nil
 }

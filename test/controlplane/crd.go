@@ -47,6 +47,16 @@ func (cp *ControlPlane) InstallReportsCRD(ctx context.Context) error {
 	return cp.installCRD(ctx, path)
 }
 
+// InstallTargetsCRD installs the chart's TrustTarget CRD and waits until it is
+// served.
+func (cp *ControlPlane) InstallTargetsCRD(ctx context.Context) error {
+	path, err := chartCRDPath("trusttargets.trustsync.io.yaml")
+	if err != nil {
+		return err
+	}
+	return cp.installCRD(ctx, path)
+}
+
 func (cp *ControlPlane) installCRD(ctx context.Context, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -57,6 +58,7 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   status             does each pod hold what its sources select now?
   who-trusts ANCHOR  which pods hold this anchor?
   rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
+  convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
 
 Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
@@ -90,6 +92,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			return o.rotation(cmd.Context(), signer)
 		},
 	})
+	root.AddCommand(o.convertCommand(os.Stdin, stderr))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(stderr, "error:", err)

@@ -16,9 +16,11 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
@@ -82,6 +84,19 @@ func TestObservation_WhoTrustsAnAnchorAcrossEveryDelivery(t *testing.T) {
 	}
 	all := []string{"native/native", "node/node", "sidecar/sidecar"}
 	waitFor(t, "every pod holding A in who-trusts", func() bool { return slices.Equal(holders(t, n, ns, rootA), all) })
+
+	// The node's report is owned by its Node, so it goes when the node does.
+	node, err := n.Client.CoreV1().Nodes().Get(context.Background(), sidecarNode(t, n, ns), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := dynamic.NewForConfigOrDie(n.Config).Resource(report.Resource).Get(context.Background(), node.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the node's NodeTrustReport: %v", err)
+	}
+	if owners := r.GetOwnerReferences(); len(owners) != 1 || owners[0].Kind != "Node" || owners[0].UID != node.UID {
+		t.Errorf("the node's report is owned by %+v, want the Node %s (uid %s)", owners, node.Name, node.UID)
+	}
 
 	// The sidecar's key, on the node, watched for opens from now on.
 	sidecar, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "sidecar", metav1.GetOptions{})
@@ -214,6 +229,16 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// sidecarNode is the node the pod named sidecar runs on.
+func sidecarNode(t *testing.T, n *cluster.Node, ns string) string {
+	t.Helper()
+	p, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "sidecar", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.NodeName
 }
 
 // sidecarSignal sends signal to pod's sidecar through the container runtime.

@@ -50,6 +50,9 @@ func setup(cp *controlplane.ControlPlane, native bool) error {
 	if err := cp.InstallReportsCRD(ctx); err != nil {
 		return err
 	}
+	if err := cp.InstallTargetsCRD(ctx); err != nil {
+		return err
+	}
 	for _, ns := range []string{signerNamespace, appNamespace} {
 		if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 			return err

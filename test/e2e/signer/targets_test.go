@@ -1,0 +1,294 @@
+package signer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle/truststore"
+	"github.com/trustsync/trustsync/signer/targets"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// createTarget creates a TrustTarget with spec; it is deleted
+// when the test ends.
+func createTarget(t *testing.T, cp *controlplane.ControlPlane, name string, spec map[string]any) {
+	t.Helper()
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource)
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind,
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// targetStatus is the target's status now.
+func targetStatus(t *testing.T, cp *controlplane.ControlPlane, name string) targets.Status {
+	t.Helper()
+	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt, err := targets.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tt.Status
+}
+
+// waitReason waits until the target's Ready condition has reason, and returns the status.
+func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) targets.Status {
+	t.Helper()
+	var st targets.Status
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		st = targetStatus(t, cp, name)
+		for _, c := range st.Conditions {
+			if c.Type == targets.Ready && c.Reason == reason {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("TrustTarget %s never said %s: %+v", name, reason, st)
+	}
+	return st
+}
+
+func readyMessage(st targets.Status) string {
+	for _, c := range st.Conditions {
+		if c.Type == targets.Ready {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// nativeBundle creates a native bundle holding anchors, deleted when the test ends.
+func nativeBundle(t *testing.T, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
+	t.Helper()
+	if _, err := client.CertificatesV1().ClusterTrustBundles().Create(context.Background(), &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(anchors...)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+}
+
+func setNativeBundle(t *testing.T, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		b.Spec.TrustBundle = fixtures.Bundle(anchors...)
+		_, err = client.CertificatesV1().ClusterTrustBundles().Update(ctx, b, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// labelledNamespace creates a namespace with labels; it is deleted when the test ends.
+func labelledNamespace(t *testing.T, client kubernetes.Interface, name string, labels map[string]string) {
+	t.Helper()
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// ids are the anchors' IDs, sorted, as a trust file's are.
+func ids(anchors ...*fixtures.Cert) []string {
+	var out []string
+	for _, a := range anchors {
+		out = append(out, holdings.AnchorID(a.Cert.Raw))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A TrustTarget fills the ConfigMap in each of 50 selected namespaces, as PEM, PKCS#12
+// and JKS, and keeps it current: a bundle edit reaches all 50; a new namespace with the
+// label gets it, a relabelled one loses it (deleted where the target made it; only its
+// keys taken out where another tool's key shares the ConfigMap); that other key
+// survives every update; deleting the target takes its keys away.
+func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	rootA, rootB := fixtures.CA("targets A"), fixtures.CA("targets B")
+	nativeBundle(t, client, "targets-corp", rootA)
+	run := fmt.Sprint(time.Now().Unix() % 100000)
+	ns := func(i int) string { return fmt.Sprintf("tt-%s-%02d", run, i) }
+	for i := range 50 {
+		labelledNamespace(t, client, ns(i), map[string]string{"trust": "corp-" + run})
+	}
+	labelledNamespace(t, client, ns(99), nil)
+	// Another tool's key in the first namespace's ConfigMap, written before the target.
+	if _, err := client.CoreV1().ConfigMaps(ns(0)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "corp-roots"},
+		Data: map[string]string{"other.txt": "another tool's"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
+		t.Fatal(err)
+	}
+
+	createTarget(t, cp, "corp-"+run, map[string]any{
+		"sources": []any{
+			map[string]any{"name": "targets-corp", "path": "ca.crt"},
+			map[string]any{"name": "targets-corp", "path": "truststore.p12", "format": "pkcs12"},
+			map[string]any{"name": "targets-corp", "path": "truststore.jks", "format": "jks"},
+		},
+		"target": map[string]any{"configMap": map[string]any{"name": "corp-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "corp-" + run}}},
+	})
+	var lastSeen string
+	holds := func(namespace string, anchors ...*fixtures.Cert) bool {
+		cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, "corp-roots", metav1.GetOptions{})
+		if err != nil {
+			lastSeen = namespace + ": " + err.Error()
+			return false
+		}
+		p12, errP := truststore.DecodePKCS12(cm.BinaryData["truststore.p12"], "changeit")
+		jks, errJ := truststore.DecodeJKS(cm.BinaryData["truststore.jks"], "changeit")
+		pem, errC := holdings.Anchors([]byte(cm.Data["ca.crt"]))
+		lastSeen = fmt.Sprintf("%s: ca.crt %d anchors %v, p12 %d anchors %v, jks %d anchors %v", namespace, len(pem), errC, len(p12), errP, len(jks), errJ)
+		return slices.Equal(pem, ids(anchors...)) && errP == nil && len(p12) == len(anchors) && errJ == nil && len(jks) == len(anchors)
+	}
+	waitAllNamespaces := func(what string, anchors ...*fixtures.Cert) time.Duration {
+		t.Helper()
+		start := time.Now()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			for i := range 50 {
+				if !holds(ns(i), anchors...) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("not every selected namespace holds %s; %s; status %+v", what, lastSeen, targetStatus(t, cp, "corp-"+run))
+		}
+		return time.Since(start)
+	}
+	waitAllNamespaces("A", rootA)
+	st := waitReason(t, cp, "corp-"+run, "Synced")
+	if st.Namespaces < 50 || st.Synced != st.Namespaces {
+		t.Errorf("status after filling 50 namespaces: %+v", st)
+	}
+	if _, err := client.CoreV1().ConfigMaps(ns(99)).Get(ctx, "corp-roots", metav1.GetOptions{}); err == nil {
+		t.Error("a namespace without the label got the ConfigMap")
+	}
+
+	edited := time.Now()
+	setNativeBundle(t, client, "targets-corp", rootA, rootB)
+	waitAllNamespaces("A and B", rootA, rootB)
+	t.Logf("the edit reached all 50 namespaces %.2fs after the update call began (polling included)", time.Since(edited).Seconds())
+
+	labelledNamespace(t, client, ns(50), map[string]string{"trust": "corp-" + run})
+	waitFor(t, "the new namespace filled", func() bool { return holds(ns(50), rootA, rootB) })
+
+	relabel := func(name string) {
+		n, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["trust"] = "other"
+		if _, err := client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relabel(ns(1))
+	relabel(ns(0))
+	waitFor(t, "the relabelled namespace's ConfigMap gone", func() bool {
+		_, err := client.CoreV1().ConfigMaps(ns(1)).Get(ctx, "corp-roots", metav1.GetOptions{})
+		return err != nil
+	})
+	waitFor(t, "the shared ConfigMap left with the other tool's key alone", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(ns(0)).Get(ctx, "corp-roots", metav1.GetOptions{})
+		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[targets.TargetLabel] == ""
+	})
+}
+
+// What a target cannot do is said in its Ready condition and an Event, and costs
+// nothing already written: a key another tool owns is not taken; a bundle that
+// disappears leaves the last good content; a Secret target where the chart has not
+// allowed Secrets, a ConfigMap source, a selector that matches nothing.
+func TestTargets_RefuseWhatTheyCannotDoAndLoseNothing(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().Unix() % 100000)
+	root := fixtures.CA("targets refuse")
+	nativeBundle(t, client, "targets-refuse-"+run, root)
+	owned := "tt-owned-" + run
+	labelledNamespace(t, client, owned, map[string]string{"trust": "refuse-" + run})
+	if _, err := client.CoreV1().ConfigMaps(owned).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "roots"},
+		Data: map[string]string{"ca.crt": "another tool's ca.crt"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
+		t.Fatal(err)
+	}
+	createTarget(t, cp, "owned-"+run, map[string]any{
+		"sources": []any{map[string]any{"name": "targets-refuse-" + run, "path": "ca.crt"}},
+		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "refuse-" + run}}},
+	})
+	st := waitReason(t, cp, "owned-"+run, "WriteFailed")
+	if !strings.Contains(readyMessage(st), "another manager owns a field") || !strings.Contains(readyMessage(st), "another-tool") {
+		t.Errorf("the conflict is not named: %q", readyMessage(st))
+	}
+	if cm, _ := client.CoreV1().ConfigMaps(owned).Get(ctx, "roots", metav1.GetOptions{}); cm.Data["ca.crt"] != "another tool's ca.crt" {
+		t.Errorf("the other tool's key was overwritten: %q", cm.Data["ca.crt"])
+	}
+
+	// A source that disappears: the last good content stays.
+	kept := "tt-kept-" + run
+	labelledNamespace(t, client, kept, map[string]string{"trust": "kept-" + run})
+	createTarget(t, cp, "kept-"+run, map[string]any{
+		"sources": []any{map[string]any{"name": "targets-refuse-" + run, "path": "ca.crt"}},
+		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "kept-" + run}}},
+	})
+	waitReason(t, cp, "kept-"+run, "Synced")
+	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "targets-refuse-"+run, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st = waitReason(t, cp, "kept-"+run, "SourceMissing")
+	if !strings.Contains(readyMessage(st), "targets-refuse-"+run) {
+		t.Errorf("the missing bundle is not named: %q", readyMessage(st))
+	}
+	if cm, err := client.CoreV1().ConfigMaps(kept).Get(ctx, "roots", metav1.GetOptions{}); err != nil || cm.Data["ca.crt"] != string(root.CertPEM()) {
+		t.Errorf("the last good content was lost when its bundle went: %v, %q", err, cm.Data["ca.crt"])
+	}
+
+	for _, tc := range []struct {
+		name, reason, want string
+		spec               map[string]any
+	}{
+		{name: "secret", reason: "SecretsNotAllowed", want: "targets.secrets: true", spec: map[string]any{
+			"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}}, "target": map[string]any{"secret": map[string]any{"name": "roots"}}}},
+		{name: "configmap-source", reason: "InvalidSpec", want: "a ConfigMap or Secret source belongs to one namespace", spec: map[string]any{
+			"sources": []any{map[string]any{"configMap": map[string]any{"name": "x", "key": "ca.crt"}, "path": "ca.crt"}}, "target": map[string]any{"configMap": map[string]any{"name": "roots"}}}},
+		{name: "no-namespace", reason: "NoNamespaces", want: "matches no namespace", spec: map[string]any{
+			"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}},
+			"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"nothing": "matches"}}}}},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			createTarget(t, cp, tc.name+"-"+run, tc.spec)
+			if st := waitReason(t, cp, tc.name+"-"+run, tc.reason); !strings.Contains(readyMessage(st), tc.want) {
+				t.Errorf("Ready says %q; want it to say %q", readyMessage(st), tc.want)
+			}
+		})
+	}
+}
