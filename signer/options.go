@@ -33,8 +33,11 @@ type Options struct {
 	// Targets runs the TrustTarget controller; TargetsSecrets lets it write Secrets.
 	Targets        bool
 	TargetsSecrets bool
-	TargetsQPS     float32
-	TargetsBurst   int
+	// TargetsCABundles fills the caBundle fields of annotated webhook
+	// configurations, APIServices and CRDs.
+	TargetsCABundles bool
+	TargetsQPS       float32
+	TargetsBurst     int
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -56,6 +59,7 @@ func NewOptions() *Options {
 		CAPropagationMaxWait: time.Hour,
 		Targets:              true,
 		TargetsQPS:           100,
+		TargetsCABundles:     true,
 		TargetsBurst:         200,
 	}
 }
@@ -83,8 +87,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
 	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "With --ca-propagation=timed (or where no node reports are served): how long a new CA is published before it signs anything: trust before use.")
 	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
-	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served).")
+	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served), and fill the ConfigMaps annotated trustsync.io/inject: \"true\" with the sources their annotations name.")
 	fs.BoolVar(&o.TargetsSecrets, "targets-secrets", o.TargetsSecrets, "Allow TrustTargets to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
+	fs.BoolVar(&o.TargetsCABundles, "targets-ca-bundles", o.TargetsCABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name. ConfigMaps so annotated are filled whenever --targets is on; Secrets with --targets-secrets.")
 	fs.Float32Var(&o.TargetsQPS, "targets-kube-api-qps", o.TargetsQPS, "Queries per second to the API server for TrustTargets, apart from the signer's own: a bundle edit is one write per selected namespace.")
 	fs.IntVar(&o.TargetsBurst, "targets-kube-api-burst", o.TargetsBurst, "Burst of queries for TrustTargets.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")

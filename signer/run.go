@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -124,9 +125,11 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	if err != nil {
 		return err
 	}
-	// Events on the CA Secrets: a rotation's progress.
+	// Events on the CA Secrets (a rotation's progress), the TrustTargets (in "default",
+	// as for every cluster-scoped object) and the annotated objects: the sink writes
+	// each into its object's namespace.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events(o.Namespace)})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-signer"})
 
@@ -307,32 +310,42 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 	}
 }
 
-// runTargets starts the TrustTarget controller where its CRD is served. It has
-// clients of its own, with their own rate limit: its writes grow with namespaces (one
-// per namespace and edit), and must neither wait behind a burst of CSRs nor delay one.
+// runTargets starts the filling of annotated objects, and the TrustTarget controller
+// where its CRD is served. They have clients of their own, with their own rate limit:
+// their writes grow with namespaces (one per namespace and edit), and must neither
+// wait behind a burst of CSRs nor delay one.
 func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, recorder record.EventRecorder) error {
-	resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
-	if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
-		klog.InfoS("TrustTargets are not served (install the chart's crds/); not writing any", "resource", targets.Resource.String())
-		return nil
-	}
 	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.TargetsQPS, o.TargetsBurst, "trustsync-signer/targets")
 	if err != nil {
 		return err
 	}
-	if client, err = kubernetes.NewForConfig(cfg); err != nil {
+	own, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
 		return err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	registry := watch.New(ctx, dyn, client.Discovery())
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	registry := watch.New(ctx, dyn, own.Discovery())
 	if _, err := registry.Discover(ctx); err != nil {
 		return err
 	}
 	go registry.Run(ctx, 5*time.Minute)
-	c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync})
+	in := targets.NewInjector(targets.InjectConfig{Client: own, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
+		Secrets: o.TargetsSecrets, CABundles: o.TargetsCABundles, Resync: resync})
+	go in.Run(ctx, 2)
+
+	resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
+	if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
+		klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
+		return nil
+	}
+	c := targets.New(targets.Config{Client: own, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync})
 	go c.Run(ctx, 2)
 	return nil
 }

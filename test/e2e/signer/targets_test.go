@@ -190,6 +190,8 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	if st.Namespaces < 50 || st.Synced != st.Namespaces {
 		t.Errorf("status after filling 50 namespaces: %+v", st)
 	}
+	// A cluster-scoped object's Events are in namespace default.
+	waitEventOn(t, client, "default", "corp-"+run, "Synced", "holds the current anchors in 50 of 50 selected namespaces")
 	if _, err := client.CoreV1().ConfigMaps(ns(99)).Get(ctx, "corp-roots", metav1.GetOptions{}); err == nil {
 		t.Error("a namespace without the label got the ConfigMap")
 	}

@@ -1,0 +1,24 @@
+package injector
+
+import (
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/sidecar/contract"
+)
+
+// ObjectSources reads what an annotated object other than a pod asks for (a ConfigMap
+// or Secret to fill, a webhook configuration's caBundle): the same source annotations
+// as a pod's (trustsync.io/sources, or bundle-name, or signer-name with
+// label-selector; path, format, optional), meaning the same. ok is false when the
+// object does not ask (no trustsync.io/inject: "true").
+func ObjectSources(annotations map[string]string) (sources []contract.Source, ok bool, errs field.ErrorList) {
+	p := &annotationParser{a: annotations}
+	switch v, set := annotations[AnnotationInject]; {
+	case !set || v == "false":
+		return nil, false, nil
+	case v != "true":
+		return nil, true, field.ErrorList{field.NotSupported(annotationPath(AnnotationInject), v, []string{"true", "false"})}
+	}
+	sources = p.sources(false)
+	return sources, true, p.errs
+}
