@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,7 +32,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/pipeline"
 	"github.com/trustsync/trustsync/sidecar/render"
 	"github.com/trustsync/trustsync/sidecar/watch"
 )
@@ -71,21 +69,12 @@ type Controller struct {
 	start      func(context.Context)
 
 	mu    sync.Mutex
-	state map[string]*targetState
-}
-
-// targetState is what the controller keeps of one target between reconciles.
-type targetState struct {
-	spec string // the spec it was made for, as JSON
-	plan *render.Plan
-	set  *watch.Set
-	last *render.Rendering
-	stop context.CancelFunc
+	state map[string]*watched // per target, between reconciles
 }
 
 // New sets up the informers; Run starts them.
 func New(cfg Config) *Controller {
-	c := &Controller{cfg: cfg, state: map[string]*targetState{},
+	c := &Controller{cfg: cfg, state: map[string]*watched{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_targets"})}
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(Resource).Informer()
@@ -144,7 +133,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
 	for range workers {
-		go wait.UntilWithContext(ctx, c.work, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, c.queue, Kind, c.reconcile) }, time.Second)
 	}
 	<-ctx.Done()
 	c.mu.Lock()
@@ -152,27 +141,6 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		st.close()
 	}
 	c.mu.Unlock()
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for {
-		name, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		requeue, err := c.reconcile(ctx, name)
-		switch {
-		case err != nil:
-			klog.ErrorS(err, "Cannot reconcile TrustTarget; retrying", "target", name)
-			c.queue.AddRateLimited(name)
-		case requeue > 0:
-			c.queue.Forget(name)
-			c.queue.AddAfter(name, requeue)
-		default:
-			c.queue.Forget(name)
-		}
-		c.queue.Done(name)
-	}
 }
 
 func (c *Controller) enqueueAll() {
@@ -190,15 +158,6 @@ func (c *Controller) namespaceChanged(o, n any) {
 	cur, ok2 := n.(*corev1.Namespace)
 	if !ok1 || !ok2 || !maps.Equal(old.Labels, cur.Labels) || old.Status.Phase != cur.Status.Phase {
 		c.enqueueAll()
-	}
-}
-
-func (st *targetState) close() {
-	if st.set != nil {
-		st.set.Close()
-	}
-	if st.stop != nil {
-		st.stop()
 	}
 }
 
@@ -240,12 +199,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return time.Second, nil
 	}
 
-	snap := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}}
-	for _, sel := range st.plan.Selectors() {
-		snap.Bundles[sel.Key] = st.set.Bundles(sel.Key)
-	}
-	r := render.Render(st.plan, snap, st.last)
-	st.last = r
+	r := st.render()
 	data, binary := payload(t.Spec.Sources, r)
 
 	selector := labels.Everything()
@@ -321,7 +275,7 @@ func targetName(t *TrustTarget) string {
 }
 
 // stateFor returns the target's plan and watches, made anew when its spec changed.
-func (c *Controller) stateFor(ctx context.Context, name string, spec Spec) (*targetState, error) {
+func (c *Controller) stateFor(ctx context.Context, name string, spec Spec) (*watched, error) {
 	raw, _ := json.Marshal(spec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -332,26 +286,10 @@ func (c *Controller) stateFor(ctx context.Context, name string, spec Spec) (*tar
 		st.close()
 		delete(c.state, name)
 	}
-	plan, err := render.NewPlan(spec.Sources, "", false)
+	st, err := watchSources(ctx, c.cfg.Registry, string(raw), spec.Sources, func() { c.queue.Add(name) })
 	if err != nil {
 		return nil, err
 	}
-	set, err := c.cfg.Registry.Acquire(pipeline.WatchRequest(plan, nil, ""))
-	if err != nil {
-		return nil, err
-	}
-	watchCtx, stop := context.WithCancel(ctx)
-	st := &targetState{spec: string(raw), plan: plan, set: set, stop: stop}
-	go func() {
-		for {
-			select {
-			case <-watchCtx.Done():
-				return
-			case <-set.Changed():
-				c.queue.Add(name)
-			}
-		}
-	}()
 	c.state[name] = st
 	return st, nil
 }

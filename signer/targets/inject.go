@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,8 +32,6 @@ import (
 
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/pipeline"
-	"github.com/trustsync/trustsync/sidecar/render"
 	"github.com/trustsync/trustsync/sidecar/watch"
 )
 
@@ -91,12 +88,8 @@ type Injector struct {
 }
 
 type injectState struct {
-	spec    string
-	plan    *render.Plan
-	set     *watch.Set
-	last    *render.Rendering
+	*watched
 	written string // digest of what was last written
-	stop    context.CancelFunc
 }
 
 // NewInjector watches the metadata of every object of the allowed kinds (only their
@@ -164,44 +157,21 @@ func (in *Injector) Run(ctx context.Context, workers int) {
 	}
 	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
 	for range workers {
-		go wait.UntilWithContext(ctx, in.work, time.Second)
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, in.queue, "annotated object", in.reconcile) }, time.Second)
 	}
 	<-ctx.Done()
 	in.mu.Lock()
 	for _, st := range in.state {
-		st.set.Close()
-		st.stop()
+		st.close()
 	}
 	in.mu.Unlock()
-}
-
-func (in *Injector) work(ctx context.Context) {
-	for {
-		key, quit := in.queue.Get()
-		if quit {
-			return
-		}
-		requeue, err := in.reconcile(ctx, key)
-		switch {
-		case err != nil:
-			klog.ErrorS(err, "Cannot fill annotated object; retrying", "object", key)
-			in.queue.AddRateLimited(key)
-		case requeue > 0:
-			in.queue.Forget(key)
-			in.queue.AddAfter(key, requeue)
-		default:
-			in.queue.Forget(key)
-		}
-		in.queue.Done(key)
-	}
 }
 
 func (in *Injector) forget(key string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if st, ok := in.state[key]; ok {
-		st.set.Close()
-		st.stop()
+		st.close()
 		delete(in.state, key)
 	}
 }
@@ -236,12 +206,7 @@ func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, e
 	if !st.set.HasSynced() {
 		return time.Second, nil
 	}
-	snap := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}}
-	for _, sel := range st.plan.Selectors() {
-		snap.Bundles[sel.Key] = st.set.Bundles(sel.Key)
-	}
-	r := render.Render(st.plan, snap, st.last)
-	st.last = r
+	r := st.render()
 	data, binary := payload(sources, r)
 	if len(data)+len(binary) == 0 {
 		in.warnOnce(key, ref, "TrustInjectFailed", "nothing written: "+r.Err().Error())
@@ -317,33 +282,17 @@ func (in *Injector) stateFor(ctx context.Context, key string, sources []contract
 	spec := fmt.Sprintf("%+v", sources)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if st, ok := in.state[key]; ok && st.spec == spec && st.plan != nil {
+	if st, ok := in.state[key]; ok && st.spec == spec {
 		return st, nil
 	}
 	if st, ok := in.state[key]; ok {
-		st.set.Close()
-		st.stop()
+		st.close()
 	}
-	plan, err := render.NewPlan(sources, "", false)
+	w, err := watchSources(ctx, in.cfg.Registry, spec, sources, func() { in.queue.Add(key) })
 	if err != nil {
 		return nil, err
 	}
-	set, err := in.cfg.Registry.Acquire(pipeline.WatchRequest(plan, nil, ""))
-	if err != nil {
-		return nil, err
-	}
-	watchCtx, stop := context.WithCancel(ctx)
-	st := &injectState{spec: spec, plan: plan, set: set, stop: stop}
-	go func() {
-		for {
-			select {
-			case <-watchCtx.Done():
-				return
-			case <-set.Changed():
-				in.queue.Add(key)
-			}
-		}
-	}()
+	st := &injectState{watched: w}
 	in.state[key] = st
 	return st, nil
 }

@@ -266,10 +266,15 @@ func sha256In(t *testing.T, n *cluster.Node, ns, file string) string {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	waitForUpTo(t, what, time.Minute, cond)
+}
+
+func waitForUpTo(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, limit, true, func(context.Context) (bool, error) {
 		return cond(), nil
 	}); err != nil {
-		t.Fatalf("no %s within a minute", what)
+		t.Fatalf("no %s within %s", what, limit)
 	}
 }
 

@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/signer/targets"
+	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// With the chart installed as a user would: a TrustTarget fills a ConfigMap in a
+// labelled namespace, and a pod that mounts it as an ordinary volume reads the
+// bundle, and the edit that follows; a webhook configuration annotated with a bundle
+// gets it as its caBundle, and the node's API server keeps calling the webhook through
+// the bundle's CA rotation.
+func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "targets", restricted)
+	rootA, rootB := fixtures.CA("targets node A"), fixtures.CA("targets node B")
+	ctb := createBundle(t, "e2e-targets", rootA)
+	c := dynamic.NewForConfigOrDie(n.Config).Resource(targets.Resource)
+	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind, "metadata": map[string]any{"name": "e2e-targets"},
+		"spec": map[string]any{
+			"sources": []any{map[string]any{"name": ctb.Name, "path": "ca.crt"}},
+			"target":  map[string]any{"configMap": map[string]any{"name": "corp-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), "e2e-targets", metav1.DeleteOptions{}) })
+
+	pod := appPod("reader", nil, 1000, "exec sleep 3600")
+	pod.Spec.Volumes = []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "corp-roots"}, Optional: ptr.To(false)}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots", ReadOnly: true}}
+	createPod(t, ns, pod)
+	n.WaitPod(t, ns, "reader", 2*time.Minute, "Ready", cluster.PodReady)
+	reads := func(anchors ...*fixtures.Cert) func() bool {
+		return func() bool {
+			out, err := n.Exec(context.Background(), ns, "reader", "app", "cat", "/etc/roots/ca.crt")
+			return err == nil && strings.Join(anchorSet(t, out), ",") == strings.Join(anchorSet(t, pemOf(anchors...)), ",")
+		}
+	}
+	waitFor(t, "the pod reading A from the target ConfigMap", reads(rootA))
+	cur, err := n.Client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), ctb.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.TrustBundle = pemOf(rootA, rootB)
+	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet refreshes a ConfigMap volume on its sync, about a minute.
+	waitForUpTo(t, "the pod reading A and B", 3*time.Minute, reads(rootA, rootB))
+
+	oldCA, newCA := fixtures.CA("node webhook old"), fixtures.CA("node webhook new")
+	webhookCA := createBundle(t, "e2e-webhook-ca", oldCA)
+	controlplane.WebhookCABundleRotation(t, n.Client, webhookCA.Name, ns, oldCA, newCA, func(anchors ...*fixtures.Cert) {
+		b, err := n.Client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), webhookCA.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Spec.TrustBundle = pemOf(anchors...)
+		if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(context.Background(), b, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
