@@ -306,21 +306,7 @@ func (c *Controller) forget(name string) {
 // apply writes the target's keys into namespace's object with server-side apply,
 // without force: a key another manager owns is a conflict, reported, never taken.
 func (c *Controller) apply(ctx context.Context, kind, namespace, object, target string, data map[string]string, binary map[string][]byte) error {
-	var err error
-	opts := metav1.ApplyOptions{FieldManager: FieldManager}
-	if kind == "Secret" {
-		cfg := applycorev1.Secret(object, namespace).WithLabels(map[string]string{TargetLabel: target}).WithData(binaryOf(data, binary))
-		_, err = c.cfg.Client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
-	} else {
-		cfg := applycorev1.ConfigMap(object, namespace).WithLabels(map[string]string{TargetLabel: target})
-		if len(data) > 0 {
-			cfg.WithData(data)
-		}
-		if len(binary) > 0 {
-			cfg.WithBinaryData(binary)
-		}
-		_, err = c.cfg.Client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
-	}
+	err := applyData(ctx, c.cfg.Client, kind == "Secret", namespace, object, FieldManager, map[string]string{TargetLabel: target}, data, binary)
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, conflictDetail(err))
 	}
@@ -328,6 +314,32 @@ func (c *Controller) apply(ctx context.Context, kind, namespace, object, target 
 		return fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)
 	}
 	return nil
+}
+
+// applyData applies the keys (and labels) to a ConfigMap, or a Secret, as manager,
+// without force: PEM as text data, truststores as binary (a Secret's are all bytes).
+func applyData(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name, manager string, labels, data map[string]string, binary map[string][]byte) error {
+	opts := metav1.ApplyOptions{FieldManager: manager}
+	if secret {
+		cfg := applycorev1.Secret(name, namespace).WithData(binaryOf(data, binary))
+		if len(labels) > 0 {
+			cfg.WithLabels(labels)
+		}
+		_, err := client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
+		return err
+	}
+	cfg := applycorev1.ConfigMap(name, namespace)
+	if len(labels) > 0 {
+		cfg.WithLabels(labels)
+	}
+	if len(data) > 0 {
+		cfg.WithData(data)
+	}
+	if len(binary) > 0 {
+		cfg.WithBinaryData(binary)
+	}
+	_, err := client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
+	return err
 }
 
 func binaryOf(data map[string]string, binary map[string][]byte) map[string][]byte {

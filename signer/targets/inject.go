@@ -20,7 +20,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/wait"
-	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -300,20 +299,7 @@ func (in *Injector) stateFor(ctx context.Context, key string, sources []contract
 // applyKeys writes the keys into the ConfigMap or Secret, without force: a key
 // another manager owns is reported, not taken.
 func (in *Injector) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
-	opts := metav1.ApplyOptions{FieldManager: InjectFieldManager}
-	var err error
-	if k == kindSecret {
-		_, err = in.cfg.Client.CoreV1().Secrets(namespace).Apply(ctx, applycorev1.Secret(name, namespace).WithData(binaryOf(data, binary)), opts)
-	} else {
-		cfg := applycorev1.ConfigMap(name, namespace)
-		if len(data) > 0 {
-			cfg.WithData(data)
-		}
-		if len(binary) > 0 {
-			cfg.WithBinaryData(binary)
-		}
-		_, err = in.cfg.Client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
-	}
+	err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, nil, data, binary)
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", conflictDetail(err))
 	}

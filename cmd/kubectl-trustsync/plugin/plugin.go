@@ -252,13 +252,7 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 		}
 		answers = append(answers, answer{Anchor: a, Items: nonNil(holders)})
 	}
-	if o.output == "json" {
-		if len(answers) == 1 {
-			return o.json(answers[0])
-		}
-		return o.json(map[string]any{"items": answers})
-	}
-	if err := o.checkOutput(); err != nil {
+	if printed, err := printJSON(o, answers); printed || err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
@@ -272,6 +266,19 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 		}
 	}
 	return w.Flush()
+}
+
+// printJSON prints items as JSON when -o json asks: one alone, several as
+// {"items": [...]}. It reports whether it printed; otherwise the output must be the
+// table's.
+func printJSON[T any](o *options, items []T) (bool, error) {
+	if o.output == "json" {
+		if len(items) == 1 {
+			return true, o.json(items[0])
+		}
+		return true, o.json(map[string]any{"items": items})
+	}
+	return false, o.checkOutput()
 }
 
 func (o *options) checkOutput() error {
@@ -337,13 +344,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		return fmt.Errorf("no live bundle of a trustsync signer found (annotation %s)", bundle.RotationAnnotation)
 	}
-	if o.output == "json" {
-		if len(out) == 1 {
-			return o.json(out[0])
-		}
-		return o.json(map[string]any{"items": out})
-	}
-	if err := o.checkOutput(); err != nil {
+	if printed, err := printJSON(o, out); printed || err != nil {
 		return err
 	}
 	for _, r := range out {
