@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +34,10 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind, "metadata": map[string]any{"name": "e2e-targets"},
 		"spec": map[string]any{
-			"sources": []any{map[string]any{"name": ctb.Name, "path": "ca.crt"}},
-			"target":  map[string]any{"configMap": map[string]any{"name": "corp-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
+			"sources": []any{map[string]any{"name": ctb.Name, "path": "ca.crt"},
+				map[string]any{"name": ctb.Name, "path": "truststore.p12", "format": "pkcs12"},
+				map[string]any{"name": ctb.Name, "path": "truststore.jks", "format": "jks"}},
+			"target": map[string]any{"configMap": map[string]any{"name": "corp-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
 		}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +66,20 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 	}
 	// The kubelet refreshes a ConfigMap volume on its sync, about a minute.
 	waitForUpTo(t, "the pod reading A and B", 3*time.Minute, reads(rootA, rootB))
+	// The truststore keys, as Java's keytool reads them, and a Java TLS client trusts.
+	cm, err := n.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "corp-roots", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := javaTools(t)
+	for key, typ := range map[string]string{"truststore.p12": "PKCS12", "truststore.jks": "JKS"} {
+		store := filepath.Join(t.TempDir(), key)
+		if err := os.WriteFile(store, cm.BinaryData[key], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j.assertEntries(t, store, typ, "changeit", rootA, rootB)
+		j.assertTrusts(t, store, typ, "changeit", rootB, true)
+	}
 
 	oldCA, newCA := fixtures.CA("node webhook old"), fixtures.CA("node webhook new")
 	webhookCA := createBundle(t, "e2e-webhook-ca", oldCA)
