@@ -2,6 +2,7 @@ package signer
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,7 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/agent/holdings"
@@ -100,5 +104,54 @@ func waitEventOn(t *testing.T, client kubernetes.Interface, namespace, name, rea
 	})
 	if err != nil {
 		t.Fatalf("no %s Event on %s/%s saying %q; its Events: %q", reason, namespace, name, want, seen)
+	}
+}
+
+// An APIService and a CRD with a conversion webhook, annotated with a bundle, get it
+// as their caBundle.
+func TestInject_APIServiceAndCRDConversionGetTheirCABundle(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ca := fixtures.CA("apiservice CA")
+	bundleName := "api-ca-" + run
+	nativeBundle(t, client, bundleName, ca)
+	annotations := map[string]any{"trustsync.io/inject": "true", "trustsync.io/bundle-name": bundleName}
+	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig())
+	group := "inject" + run + ".example.com"
+	objects := []struct {
+		gvr    schema.GroupVersionResource
+		obj    map[string]any
+		fields []string
+	}{
+		{gvr: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, fields: []string{"spec", "caBundle"},
+			obj: map[string]any{"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": map[string]any{"name": "v1." + group, "annotations": annotations},
+				"spec": map[string]any{"group": group, "version": "v1", "groupPriorityMinimum": 100, "versionPriority": 10,
+					"service": map[string]any{"namespace": "default", "name": "inject-api", "port": 443}}}},
+		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, fields: []string{"spec", "conversion", "webhook", "clientConfig", "caBundle"},
+			obj: map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": map[string]any{"name": "widgets." + group, "annotations": annotations},
+				"spec": map[string]any{"group": group, "scope": "Namespaced", "names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+					"versions": []any{
+						map[string]any{"name": "v1", "served": true, "storage": true, "schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+						map[string]any{"name": "v2", "served": true, "storage": false, "schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+					"conversion": map[string]any{"strategy": "Webhook", "webhook": map[string]any{"conversionReviewVersions": []any{"v1"},
+						"clientConfig": map[string]any{"service": map[string]any{"namespace": "default", "name": "inject-convert", "path": "/convert", "port": 443}}}}}}},
+	}
+	for _, o := range objects {
+		u := &unstructured.Unstructured{Object: o.obj}
+		if _, err := dyn.Resource(o.gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = dyn.Resource(o.gvr).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{}) })
+		waitFor(t, u.GetKind()+"'s caBundle holding the bundle", func() bool {
+			got, err := dyn.Resource(o.gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			b64, _, _ := unstructured.NestedString(got.Object, o.fields...)
+			pem, err := base64.StdEncoding.DecodeString(b64)
+			return err == nil && string(pem) == string(ca.CertPEM())
+		})
 	}
 }
