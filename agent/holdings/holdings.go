@@ -56,6 +56,15 @@ type Observer struct {
 
 	mu   sync.Mutex
 	seen map[string]seenFile // by host path
+	// files caches each pod's trust files by uid, for the resourceVersion they were
+	// read from: reading them back parses the sidecar's arguments or the volume's
+	// attributes, which change only with the pod.
+	files map[types.UID]podFiles
+}
+
+type podFiles struct {
+	resourceVersion string
+	files           []injector.TrustFile
 }
 
 type seenFile struct {
@@ -79,8 +88,14 @@ func (o *Observer) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 		o.seen = map[string]seenFile{}
 	}
 	now := map[string]seenFile{}
+	cached := map[types.UID]podFiles{}
 	for _, pod := range pods {
-		files := injector.TrustFiles(pod)
+		pf, ok := o.files[pod.UID]
+		if !ok || pf.resourceVersion != pod.ResourceVersion {
+			pf = podFiles{resourceVersion: pod.ResourceVersion, files: injector.TrustFiles(pod)}
+		}
+		cached[pod.UID] = pf
+		files := pf.files
 		if len(files) == 0 || pod.UID == "" {
 			continue
 		}
@@ -105,7 +120,7 @@ func (o *Observer) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 	if len(now) != len(o.seen) {
 		changed = true
 	}
-	o.seen = now
+	o.seen, o.files = now, cached
 	return held, changed
 }
 

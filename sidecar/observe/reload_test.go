@@ -253,11 +253,13 @@ func TestURLTarget(t *testing.T) {
 	}
 }
 
-// fakeProc is a /proc with the processes the tests describe: pid, parent, and whether
-// the reload marker is mounted in its mount namespace.
+// fakeProc is a /proc with the processes the tests describe: pid, parent, whether
+// the reload marker is mounted in its mount namespace, and when it started (0: at its
+// pid, so lower pids started earlier).
 func fakeProc(t *testing.T, procs map[int]struct {
 	ppid   int
 	marked bool
+	start  int
 }) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -271,7 +273,12 @@ func fakeProc(t *testing.T, procs map[int]struct {
 			mounts += "102 100 0:52 / " + contract.ReloadMarkerPath + " ro,relatime - tmpfs tmpfs rw\n"
 		}
 		_ = os.WriteFile(filepath.Join(d, "mountinfo"), []byte(mounts), 0o644)
-		_ = os.WriteFile(filepath.Join(d, "stat"), []byte(strconv.Itoa(pid)+" (a (tricky) name) S "+strconv.Itoa(p.ppid)+" 1 1 0 -1\n"), 0o644)
+		start := p.start
+		if start == 0 {
+			start = pid
+		}
+		stat := strconv.Itoa(pid) + " (a (tricky) name) S " + strconv.Itoa(p.ppid) + " 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 " + strconv.Itoa(start) + " 0 0\n"
+		_ = os.WriteFile(filepath.Join(d, "stat"), []byte(stat), 0o644)
 	}
 	_ = os.WriteFile(filepath.Join(dir, "self"), nil, 0o644) // not a pid
 	return dir
@@ -281,6 +288,7 @@ func TestSignalTarget_SignalsTheMarkedContainersMainProcess(t *testing.T) {
 	type proc = struct {
 		ppid   int
 		marked bool
+		start  int
 	}
 	tests := []struct {
 		name     string
@@ -290,14 +298,17 @@ func TestSignalTarget_SignalsTheMarkedContainersMainProcess(t *testing.T) {
 		wantErr  string
 	}{
 		{name: "the main process, not its children or other containers'", procs: map[int]proc{
-			1: {0, false}, 7: {0, true}, 9: {7, true}, 12: {9, true}, 20: {0, false}, 21: {20, false},
+			1: {0, false, 0}, 7: {0, true, 0}, 9: {7, true, 0}, 12: {9, true, 0}, 20: {0, false, 0}, 21: {20, false, 0},
 		}, wantPIDs: []int{7}},
-		{name: "a container whose main process was restarted", procs: map[int]proc{1: {0, false}, 30: {0, true}}, wantPIDs: []int{30}},
-		{name: "no marked process", procs: map[int]proc{1: {0, false}, 20: {0, false}},
+		{name: "a container whose main process was restarted", procs: map[int]proc{1: {0, false, 0}, 30: {0, true, 0}}, wantPIDs: []int{30}},
+		{name: "not a kubectl exec session the runtime started in the container later, even with a lower pid (pids wrap)", procs: map[int]proc{
+			1: {0, false, 0}, 700: {0, true, 100}, 5: {0, true, 900}, 6: {5, true, 901},
+		}, wantPIDs: []int{700}},
+		{name: "no marked process", procs: map[int]proc{1: {0, false, 0}, 20: {0, false, 0}},
 			wantErr: "no process of container app is running, or the pod's process namespace is not shared"},
-		{name: "another user's process", procs: map[int]proc{7: {0, true}}, killErr: syscall.EPERM,
+		{name: "another user's process", procs: map[int]proc{7: {0, true, 0}}, killErr: syscall.EPERM,
 			wantErr: "not permitted to signal pid 7: the container must run as the sidecar's user"},
-		{name: "a process gone meanwhile", procs: map[int]proc{7: {0, true}}, killErr: syscall.ESRCH,
+		{name: "a process gone meanwhile", procs: map[int]proc{7: {0, true, 0}}, killErr: syscall.ESRCH,
 			wantErr: "exited before they could be signalled"},
 	}
 	for _, tc := range tests {

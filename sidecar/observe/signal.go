@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,9 +25,11 @@ var signals = map[string]syscall.Signal{"SIGHUP": syscall.SIGHUP, "SIGUSR1": sys
 // into that container and no other, and a process's mount table
 // (/proc/<pid>/mountinfo) is readable by every process of the pod, unlike its
 // environment or root, which need ptrace rights. The container's main process is the
-// one whose parent is not the container's: the processes the runtime started, as
-// `kill` by the runtime would reach. Its children are the app's to handle (a shell's
-// `sleep` would die of a SIGHUP sent to it).
+// oldest of those whose parent is not the container's: the process the runtime
+// started the container with. Processes the runtime started in it later (a
+// `kubectl exec` session) are not signalled: a HUP would end someone's shell. The
+// main process's children are the app's to handle (a shell's `sleep` would die of a
+// SIGHUP sent to it).
 type signalTarget struct {
 	container string
 	signal    syscall.Signal
@@ -71,7 +72,8 @@ func (s *signalTarget) reload(context.Context) (string, error) {
 	return fmt.Sprintf("%s to container %s (pid %s)", s.name, s.container, strings.Join(sent, ", ")), nil
 }
 
-// mainProcesses finds the processes of the marked container whose parent is not one.
+// mainProcesses finds the marked container's main process: of those whose parent is
+// not the container's, the one started first.
 func (s *signalTarget) mainProcesses() ([]int, error) {
 	entries, err := os.ReadDir(s.procfs)
 	if err != nil {
@@ -91,14 +93,20 @@ func (s *signalTarget) mainProcesses() ([]int, error) {
 	if len(marked) == 0 {
 		return nil, fmt.Errorf("no process of container %s is running, or the pod's process namespace is not shared (spec.shareProcessNamespace, which the injector sets)", s.container)
 	}
-	var main []int
+	main, mainStart := 0, uint64(0)
 	for pid := range marked {
-		if ppid, err := parentOf(filepath.Join(s.procfs, strconv.Itoa(pid), "stat")); err == nil && !marked[ppid] {
-			main = append(main, pid)
+		ppid, start, err := parentAndStart(filepath.Join(s.procfs, strconv.Itoa(pid), "stat"))
+		if err != nil || marked[ppid] {
+			continue
+		}
+		if main == 0 || start < mainStart || (start == mainStart && pid < main) {
+			main, mainStart = pid, start
 		}
 	}
-	slices.Sort(main)
-	return main, nil
+	if main == 0 {
+		return nil, fmt.Errorf("the container's processes exited before they could be signalled")
+	}
+	return []int{main}, nil
 }
 
 // hasMountPoint reports whether a mountinfo table has a mount at path: the fifth
@@ -133,21 +141,26 @@ func unescapeMountField(s string) string {
 	return b.String()
 }
 
-// parentOf reads the parent pid from a /proc/<pid>/stat line. The command name is
-// in parentheses and may itself hold spaces and parentheses, so fields are counted
-// from the last ')'.
-func parentOf(statPath string) (int, error) {
+// parentAndStart reads the parent pid and the start time (in clock ticks since boot)
+// from a /proc/<pid>/stat line. The command name is in parentheses and may itself
+// hold spaces and parentheses, so fields are counted from the last ')'.
+func parentAndStart(statPath string) (ppid int, start uint64, err error) {
 	b, err := os.ReadFile(statPath)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("%s: no command name", statPath)
+		return 0, 0, fmt.Errorf("%s: no command name", statPath)
 	}
+	// After the name: state, ppid, ... starttime is the 20th (field 22 of the line).
 	fields := strings.Fields(string(b[i+1:]))
-	if len(fields) < 2 {
-		return 0, fmt.Errorf("%s: too short", statPath)
+	if len(fields) < 20 {
+		return 0, 0, fmt.Errorf("%s: too short", statPath)
 	}
-	return strconv.Atoi(fields[1])
+	if ppid, err = strconv.Atoi(fields[1]); err != nil {
+		return 0, 0, err
+	}
+	start, err = strconv.ParseUint(fields[19], 10, 64)
+	return ppid, start, err
 }
