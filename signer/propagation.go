@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -32,21 +31,12 @@ type reportsGate struct {
 }
 
 func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
-	list, err := g.dyn.Resource(report.Resource).List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return query.Progress{}, false, nil
-	}
-	if err != nil {
-		return query.Progress{}, false, fmt.Errorf("list NodeTrustReports: %w", err)
-	}
 	var c query.Cluster
-	for i := range list.Items {
-		r, err := report.FromUnstructured(&list.Items[i])
-		if err != nil {
-			return query.Progress{}, false, err
-		}
-		c.Reports = append(c.Reports, r)
+	reports, served, err := report.List(ctx, g.dyn)
+	if err != nil || !served {
+		return query.Progress{}, false, err
 	}
+	c.Reports = reports
 	pods, err := g.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return query.Progress{}, false, fmt.Errorf("list pods: %w", err)

@@ -139,3 +139,23 @@ func FromUnstructured(u *unstructured.Unstructured) (*NodeTrustReport, error) {
 	}
 	return r, nil
 }
+
+// List reads every node's report. served is false when the reports' API is not
+// served (no agent reports in this cluster), which is not an error.
+func List(ctx context.Context, dyn dynamic.Interface) (reports []*NodeTrustReport, served bool, err error) {
+	list, err := dyn.Resource(Resource).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("list NodeTrustReports: %w", err)
+	}
+	for i := range list.Items {
+		r, err := FromUnstructured(&list.Items[i])
+		if err != nil {
+			return nil, true, err
+		}
+		reports = append(reports, r)
+	}
+	return reports, true, nil
+}

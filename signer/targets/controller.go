@@ -96,12 +96,8 @@ func New(cfg Config) *Controller {
 	// Only what the controller wrote: the objects carrying its label.
 	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = TargetLabel }))
 	byTarget := func(obj any) {
-		if m, err := meta.Accessor(obj); err == nil {
+		if m, err := metaOf(obj); err == nil {
 			c.queue.Add(m.GetLabels()[TargetLabel])
-		} else if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			if m, err := meta.Accessor(d.Obj); err == nil {
-				c.queue.Add(m.GetLabels()[TargetLabel])
-			}
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: byTarget, UpdateFunc: func(_, n any) { byTarget(n) }, DeleteFunc: byTarget}

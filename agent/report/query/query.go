@@ -19,6 +19,7 @@ import (
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // States of a trust file.
@@ -37,6 +38,15 @@ type Cluster struct {
 	Bundles []*certificatesv1.ClusterTrustBundle
 	// Changed is when each bundle (by name) last changed, where known.
 	Changed map[string]time.Time
+}
+
+// byNode is the reports by node name.
+func (c Cluster) byNode() map[string]*report.NodeTrustReport {
+	reports := make(map[string]*report.NodeTrustReport, len(c.Reports))
+	for _, r := range c.Reports {
+		reports[r.Name] = r
+	}
+	return reports
 }
 
 // FileStatus is one trust file of one pod: what it holds against what its sources
@@ -71,14 +81,11 @@ type Seconds float64
 
 // Status compares every trust file of the pods with what its sources select now.
 func (c Cluster) Status() []FileStatus {
-	reports := map[string]*report.NodeTrustReport{}
-	for _, r := range c.Reports {
-		reports[r.Name] = r
-	}
+	reports := c.byNode()
 	var out []FileStatus
 	for _, pod := range c.Pods {
 		for _, tf := range injector.TrustFiles(pod) {
-			if tf.Format != "pem" {
+			if tf.Format != contract.FormatPEM {
 				continue
 			}
 			fs := FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: string(tf.Delivery), Path: tf.Path()}
@@ -316,10 +323,7 @@ type Straggler struct {
 // sources) hold anchor. Pods not running (finished, or not scheduled) are not
 // counted: they hold nothing and will read the bundle when they start.
 func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) Progress {
-	reports := map[string]*report.NodeTrustReport{}
-	for _, r := range c.Reports {
-		reports[r.Name] = r
-	}
+	reports := c.byNode()
 	p := Progress{Stragglers: []Straggler{}}
 	for _, pod := range c.Pods {
 		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
@@ -327,7 +331,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		}
 		var files []injector.TrustFile
 		for _, tf := range injector.TrustFiles(pod) {
-			if tf.Format == "pem" && selectsAny(tf, bundles) {
+			if tf.Format == contract.FormatPEM && selectsAny(tf, bundles) {
 				files = append(files, tf)
 			}
 		}

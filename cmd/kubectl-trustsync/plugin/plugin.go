@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
@@ -132,20 +131,9 @@ func (o *options) cluster(ctx context.Context, namespace string) (query.Cluster,
 	for i := range pods.Items {
 		c.Pods = append(c.Pods, &pods.Items[i])
 	}
-	reports, err := dyn.Resource(report.Resource).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		// No agent has reported: the CRD is not installed. Every file is not observed.
-	case err != nil:
-		return c, fmt.Errorf("list NodeTrustReports: %w", err)
-	default:
-		for i := range reports.Items {
-			r, err := report.FromUnstructured(&reports.Items[i])
-			if err != nil {
-				return c, err
-			}
-			c.Reports = append(c.Reports, r)
-		}
+	// Where no agent reports (the CRD is not installed), every file is not observed.
+	if c.Reports, _, err = report.List(ctx, dyn); err != nil {
+		return c, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
