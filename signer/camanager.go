@@ -70,8 +70,8 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 
 	before := st.phase()
-	rot, progress := m.observe(ctx, secret, st)
-	propagated := progress != nil && progress.Holding == progress.Expected
+	rot, progress, unobserved := m.observe(ctx, secret, st)
+	propagated := unobserved == nil && progress != nil && progress.Holding == progress.Expected
 	changed, next, err := st.advance(now, rot, propagated, func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
 	if err != nil {
 		return 0, err
@@ -82,7 +82,7 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 		}
 	}
 	if before == PhaseWaiting && st.phase() == PhaseStable {
-		m.recordSwitch(secret, st, progress)
+		m.recordSwitch(secret, st, progress, unobserved)
 	}
 	if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot)); err != nil {
 		return 0, err
@@ -121,35 +121,43 @@ const observeEvery = 5 * time.Second
 // observe, while a new CA waits with observed propagation, asks how far it has
 // reached, records the progress (metrics, and an Event on the CA Secret when it
 // changed), and returns the rotation to advance with: timed instead where no reports
-// can be read.
-func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caState) (rotation, *query.Progress) {
-	rot := m.rotation
+// can be read. unobserved says why progress could not be told: the rotation waits
+// (at most its maximum), and the Event and metric say so rather than invent a count.
+func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caState) (rot rotation, p *query.Progress, unobserved error) {
+	rot = m.rotation
 	if st.phase() != PhaseWaiting || rot.Propagation != PropagationObserved || m.gate == nil {
-		return rot, nil
+		return rot, nil, nil
 	}
-	p, ok, err := m.gate.progress(ctx, holdings.AnchorID(st.Next.Cert.Raw))
+	progress, ok, err := m.gate.progress(ctx, holdings.AnchorID(st.Next.Cert.Raw))
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).Error(err, "Cannot tell whether the new CA reached the pods; it waits", "signer", m.signer)
-		return rot, &query.Progress{Expected: 1}
+		m.metrics.rotationUnobserved.WithLabelValues(m.signer).Inc()
+		m.metrics.rotationPods.DeletePartialMatch(prometheus.Labels{"signer": m.signer})
+		if msg := "cannot tell whether the new CA reached the pods: " + err.Error(); msg != m.lastProgress && m.events != nil {
+			m.lastProgress = msg
+			m.events.Eventf(secret, corev1.EventTypeWarning, "RotationUnobserved", "The new CA (SHA-256 %s) waits to sign, at most until %s: %s",
+				holdings.AnchorID(st.Next.Cert.Raw), st.NextPublishedAt.Add(rot.wait()).UTC().Format(time.RFC3339), msg)
+		}
+		return rot, nil, err
 	case !ok:
 		rot.Propagation = PropagationTimed
-		return rot, nil
+		return rot, nil, nil
 	}
-	m.metrics.rotationPods.WithLabelValues(m.signer, "expected").Set(float64(p.Expected))
-	m.metrics.rotationPods.WithLabelValues(m.signer, "holding").Set(float64(p.Holding))
-	m.metrics.rotationPods.WithLabelValues(m.signer, "stragglers").Set(float64(len(p.Stragglers)))
-	if summary := fmt.Sprintf("%d/%d", p.Holding, p.Expected); summary != m.lastProgress && m.events != nil && p.Holding < p.Expected {
+	m.metrics.rotationPods.WithLabelValues(m.signer, "expected").Set(float64(progress.Expected))
+	m.metrics.rotationPods.WithLabelValues(m.signer, "holding").Set(float64(progress.Holding))
+	m.metrics.rotationPods.WithLabelValues(m.signer, "stragglers").Set(float64(len(progress.Stragglers)))
+	if summary := fmt.Sprintf("%d/%d", progress.Holding, progress.Expected); summary != m.lastProgress && m.events != nil && progress.Holding < progress.Expected {
 		m.lastProgress = summary
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %d of %d pods selecting %s hold it; not yet: %s",
-			holdings.AnchorID(st.Next.Cert.Raw), p.Holding, p.Expected, liveName(m.signer), describeStragglers(p.Stragglers))
+			holdings.AnchorID(st.Next.Cert.Raw), progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers))
 	}
-	return rot, &p
+	return rot, &progress, nil
 }
 
 // recordSwitch records on the CA Secret that the new CA signs now, and whether every
-// pod had it.
-func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Progress) {
+// pod had it, or whether that could be told at all.
+func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Progress, unobserved error) {
 	m.lastProgress = ""
 	m.metrics.rotationPods.DeletePartialMatch(prometheus.Labels{"signer": m.signer})
 	if m.events == nil {
@@ -157,6 +165,8 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 	}
 	ca := holdings.AnchorID(st.Current.Cert.Raw)
 	switch {
+	case unobserved != nil:
+		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededUnobserved", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s; whether it reached the pods could not be told: %v", ca, m.rotation.MaxWait, unobserved)
 	case p == nil:
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: its propagation window has passed", ca)
 	case p.Holding == p.Expected:

@@ -13,6 +13,9 @@ type metrics struct {
 	caNotAfter   *prometheus.GaugeVec
 	phase        *prometheus.GaugeVec
 	rotationPods *prometheus.GaugeVec
+	// rotationUnobserved counts the checks of a waiting rotation that could not
+	// tell how far the new CA had reached.
+	rotationUnobserved *prometheus.CounterVec
 	leader       prometheus.Gauge
 	pcrs         *prometheus.CounterVec
 	pcrLatency   *prometheus.HistogramVec
@@ -49,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "trustsync_signer_ca_rotation_pods",
 			Help: "While a new CA waits for observed propagation: the pods selecting the signer's bundle (state=expected), those seen holding the new CA (holding) and those not (stragglers, which the CA Secret's Events name).",
 		}, []string{"signer", "state"}),
+		rotationUnobserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_ca_rotation_unobserved_total",
+			Help: "Checks of a waiting CA rotation (observed propagation) that could not tell whether the new CA reached the pods (the CA Secret's RotationUnobserved Event says why), by signer.",
+		}, []string{"signer"}),
 		pcrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_signer_pod_certificate_requests_total",
 			Help: "PodCertificateRequests decided, by signer, result (issued, denied, failed) and reason.",
@@ -63,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.leader, m.pcrs, m.pcrLatency)
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.rotationUnobserved, m.leader, m.pcrs, m.pcrLatency)
 	return m
 }
 

@@ -32,11 +32,16 @@ type reportsGate struct {
 
 func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
 	var c query.Cluster
-	reports, served, err := report.List(ctx, g.dyn)
-	if err != nil || !served {
+	listing, err := report.List(ctx, g.dyn)
+	if err != nil || !listing.Served {
 		return query.Progress{}, false, err
 	}
-	c.Reports = reports
+	// A report that cannot be read leaves its node's pods not observed; the others
+	// are still counted.
+	c.Reports, c.Unreadable = listing.Reports, map[string]string{}
+	for _, u := range listing.Unreadable {
+		c.Unreadable[u.Node] = u.Err
+	}
 	pods, err := g.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return query.Progress{}, false, fmt.Errorf("list pods: %w", err)

@@ -78,6 +78,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := newMetrics(registry)
+	tm := targets.NewMetrics(registry)
 	var ready atomic.Bool
 	// /readyz: it leads and its caches are synced; a standby replica is not ready,
 	// which is what a Service wants.
@@ -88,7 +89,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	act := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
-		if err := runControllers(ctx, o, pol, client, dyn, m, &ready); err != nil {
+		if err := runControllers(ctx, o, pol, client, dyn, m, tm, &ready); err != nil {
 			klog.ErrorS(err, "Signer stopped")
 		}
 	}
@@ -103,7 +104,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
-func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, ready *atomic.Bool) error {
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, tm *targets.Metrics, ready *atomic.Bool) error {
 	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err
@@ -243,7 +244,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, pcrQueue, pcrs.handle) }, time.Second)
 	}
 	if o.Targets {
-		if err := runTargets(ctx, o, client, recorder); err != nil {
+		if err := runTargets(ctx, o, client, recorder, tm); err != nil {
 			return err
 		}
 	}
@@ -314,7 +315,7 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 // where its CRD is served. They have clients of their own, with their own rate limit:
 // their writes grow with namespaces (one per namespace and edit), and must neither
 // wait behind a burst of CSRs nor delay one.
-func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, recorder record.EventRecorder) error {
+func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, recorder record.EventRecorder, tm *targets.Metrics) error {
 	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.TargetsQPS, o.TargetsBurst, "trustsync-signer/targets")
 	if err != nil {
 		return err
@@ -337,7 +338,7 @@ func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, re
 	}
 	go registry.Run(ctx, 5*time.Minute)
 	in := targets.NewInjector(targets.InjectConfig{Client: own, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.TargetsSecrets, CABundles: o.TargetsCABundles, Resync: resync})
+		Secrets: o.TargetsSecrets, CABundles: o.TargetsCABundles, Resync: resync, Metrics: tm})
 	go in.Run(ctx, 2)
 
 	resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
@@ -345,7 +346,7 @@ func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, re
 		klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
 		return nil
 	}
-	c := targets.New(targets.Config{Client: own, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync})
+	c := targets.New(targets.Config{Client: own, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync, Metrics: tm})
 	go c.Run(ctx, 2)
 	return nil
 }

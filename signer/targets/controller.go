@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/sidecar/contract"
 	"github.com/trustsync/trustsync/sidecar/render"
 	"github.com/trustsync/trustsync/sidecar/watch"
@@ -55,6 +56,7 @@ type Config struct {
 	// namespace, which the chart grants only when asked to.
 	Secrets bool
 	Resync  time.Duration
+	Metrics *Metrics
 }
 
 // Controller keeps every TrustTarget's objects current.
@@ -83,7 +85,20 @@ func New(cfg Config) *Controller {
 			c.queue.Add(key)
 		}
 	}
-	_, _ = c.targets.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+	// A target that comes, goes or changes its spec may claim (or let go of) an
+	// object another target names: every target looks again. A status update
+	// concerns only its own target.
+	_, _ = c.targets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.enqueueAll() },
+		UpdateFunc: func(o, n any) {
+			if om, nm, err := metaPair(o, n); err == nil && om.GetGeneration() == nm.GetGeneration() {
+				enqueue(n)
+				return
+			}
+			c.enqueueAll()
+		},
+		DeleteFunc: func(obj any) { enqueue(obj); c.enqueueAll() },
+	})
 
 	all := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
 	ns := all.Core().V1().Namespaces()
@@ -139,6 +154,15 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.mu.Unlock()
 }
 
+func metaPair(o, n any) (metav1.Object, metav1.Object, error) {
+	om, err := meta.Accessor(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	nm, err := meta.Accessor(n)
+	return om, nm, err
+}
+
 func (c *Controller) enqueueAll() {
 	for _, obj := range c.targets.GetStore().List() {
 		if m, err := meta.Accessor(obj); err == nil {
@@ -160,13 +184,14 @@ func (c *Controller) namespaceChanged(o, n any) {
 // reconcile writes target name's object into every selected namespace and takes it
 // out of the others.
 func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	c.cfg.Metrics.reconciled("targets")
 	obj, exists, err := c.targets.GetStore().GetByKey(name)
 	if err != nil {
 		return 0, err
 	}
 	if !exists {
 		c.forget(name)
-		return 0, c.releaseAll(ctx, name, nil)
+		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
 	}
 	u := obj.(*unstructured.Unstructured)
 	t, err := FromUnstructured(u)
@@ -194,9 +219,16 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !st.set.HasSynced() {
 		return time.Second, nil
 	}
-
+	object := targetName(t)
+	if st.last == nil {
+		// After a restart (or a spec change) there is no earlier rendering: the
+		// objects written before hold the last good content, and a source that
+		// fails now must keep it, not take its key away.
+		if live := c.anyWritten(kind, name, object); live != nil {
+			st.seed(live.files(paths(t.Spec.Sources)))
+		}
+	}
 	r := st.render()
-	data, binary := payload(t.Spec.Sources, r)
 
 	selector := labels.Everything()
 	if ns := t.Spec.Target.NamespaceSelector; ns != nil {
@@ -208,41 +240,129 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
+	claimed := claims(c.targets.GetStore().List(), c.cfg.Secrets)
 	status := Status{}
 	selected := map[string]bool{}
+	var shared []string // what this target writes and another claims too
+	failed := 0
 	for _, ns := range all {
 		if ns.Status.Phase == corev1.NamespaceTerminating || !selector.Matches(labels.Set(ns.Labels)) {
 			continue
 		}
 		selected[ns.Name] = true
 		status.Namespaces++
-		if len(data)+len(binary) == 0 {
-			continue
+		written, note, err := c.write(ctx, st, ns, kind, object, name, t.Spec.Sources, r, claimed)
+		if note != "" {
+			shared = append(shared, note)
 		}
-		if err := c.apply(ctx, kind, ns.Name, targetName(t), name, data, binary); err != nil {
+		switch {
+		case err != nil:
+			failed++
 			if len(status.Failures) < 10 {
 				status.Failures = append(status.Failures, Failure{Namespace: ns.Name, Message: err.Error()})
 			}
-			continue
+		case written:
+			status.Synced++
 		}
-		status.Synced++
 	}
-	if err := c.releaseAll(ctx, name, selected); err != nil {
+	if err := c.releaseAll(ctx, name, func(k, namespace, obj string) bool { return k == kind && obj == object && selected[namespace] }, claimed); err != nil {
 		return 0, err
 	}
 
-	reason, msg, ok := "Synced", fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, targetName(t), status.Synced, status.Namespaces), true
+	reason, msg, ok := "Synced", fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, object, status.Synced, status.Namespaces), true
 	switch {
-	case r.Err() != nil && len(data)+len(binary) == 0:
+	case r.Err() != nil && status.Synced == 0 && failed == 0 && status.Namespaces > 0:
 		reason, msg, ok = "SourceMissing", "nothing written: "+r.Err().Error(), false
 	case r.Err() != nil:
 		reason, msg, ok = "SourceMissing", msg+"; kept the last good content of: "+r.Err().Error(), false
 	case status.Namespaces == 0:
 		reason, msg = "NoNamespaces", "the namespace selector matches no namespace"
-	case len(status.Failures) > 0:
-		reason, msg, ok = "WriteFailed", fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, status.Namespaces-status.Synced, status.Failures[0].Namespace, status.Failures[0].Message), false
+	case len(shared) > 0 || hasConflict(status.Failures):
+		first := status.Failures
+		reason, ok = "Conflict", false
+		if len(shared) > 0 {
+			msg = fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", msg, shared[0], len(shared))
+		} else {
+			msg = fmt.Sprintf("%s; %d namespaces not written, first %s: %s", msg, failed, first[0].Namespace, first[0].Message)
+		}
+	case failed > 0:
+		reason, msg, ok = "WriteFailed", fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
 	}
 	return 0, c.setStatus(ctx, u, status, reason, msg, ok)
+}
+
+// conflictError is an object this target does not write because another claims it.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+func hasConflict(failures []Failure) bool {
+	return slices.ContainsFunc(failures, func(f Failure) bool { return strings.HasPrefix(f.Message, conflictPrefix) })
+}
+
+const conflictPrefix = "claimed by "
+
+// write brings target's object in namespace ns up to date, and says whether it holds
+// the current content. note names another claimant of an object this target writes;
+// an object another target (or an annotation) writes is left to it: an error.
+func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespace, kind, object, target string, sources []contract.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
+	live := c.written(kind, ns.Name, object)
+	labelled := ""
+	if live != nil {
+		labelled = live.meta.GetLabels()[TargetLabel]
+	}
+	w, others := writer(claimed, ns, kind, object, labelled)
+	if w != target {
+		return false, "", &conflictError{fmt.Sprintf("%sTrustTarget %s: %s %s/%s is written by TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", conflictPrefix, w, kind, ns.Name, object, w)}
+	}
+	if len(others) > 0 {
+		note = fmt.Sprintf("TrustTarget %s also names %s %s/%s", strings.Join(others, ", "), kind, ns.Name, object)
+	}
+
+	data, binary := payload(sources, r)
+	d := desired{data: data, binary: binary, labels: map[string]string{TargetLabel: target}}
+	last := st.applied[ns.Name]
+	if live == nil {
+		if last.digest != "" && last.before == "" && last.digest == d.digest() {
+			return true, note, nil // created by this controller; the cache has yet to see it
+		}
+		fetched, err := getObject(ctx, c.cfg.Client, kind == "Secret", ns.Name, object)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, note, fmt.Errorf("%s %s/%s: %w", kind, ns.Name, object, err)
+		}
+		live = fetched
+	}
+	if live == nil {
+		d.annotations = map[string]string{CreatedAnnotation: "true"}
+	} else {
+		if _, asks := live.meta.GetAnnotations()[injector.AnnotationInject]; asks {
+			if labelled != target {
+				return false, note, &conflictError{fmt.Sprintf("%sits annotations: %s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", conflictPrefix, kind, ns.Name, object, injector.AnnotationInject)}
+			}
+			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, injector.AnnotationInject)
+		}
+		if createdByTargets(live.meta) {
+			d.annotations = map[string]string{CreatedAnnotation: "true"}
+		}
+		keepHeld(sources, r, live, d.data, d.binary)
+	}
+	if len(d.data)+len(d.binary) == 0 {
+		return false, note, nil // nothing to write yet: the status says why
+	}
+	digest := d.digest()
+	if live != nil && (live.holds(d, FieldManager) || last.digest == digest && last.before == live.meta.GetResourceVersion()) {
+		return true, note, nil
+	}
+	rv, err := c.apply(ctx, kind, ns.Name, object, d)
+	if err != nil {
+		return false, note, err
+	}
+	before := ""
+	if live != nil {
+		before = live.meta.GetResourceVersion()
+	}
+	st.applied[ns.Name] = appliedState{digest: digest, before: before, after: rv}
+	return true, note, nil
 }
 
 // payload splits a rendering's files into text keys (PEM) and binary keys
@@ -299,47 +419,113 @@ func (c *Controller) forget(name string) {
 	}
 }
 
-// apply writes the target's keys into namespace's object with server-side apply,
-// without force: a key another manager owns is a conflict, reported, never taken.
-func (c *Controller) apply(ctx context.Context, kind, namespace, object, target string, data map[string]string, binary map[string][]byte) error {
-	err := applyData(ctx, c.cfg.Client, kind == "Secret", namespace, object, FieldManager, map[string]string{TargetLabel: target}, data, binary)
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, conflictDetail(err))
+// written is the object of kind in namespace as the informer holds it, if it carries
+// the target label (the controller sees only what it wrote).
+func (c *Controller) written(kind, namespace, name string) *object {
+	var obj any
+	var err error
+	if kind == "Secret" {
+		if c.secrets == nil {
+			return nil
+		}
+		obj, err = c.secrets.Secrets(namespace).Get(name)
+	} else {
+		obj, err = c.configMaps.ConfigMaps(namespace).Get(name)
 	}
 	if err != nil {
-		return fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)
+		return nil
+	}
+	o, _ := objectOf(obj)
+	return &o
+}
+
+// anyWritten is one of target's objects, the base of its first rendering.
+func (c *Controller) anyWritten(kind, target, name string) *object {
+	sel := labels.SelectorFromSet(labels.Set{TargetLabel: target})
+	var found []any
+	if kind == "Secret" && c.secrets != nil {
+		secs, _ := c.secrets.List(sel)
+		for _, s := range secs {
+			found = append(found, s)
+		}
+	} else if kind == "ConfigMap" {
+		cms, _ := c.configMaps.List(sel)
+		for _, cm := range cms {
+			found = append(found, cm)
+		}
+	}
+	for _, obj := range found {
+		if o, ok := objectOf(obj); ok && o.meta.GetName() == name {
+			return &o
+		}
 	}
 	return nil
 }
 
-// applyData applies the keys (and labels) to a ConfigMap, or a Secret, as manager,
-// without force: PEM as text data, truststores as binary (a Secret's are all bytes).
-func applyData(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name, manager string, labels, data map[string]string, binary map[string][]byte) error {
+// createdByTargets reports whether a TrustTarget created the object: it carries
+// CreatedAnnotation, set by the targets' field manager.
+func createdByTargets(m metav1.Object) bool {
+	return m.GetAnnotations()[CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[CreatedAnnotation]
+}
+
+// apply writes d into namespace's object with server-side apply, without force: a key
+// another manager owns is a conflict, reported, never taken. It returns the object's
+// new resourceVersion.
+func (c *Controller) apply(ctx context.Context, kind, namespace, object string, d desired) (string, error) {
+	c.cfg.Metrics.wrote("targets", kind, "apply")
+	rv, err := applyData(ctx, c.cfg.Client, kind == "Secret", namespace, object, FieldManager, d)
+	if apierrors.IsConflict(err) {
+		return "", fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, conflictDetail(err))
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)
+	}
+	return rv, nil
+}
+
+// applyData applies d to a ConfigMap, or a Secret, as manager, without force: PEM as
+// text data, truststores as binary (a Secret's are all bytes).
+func applyData(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name, manager string, d desired) (string, error) {
 	opts := metav1.ApplyOptions{FieldManager: manager}
 	if secret {
-		cfg := applycorev1.Secret(name, namespace).WithData(binaryOf(data, binary))
-		if len(labels) > 0 {
-			cfg.WithLabels(labels)
+		cfg := applycorev1.Secret(name, namespace).WithData(binaryOf(d.data, d.binary))
+		if len(d.labels) > 0 {
+			cfg.WithLabels(d.labels)
 		}
-		_, err := client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
-		return err
+		if len(d.annotations) > 0 {
+			cfg.WithAnnotations(d.annotations)
+		}
+		s, err := client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
+		if err != nil {
+			return "", err
+		}
+		return s.ResourceVersion, nil
 	}
 	cfg := applycorev1.ConfigMap(name, namespace)
-	if len(labels) > 0 {
-		cfg.WithLabels(labels)
+	if len(d.labels) > 0 {
+		cfg.WithLabels(d.labels)
 	}
-	if len(data) > 0 {
-		cfg.WithData(data)
+	if len(d.annotations) > 0 {
+		cfg.WithAnnotations(d.annotations)
 	}
-	if len(binary) > 0 {
-		cfg.WithBinaryData(binary)
+	if len(d.data) > 0 {
+		cfg.WithData(d.data)
 	}
-	_, err := client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
-	return err
+	if len(d.binary) > 0 {
+		cfg.WithBinaryData(d.binary)
+	}
+	cm, err := client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
+	if err != nil {
+		return "", err
+	}
+	return cm.ResourceVersion, nil
 }
 
 func binaryOf(data map[string]string, binary map[string][]byte) map[string][]byte {
 	out := maps.Clone(binary)
+	if out == nil {
+		out = map[string][]byte{}
+	}
 	for k, v := range data {
 		out[k] = []byte(v)
 	}
@@ -361,21 +547,20 @@ func conflictDetail(err error) string {
 	return err.Error()
 }
 
-// releaseAll takes target's keys and label out of every object it wrote in a
-// namespace not in keep (all of them when keep is nil), and deletes an object left
-// empty, which the target made.
-func (c *Controller) releaseAll(ctx context.Context, target string, keep map[string]bool) error {
+// releaseAll takes target's keys and label out of every object it wrote that keep
+// does not keep (all of them when keep is nil). An object another target claims
+// passes to it whole (that target's next apply replaces the keys): nothing is
+// released or deleted under it.
+func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind, namespace, name string) bool, claimed []claim) error {
 	sel := labels.SelectorFromSet(labels.Set{TargetLabel: target})
-	var errs []error
+	var found []object
 	cms, err := c.configMaps.List(sel)
 	if err != nil {
 		return err
 	}
 	for _, cm := range cms {
-		if keep[cm.Namespace] {
-			continue
-		}
-		errs = append(errs, c.release(ctx, "ConfigMap", cm.Namespace, cm.Name))
+		o, _ := objectOf(cm)
+		found = append(found, o)
 	}
 	if c.secrets != nil {
 		secs, err := c.secrets.List(sel)
@@ -383,18 +568,38 @@ func (c *Controller) releaseAll(ctx context.Context, target string, keep map[str
 			return err
 		}
 		for _, s := range secs {
-			if !keep[s.Namespace] {
-				errs = append(errs, c.release(ctx, "Secret", s.Namespace, s.Name))
+			o, _ := objectOf(s)
+			found = append(found, o)
+		}
+	}
+	var errs []error
+	for _, o := range found {
+		kind := "ConfigMap"
+		if o.secret {
+			kind = "Secret"
+		}
+		if keep != nil && keep(kind, o.meta.GetNamespace(), o.meta.GetName()) {
+			continue
+		}
+		if ns, err := c.namespaces.Get(o.meta.GetNamespace()); err == nil {
+			if w, _ := writer(claimed, ns, kind, o.meta.GetName(), ""); w != "" && w != target {
+				c.queue.Add(w)
+				continue
 			}
 		}
+		errs = append(errs, c.release(ctx, kind, o))
 	}
 	return errors.Join(errs...)
 }
 
 // release applies an empty configuration: the API server removes every field only
-// this manager owned; then an object with nothing left in it goes.
-func (c *Controller) release(ctx context.Context, kind, namespace, name string) error {
+// this manager owned; then an object the targets created, with nothing left in it,
+// goes. An object someone else made stays, however empty.
+func (c *Controller) release(ctx context.Context, kind string, o object) error {
+	namespace, name := o.meta.GetNamespace(), o.meta.GetName()
+	created := createdByTargets(o.meta)
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	c.cfg.Metrics.wrote("targets", kind, "apply")
 	var left int
 	var rv string
 	if kind == "Secret" {
@@ -410,10 +615,11 @@ func (c *Controller) release(ctx context.Context, kind, namespace, name string) 
 		}
 		left, rv = len(cm.Data)+len(cm.BinaryData)+len(cm.Labels)+len(cm.Annotations), cm.ResourceVersion
 	}
-	if left > 0 {
+	if !created || left > 0 {
 		return nil
 	}
 	del := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
+	c.cfg.Metrics.wrote("targets", kind, "delete")
 	var err error
 	if kind == "Secret" {
 		err = c.cfg.Client.CoreV1().Secrets(namespace).Delete(ctx, name, del)

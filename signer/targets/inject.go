@@ -69,6 +69,7 @@ type InjectConfig struct {
 	// configurations, APIServices and CRDs.
 	Secrets, CABundles bool
 	Resync             time.Duration
+	Metrics            *Metrics
 }
 
 // Injector fills objects annotated trustsync.io/inject: "true" with the sources
@@ -176,6 +177,7 @@ func (in *Injector) forget(key string) {
 }
 
 func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, error) {
+	in.cfg.Metrics.reconciled("inject")
 	resource, objKey, _ := strings.Cut(key, "|")
 	k := in.kinds[resource]
 	obj, exists, err := in.store[resource].GetByKey(objKey)
@@ -198,6 +200,11 @@ func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, e
 		in.warnOnce(key, ref, "TrustInjectInvalid", errs.ToAggregate().Error())
 		return 0, nil
 	}
+	if t := m.Labels[TargetLabel]; t != "" && !k.caBundle {
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, TargetLabel, injector.AnnotationInject))
+		in.forget(key)
+		return 0, nil
+	}
 	st, err := in.stateFor(ctx, key, sources)
 	if err != nil {
 		return 0, err
@@ -205,16 +212,38 @@ func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, e
 	if !st.set.HasSynced() {
 		return time.Second, nil
 	}
+	var live *object
+	if !k.caBundle && st.last == nil {
+		// The first rendering since a start: the object holds the last good content
+		// of any source that fails now.
+		if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
+			return 0, ignoreNotFound(err)
+		}
+		st.seed(live.files(paths(sources)))
+	}
 	r := st.render()
 	data, binary := payload(sources, r)
+	if !k.caBundle && r.Err() != nil {
+		if live == nil {
+			if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
+				return 0, ignoreNotFound(err)
+			}
+		}
+		keepHeld(sources, r, live, data, binary)
+	}
 	if len(data)+len(binary) == 0 {
 		in.warnOnce(key, ref, "TrustInjectFailed", "nothing written: "+r.Err().Error())
 		return 0, nil
 	}
 	digest := digestOf(data, binary)
-	if k.caBundle {
+	switch {
+	case k.caBundle:
+		in.cfg.Metrics.wrote("inject", k.kind, "apply")
 		err = in.applyCABundle(ctx, k, m.Name, data)
-	} else {
+	case live != nil && live.holds(desired{data: data, binary: binary}, InjectFieldManager):
+		// Holds it already: after a restart, nothing is sent.
+	default:
+		in.cfg.Metrics.wrote("inject", k.kind, "apply")
 		err = in.applyKeys(ctx, k, m.Namespace, m.Name, data, binary)
 	}
 	if err != nil {
@@ -299,7 +328,7 @@ func (in *Injector) stateFor(ctx context.Context, key string, sources []contract
 // applyKeys writes the keys into the ConfigMap or Secret, without force: a key
 // another manager owns is reported, not taken.
 func (in *Injector) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
-	err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, nil, data, binary)
+	_, err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, desired{data: data, binary: binary})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", conflictDetail(err))
 	}

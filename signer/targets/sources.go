@@ -12,6 +12,7 @@ import (
 	"github.com/trustsync/trustsync/sidecar/pipeline"
 	"github.com/trustsync/trustsync/sidecar/render"
 	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/sidecar/write"
 )
 
 // watched is one object's sources: their render plan, the shared watches they read,
@@ -23,6 +24,22 @@ type watched struct {
 	set  *watch.Set
 	last *render.Rendering
 	stop context.CancelFunc
+	// applied is what was last applied per namespace (a TrustTarget's objects), so
+	// that a reconcile running before the informer has seen its own write does not
+	// send it again.
+	applied map[string]appliedState
+}
+
+// appliedState is one apply: what it wrote, the object's resourceVersion before
+// ("" for one it created) and after.
+type appliedState struct {
+	digest, before, after string
+}
+
+// seed makes files, what the written objects hold, the last rendering: the base of
+// the next, for a controller that has none (just started, or the spec changed).
+func (w *watched) seed(files map[string]write.File) {
+	w.last = render.FromDisk(w.plan, files, render.Snapshot{})
 }
 
 // watchSources acquires the watches sources read from registry; changed is called on
@@ -47,7 +64,7 @@ func watchSources(ctx context.Context, registry *watch.Registry, spec string, so
 			}
 		}
 	}()
-	return &watched{spec: spec, plan: plan, set: set, stop: stop}, nil
+	return &watched{spec: spec, plan: plan, set: set, stop: stop, applied: map[string]appliedState{}}, nil
 }
 
 func (w *watched) close() {

@@ -186,5 +186,10 @@ func (cp *ControlPlane) StartSigner(extra ...string) (*Process, error) {
 		"--kubeconfig=" + kubeconfig, "--health-bind-address=127.0.0.1:" + strconv.Itoa(port),
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "-v=2",
 	}, extra...)
-	return StartProcess("trustsync-signer", bin, args, filepath.Join(dir, "signer.log"))
+	p, err := StartProcess("trustsync-signer", bin, args, filepath.Join(dir, "signer.log"))
+	if err != nil {
+		return nil, err
+	}
+	p.HealthAddr = "127.0.0.1:" + strconv.Itoa(port)
+	return p, nil
 }

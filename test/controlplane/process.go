@@ -16,9 +16,15 @@ import (
 type Process struct {
 	// LogPath is where the process's stdout and stderr go.
 	LogPath string
+	// Args are the arguments it was started with, to start it again alike;
+	// HealthAddr is where a component serves /healthz, /readyz and /metrics.
+	Args       []string
+	HealthAddr string
 
-	name string
-	cmd  *exec.Cmd
+	name   string
+	binary string
+	starts int
+	cmd    *exec.Cmd
 	done chan struct{}
 	err  error
 }
@@ -45,13 +51,25 @@ func StartProcess(name, binary string, args []string, logPath string) (*Process,
 		logFile.Close()
 		return nil, fmt.Errorf("failed to start %s (%s): %w", name, binary, err)
 	}
-	p := &Process{LogPath: logPath, name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Process{LogPath: logPath, Args: args, name: name, binary: binary, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// Restart stops the process (within grace) and starts it again alike, logging to a
+// new file, so that what the new process logs is told apart from the old one's.
+func (p *Process) Restart(grace time.Duration) (*Process, error) {
+	p.Stop(grace)
+	next, err := StartProcess(p.name, p.binary, p.Args, fmt.Sprintf("%s.%d", p.LogPath, p.starts+1))
+	if err != nil {
+		return nil, err
+	}
+	next.starts, next.HealthAddr = p.starts+1, p.HealthAddr
+	return next, nil
 }
 
 // Exited reports whether the process has ended.

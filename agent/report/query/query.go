@@ -38,15 +38,50 @@ type Cluster struct {
 	Bundles []*certificatesv1.ClusterTrustBundle
 	// Changed is when each bundle (by name) last changed, where known.
 	Changed map[string]time.Time
+	// Unreadable says, by node, why its report could not be read: its pods are
+	// not observed.
+	Unreadable map[string]string
 }
 
-// byNode is the reports by node name.
+// byNode is the reports by node name. A report speaks for its own node alone: one
+// whose node is not its name is no node's.
 func (c Cluster) byNode() map[string]*report.NodeTrustReport {
 	reports := make(map[string]*report.NodeTrustReport, len(c.Reports))
 	for _, r := range c.Reports {
-		reports[r.Name] = r
+		if r.Node == r.Name {
+			reports[r.Name] = r
+		}
 	}
 	return reports
+}
+
+// noReport says why a pod on node is not observed where its node has no usable
+// report.
+func (c Cluster) noReport(node string) string {
+	if why, ok := c.Unreadable[node]; ok {
+		return why
+	}
+	return "no report from node " + node + " (no agent there, or reports turned off)"
+}
+
+// started reports whether any of the pod's containers (an init or sidecar container
+// included) ever ran: a pod none of whose containers started holds no trust yet,
+// and will read the current bundles when it starts.
+func started(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil || cs.RestartCount > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// running reports whether the pod is on a node and may hold trust: not finished,
+// not going, and started.
+func running(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.DeletionTimestamp == nil && started(pod)
 }
 
 // FileStatus is one trust file of one pod: what it holds against what its sources
@@ -96,7 +131,7 @@ func (c Cluster) Status() []FileStatus {
 			case pod.Spec.NodeName == "":
 				fs.State, fs.Reason = NotObserved, "not scheduled"
 			case reports[pod.Spec.NodeName] == nil:
-				fs.State, fs.Reason = NotObserved, "no report from node "+pod.Spec.NodeName+" (no agent there, or reports turned off)"
+				fs.State, fs.Reason = NotObserved, c.noReport(pod.Spec.NodeName)
 			case !ok:
 				fs.State, fs.Reason = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
 			case held.Error != "":
@@ -180,17 +215,13 @@ func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.T
 
 // observed finds the pod's file in its node's report.
 func observed(r *report.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (report.FileHolding, bool) {
-	if r == nil {
+	p, ok := podIn(r, pod)
+	if !ok {
 		return report.FileHolding{}, false
 	}
-	for _, p := range r.Pods {
-		if p.UID != string(pod.UID) {
-			continue
-		}
-		for _, f := range p.Files {
-			if f.Volume == tf.Volume && f.File == tf.File {
-				return f, true
-			}
+	for _, f := range p.Files {
+		if f.Volume == tf.Volume && f.File == tf.File {
+			return f, true
 		}
 	}
 	return report.FileHolding{}, false
@@ -206,32 +237,93 @@ type Holder struct {
 	ChangedAt *time.Time `json:"changedAt,omitempty"`
 }
 
-// WhoTrusts lists every pod's file, in the reports, that holds anchor, by namespace,
-// pod and path; namespace "" is every namespace.
+// WhoTrusts lists every pod's file that holds anchor, by namespace, pod and path;
+// namespace "" is every namespace. A report speaks for the pods its node runs: a pod
+// counts only in the report of the node its spec names.
 func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
+	reports := c.byNode()
 	var out []Holder
-	for _, r := range c.Reports {
-		for _, p := range r.Pods {
-			if namespace != "" && p.Namespace != namespace {
+	for _, pod := range c.Pods {
+		if namespace != "" && pod.Namespace != namespace {
+			continue
+		}
+		r := reports[pod.Spec.NodeName]
+		held, ok := podIn(r, pod)
+		if !ok {
+			continue
+		}
+		for _, f := range held.Files {
+			set, ok := r.Set(f.AnchorSet)
+			if !ok || !slices.Contains(set.Anchors, anchor) {
 				continue
 			}
-			for _, f := range p.Files {
-				set, ok := r.Set(f.AnchorSet)
-				if !ok || !slices.Contains(set.Anchors, anchor) {
-					continue
-				}
-				h := Holder{Namespace: p.Namespace, Pod: p.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery}
-				if f.ChangedAt != nil {
-					t := f.ChangedAt.Time
-					h.ChangedAt = &t
-				}
-				out = append(out, h)
+			h := Holder{Namespace: pod.Namespace, Pod: pod.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery}
+			if f.ChangedAt != nil {
+				t := f.ChangedAt.Time
+				h.ChangedAt = &t
 			}
+			out = append(out, h)
 		}
 	}
 	slices.SortFunc(out, func(a, b Holder) int {
 		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Path, b.Namespace+"/"+b.Pod+"/"+b.Path)
 	})
+	return out
+}
+
+// podIn is the pod's entry in its node's report r.
+func podIn(r *report.NodeTrustReport, pod *corev1.Pod) (report.PodHolding, bool) {
+	if r == nil {
+		return report.PodHolding{}, false
+	}
+	for _, p := range r.Pods {
+		if p.UID == string(pod.UID) {
+			return p, true
+		}
+	}
+	return report.PodHolding{}, false
+}
+
+// Unseen is what an answer could not see: running pods with trust files on one node
+// that are in no readable report.
+type Unseen struct {
+	Node string `json:"node"`
+	// Pods are namespace/name.
+	Pods   []string `json:"pods"`
+	Reason string   `json:"reason"`
+}
+
+// Unseen lists, by node, the running pods with trust files (in namespace, "" for
+// every one) that no readable report covers: "nobody holds it" is an answer only
+// where this is empty.
+func (c Cluster) Unseen(namespace string) []Unseen {
+	reports := c.byNode()
+	byNode := map[string]*Unseen{}
+	for _, pod := range c.Pods {
+		if (namespace != "" && pod.Namespace != namespace) || !running(pod) || len(injector.TrustFiles(pod)) == 0 {
+			continue
+		}
+		node := pod.Spec.NodeName
+		r := reports[node]
+		if _, ok := podIn(r, pod); ok {
+			continue
+		}
+		u, ok := byNode[node]
+		if !ok {
+			u = &Unseen{Node: node, Reason: "not in node " + node + "'s report yet"}
+			if r == nil {
+				u.Reason = c.noReport(node)
+			}
+			byNode[node] = u
+		}
+		u.Pods = append(u.Pods, pod.Namespace+"/"+pod.Name)
+	}
+	out := make([]Unseen, 0, len(byNode))
+	for _, u := range byNode {
+		slices.Sort(u.Pods)
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b Unseen) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
@@ -306,6 +398,10 @@ type Progress struct {
 	Expected int `json:"expected"`
 	// Stragglers are the pods that do not, each with why.
 	Stragglers []Straggler `json:"stragglers"`
+	// NotStarted are the pods selecting the bundle none of whose containers has
+	// started (namespace/name): not waited for, since they will read the current
+	// bundle when they start.
+	NotStarted []string `json:"notStarted,omitempty"`
 }
 
 // Straggler is a pod that selects the bundle and is not seen holding the anchor.
@@ -320,8 +416,9 @@ type Straggler struct {
 }
 
 // Progress says which pods selecting any of bundles (by their trust files' bundle
-// sources) hold anchor. Pods not running (finished, or not scheduled) are not
-// counted: they hold nothing and will read the bundle when they start.
+// sources) hold anchor. Pods not running (finished, not scheduled, or none of their
+// containers started) are not counted: they hold nothing and will read the bundle
+// when they start; those not started are listed.
 func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) Progress {
 	reports := c.byNode()
 	p := Progress{Stragglers: []Straggler{}}
@@ -338,6 +435,10 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		if len(files) == 0 {
 			continue
 		}
+		if !started(pod) {
+			p.NotStarted = append(p.NotStarted, pod.Namespace+"/"+pod.Name)
+			continue
+		}
 		p.Expected++
 		s := Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
 		r := reports[pod.Spec.NodeName]
@@ -349,7 +450,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 			}
 			switch {
 			case r == nil:
-				s.Reason, s.Detail = NotObserved, "no report from node "+pod.Spec.NodeName
+				s.Reason, s.Detail = NotObserved, c.noReport(pod.Spec.NodeName)
 			case !ok:
 				s.Reason, s.Detail = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
 			case held.Error != "":
@@ -372,6 +473,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 	slices.SortFunc(p.Stragglers, func(a, b Straggler) int {
 		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
 	})
+	slices.Sort(p.NotStarted)
 	return p
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +29,6 @@ import (
 
 // Exit codes scripts can rely on (docs/cli.md).
 const (
-	ExitOK = 0
 	// ExitError: the command could not answer (bad arguments, no access).
 	ExitError = 1
 	// ExitNotAll: it answered, and the answer is "not everywhere": a file behind or
@@ -41,12 +41,13 @@ type options struct {
 	allNamespaces bool
 	output        string
 	stdout        io.Writer
+	stderr        io.Writer
 	code          int
 }
 
 // Main runs the plugin with args and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	o := &options{flags: genericclioptions.NewConfigFlags(true), stdout: stdout}
+	o := &options{flags: genericclioptions.NewConfigFlags(true), stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:         "trustsync",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trustsync"},
@@ -131,9 +132,16 @@ func (o *options) cluster(ctx context.Context, namespace string) (query.Cluster,
 	for i := range pods.Items {
 		c.Pods = append(c.Pods, &pods.Items[i])
 	}
-	// Where no agent reports (the CRD is not installed), every file is not observed.
-	if c.Reports, _, err = report.List(ctx, dyn); err != nil {
+	// Where no agent reports (the CRD is not installed), every file is not observed;
+	// a report that cannot be read is named, and its node's pods are not observed.
+	listing, err := report.List(ctx, dyn)
+	if err != nil {
 		return c, err
+	}
+	c.Reports, c.Unreadable = listing.Reports, map[string]string{}
+	for _, u := range listing.Unreadable {
+		c.Unreadable[u.Node] = u.Err
+		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -195,9 +203,9 @@ func (o *options) status(ctx context.Context) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAMESPACE\tPOD\tDELIVERY\tPATH\tSTATE\tANCHORS\tDETAIL")
+	row(w, "NAMESPACE", "POD", "DELIVERY", "PATH", "STATE", "ANCHORS", "DETAIL")
 	for _, f := range files {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", f.Namespace, f.Pod, f.Delivery, f.Path, f.State, f.Holds, f.Expected, detail(f))
+		row(w, f.Namespace, f.Pod, f.Delivery, f.Path, f.State, fmt.Sprintf("%d/%d", f.Holds, f.Expected), detail(f))
 	}
 	return w.Flush()
 }
@@ -228,32 +236,73 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	if err != nil {
 		return err
 	}
+	// "Nobody holds it" is an answer only where every running pod with trust files
+	// was seen; otherwise what could not be seen is named.
+	unseen := c.Unseen(ns)
 	type answer struct {
 		Anchor string         `json:"anchor"`
 		Items  []query.Holder `json:"items"`
+		// NotSeen: running pods with trust files no readable report covers, by
+		// node; empty when every one was seen.
+		NotSeen []query.Unseen `json:"notSeen"`
 	}
 	var answers []answer
 	for _, a := range anchors {
 		holders := c.WhoTrusts(a, ns)
-		if len(holders) == 0 {
+		if len(holders) == 0 || len(unseen) > 0 {
 			o.code = ExitNotAll
 		}
-		answers = append(answers, answer{Anchor: a, Items: nonNil(holders)})
+		answers = append(answers, answer{Anchor: a, Items: nonNil(holders), NotSeen: nonNil(unseen)})
 	}
 	if printed, err := printJSON(o, answers); printed || err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "ANCHOR\tNAMESPACE\tPOD\tNODE\tDELIVERY\tPATH")
+	row(w, "ANCHOR", "NAMESPACE", "POD", "NODE", "DELIVERY", "PATH")
 	for _, a := range answers {
-		if len(a.Items) == 0 {
-			fmt.Fprintf(w, "%s\t(no pod holds it)\t\t\t\t\n", a.Anchor[:16])
+		switch {
+		case len(a.Items) == 0 && len(unseen) == 0:
+			row(w, short(a.Anchor), "(no pod holds it)")
+		case len(a.Items) == 0:
+			row(w, short(a.Anchor), "(no pod seen holding it; some could not be seen)")
 		}
 		for _, h := range a.Items {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Anchor[:16], h.Namespace, h.Pod, h.Node, h.Delivery, h.Path)
+			row(w, short(a.Anchor), h.Namespace, h.Pod, h.Node, h.Delivery, h.Path)
 		}
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	printUnseen(o.stdout, unseen)
+	return nil
+}
+
+// printUnseen says, under a table, which pods the answer could not see.
+func printUnseen(w io.Writer, unseen []query.Unseen) {
+	if len(unseen) == 0 {
+		return
+	}
+	n := 0
+	for _, u := range unseen {
+		n += len(u.Pods)
+	}
+	fmt.Fprintf(w, "Not seen: %d pods with trust files on %d nodes, which may hold it:\n", n, len(unseen))
+	for _, u := range unseen {
+		pods := u.Pods
+		more := ""
+		if len(pods) > 5 {
+			pods, more = pods[:5], fmt.Sprintf(" and %d more", len(u.Pods)-5)
+		}
+		fmt.Fprintf(w, "  node %s (%s): %s%s\n", safe(u.Node), safe(u.Reason), safe(strings.Join(pods, ", ")), more)
+	}
+}
+
+// short is the first 16 digits of an anchor id, as tables print it.
+func short(id string) string {
+	if len(id) > 16 {
+		return id[:16]
+	}
+	return id
 }
 
 // printJSON prints items as JSON when -o json asks: one alone, several as
@@ -299,6 +348,7 @@ type Rotation struct {
 	Holding    int               `json:"holding"`
 	Expected   int               `json:"expected"`
 	Stragglers []query.Straggler `json:"stragglers"`
+	NotStarted []string          `json:"notStarted,omitempty"`
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
@@ -319,7 +369,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if r.NewCA != "" {
 			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
-			r.Holding, r.Expected, r.Stragglers = p.Holding, p.Expected, p.Stragglers
+			r.Holding, r.Expected, r.Stragglers, r.NotStarted = p.Holding, p.Expected, p.Stragglers, p.NotStarted
 			if p.Holding < p.Expected {
 				o.code = ExitNotAll
 			}
@@ -336,7 +386,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		return err
 	}
 	for _, r := range out {
-		fmt.Fprintf(o.stdout, "Signer:       %s (bundle %s)\n", r.Signer, r.Bundle)
+		fmt.Fprintf(o.stdout, "Signer:       %s (bundle %s)\n", safe(r.Signer), safe(r.Bundle))
 		fmt.Fprintf(o.stdout, "Phase:        %s (%s propagation)\n", r.Phase, r.Propagation)
 		fmt.Fprintf(o.stdout, "Current CA:   %s\n", r.CurrentCA)
 		if r.NewCA == "" {
@@ -347,11 +397,14 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
 		}
 		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
+		if len(r.NotStarted) > 0 {
+			fmt.Fprintf(o.stdout, "Not waited for: %d pods none of whose containers has started (they read the current bundle when they start): %s\n", len(r.NotStarted), safe(strings.Join(r.NotStarted, ", ")))
+		}
 		if len(r.Stragglers) > 0 {
 			w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAMESPACE\tPOD\tNODE\tREASON\tDETAIL")
+			row(w, "NAMESPACE", "POD", "NODE", "REASON", "DETAIL")
 			for _, s := range r.Stragglers {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.Namespace, s.Pod, s.Node, s.Reason, s.Detail)
+				row(w, s.Namespace, s.Pod, s.Node, s.Reason, s.Detail)
 			}
 			if err := w.Flush(); err != nil {
 				return err

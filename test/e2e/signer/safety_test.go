@@ -1,0 +1,416 @@
+package signer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/signer/targets"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// restartSigner stops the shared signer and starts it again alike, as a rollout or
+// a leader change does, and waits until its TrustTarget controller runs.
+func restartSigner(t *testing.T, cp *controlplane.ControlPlane) {
+	t.Helper()
+	p, err := signers[cp].Restart(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signers[cp] = p
+	waitFor(t, "the restarted signer's TrustTarget controller running", func() bool {
+		return strings.Contains(p.Tail(), "TrustTarget controller running")
+	})
+}
+
+// pem is the content of a ConfigMap's key, "" without it.
+func keyOf(t *testing.T, client kubernetes.Interface, namespace, name, key string) (string, bool) {
+	t.Helper()
+	cm, err := client.CoreV1().ConfigMaps(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", false
+	}
+	v, ok := cm.Data[key]
+	return v, ok
+}
+
+// A source that fails keeps its key's last good content, also across a restart of
+// the controller: after a restart there is no earlier rendering, and the object
+// itself is read back rather than the key dropped. The same holds for an annotated
+// ConfigMap.
+func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	one, two, oneNext := fixtures.CA("restart one"), fixtures.CA("restart two"), fixtures.CA("restart one, next")
+	nativeBundle(t, client, "restart-one-"+run, one)
+	nativeBundle(t, client, "restart-two-"+run, two)
+	ns := "restart-" + run
+	labelledNamespace(t, client, ns, map[string]string{"trust": "restart-" + run})
+	createTarget(t, cp, "restart-"+run, map[string]any{
+		"sources": []any{map[string]any{"name": "restart-one-" + run, "path": "one.crt"}, map[string]any{"name": "restart-two-" + run, "path": "two.crt"}},
+		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "restart-" + run}}},
+	})
+	sources := fmt.Sprintf(`[{"name":"restart-one-%s","path":"one.crt"},{"name":"restart-two-%s","path":"two.crt"}]`, run, run)
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "annotated",
+		Annotations: map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": sources}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"roots", "annotated"} {
+		waitFor(t, name+" holding both keys", func() bool {
+			a, _ := keyOf(t, client, ns, name, "one.crt")
+			b, _ := keyOf(t, client, ns, name, "two.crt")
+			return a == string(one.CertPEM()) && b == string(two.CertPEM())
+		})
+	}
+	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "restart-two-"+run, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReason(t, cp, "restart-"+run, "SourceMissing")
+
+	restartSigner(t, cp)
+	// An edit of the other source is reconciled by the new process: once it is
+	// written, the reconcile that could have dropped two.crt has run.
+	setNativeBundle(t, client, "restart-one-"+run, oneNext)
+	for _, name := range []string{"roots", "annotated"} {
+		waitFor(t, name+" holding the edited one.crt", func() bool {
+			a, _ := keyOf(t, client, ns, name, "one.crt")
+			return a == string(oneNext.CertPEM())
+		})
+		if b, ok := keyOf(t, client, ns, name, "two.crt"); !ok || b != string(two.CertPEM()) {
+			t.Errorf("%s lost two.crt's last good content across the restart: has=%v %q", name, ok, b)
+		}
+	}
+	st := waitReason(t, cp, "restart-"+run, "SourceMissing")
+	if !strings.Contains(readyMessage(st), "kept the last good content of: two.crt") {
+		t.Errorf("Ready does not say two.crt was kept: %q", readyMessage(st))
+	}
+}
+
+// configMapHistory records every version of a ConfigMap until the test ends.
+type configMapHistory struct {
+	mu       sync.Mutex
+	versions []*corev1.ConfigMap
+	deleted  int
+}
+
+func watchConfigMap(t *testing.T, client kubernetes.Interface, namespace, name string) *configMapHistory {
+	t.Helper()
+	w, err := client.CoreV1().ConfigMaps(namespace).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &configMapHistory{}
+	go func() {
+		for ev := range w.ResultChan() {
+			cm, ok := ev.Object.(*corev1.ConfigMap)
+			if !ok {
+				continue
+			}
+			h.mu.Lock()
+			if ev.Type == watch.Deleted {
+				h.deleted++
+			} else {
+				h.versions = append(h.versions, cm)
+			}
+			h.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return h
+}
+
+// anyVersion reports whether a recorded version satisfies ok, and how many were deleted.
+func (h *configMapHistory) anyVersion(ok func(*corev1.ConfigMap) bool) (bool, int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, cm := range h.versions {
+		if ok(cm) {
+			return true, h.deleted
+		}
+	}
+	return false, h.deleted
+}
+
+// Two TrustTargets naming one ConfigMap: the first claimant writes it, the other
+// writes nothing there, both say so naming the other, and they never take turns.
+// Deleting the writer hands the ConfigMap to the other whole: never deleted, never
+// without a writer's keys. A target naming an annotated ConfigMap leaves it to its
+// annotations, and an annotated ConfigMap a target writes is left to the target.
+func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	root, next := fixtures.CA("claims"), fixtures.CA("claims next")
+	nativeBundle(t, client, "claims-"+run, root)
+	ns := "claims-" + run
+	labelledNamespace(t, client, ns, map[string]string{"trust": "claims-" + run})
+	history := watchConfigMap(t, client, ns, "shared")
+	target := func(name, key, object string) {
+		createTarget(t, cp, name, map[string]any{
+			"sources": []any{map[string]any{"name": "claims-" + run, "path": key}},
+			"target":  map[string]any{"configMap": map[string]any{"name": object}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "claims-" + run}}},
+		})
+	}
+	first, second := "claims-first-"+run, "claims-second-"+run
+	target(first, "first.crt", "shared")
+	waitReason(t, cp, first, "Synced")
+	target(second, "second.crt", "shared")
+	if st := waitReason(t, cp, second, "Conflict"); !strings.Contains(readyMessage(st), "written by TrustTarget "+first) {
+		t.Errorf("the second claimant does not name the writer: %q", readyMessage(st))
+	}
+	if st := waitReason(t, cp, first, "Conflict"); !strings.Contains(readyMessage(st), "TrustTarget "+second+" also names ConfigMap "+ns+"/shared") {
+		t.Errorf("the writer does not name the other claimant: %q", readyMessage(st))
+	}
+	setNativeBundle(t, client, "claims-"+run, root, next)
+	waitFor(t, "the writer's key following the edit", func() bool {
+		v, _ := keyOf(t, client, ns, "shared", "first.crt")
+		return v == string(root.CertPEM())+string(next.CertPEM()) || strings.Count(v, "BEGIN CERTIFICATE") == 2
+	})
+	if took, _ := history.anyVersion(func(cm *corev1.ConfigMap) bool {
+		_, has := cm.Data["second.crt"]
+		return has || cm.Labels[targets.TargetLabel] != first
+	}); took {
+		t.Error("the second claimant wrote into the ConfigMap the first writes")
+	}
+
+	// The writer goes: the other takes the object over, without a gap.
+	if err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second claimant writing the ConfigMap", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "shared", metav1.GetOptions{})
+		_, firstKey := cm.Data["first.crt"]
+		return err == nil && cm.Labels[targets.TargetLabel] == second && cm.Data["second.crt"] != "" && !firstKey
+	})
+	waitReason(t, cp, second, "Synced")
+	if _, deleted := history.anyVersion(func(*corev1.ConfigMap) bool { return false }); deleted > 0 {
+		t.Errorf("the ConfigMap another target still claimed was deleted %d times", deleted)
+	}
+
+	// An annotated ConfigMap is its annotations' to fill.
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "annotated", Annotations: map[string]string{
+		"trustsync.io/inject": "true", "trustsync.io/bundle-name": "claims-" + run, "trustsync.io/path": "annotated.crt"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the annotated ConfigMap filled", func() bool { v, _ := keyOf(t, client, ns, "annotated", "annotated.crt"); return v != "" })
+	target("claims-third-"+run, "third.crt", "annotated")
+	if st := waitReason(t, cp, "claims-third-"+run, "Conflict"); !strings.Contains(readyMessage(st), "annotated trustsync.io/inject") {
+		t.Errorf("the target does not say the object is the annotation's: %q", readyMessage(st))
+	}
+	if _, has := keyOf(t, client, ns, "annotated", "third.crt"); has {
+		t.Error("the target wrote into an annotated ConfigMap")
+	}
+	// And the annotation on a target's ConfigMap is refused on the object.
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "shared", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Annotations = map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "claims-" + run, "trustsync.io/path": "injected.crt"}
+	if _, err := client.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventOn(t, client, ns, "shared", "TrustInjectConflict", "TrustTarget "+second+" writes this ConfigMap")
+	if st := waitReason(t, cp, second, "Conflict"); !strings.Contains(readyMessage(st), "also annotated trustsync.io/inject") {
+		t.Errorf("the target does not say its object is annotated too: %q", readyMessage(st))
+	}
+	if _, has := keyOf(t, client, ns, "shared", "injected.crt"); has {
+		t.Error("the annotation was acted on in a ConfigMap a target writes")
+	}
+}
+
+// A ConfigMap a user made, written into by a target, is never deleted: when its
+// namespace stops matching, only the target's keys, label and marker go. One the
+// target made goes whole.
+func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	root := fixtures.CA("created")
+	nativeBundle(t, client, "created-"+run, root)
+	users, made := "created-users-"+run, "created-made-"+run
+	labelledNamespace(t, client, users, map[string]string{"trust": "created-" + run})
+	labelledNamespace(t, client, made, map[string]string{"trust": "created-" + run})
+	if _, err := client.CoreV1().ConfigMaps(users).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "roots"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createTarget(t, cp, "created-"+run, map[string]any{
+		"sources": []any{map[string]any{"name": "created-" + run, "path": "ca.crt"}},
+		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "created-" + run}}},
+	})
+	for _, ns := range []string{users, made} {
+		waitFor(t, ns+" filled", func() bool { v, _ := keyOf(t, client, ns, "roots", "ca.crt"); return v != "" })
+	}
+	if cm, _ := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[targets.CreatedAnnotation] != "true" {
+		t.Errorf("the ConfigMap the target made is not marked so: %v", cm.Annotations)
+	}
+	if cm, _ := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[targets.CreatedAnnotation] != "" {
+		t.Errorf("the user's ConfigMap is marked as the target's: %v", cm.Annotations)
+	}
+	for _, ns := range []string{users, made} {
+		n, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["trust"] = "none"
+		if _, err := client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the target's own ConfigMap deleted", func() bool {
+		_, err := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	waitFor(t, "the user's ConfigMap emptied of the target's key and label", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{})
+		return err == nil && len(cm.Data) == 0 && cm.Labels[targets.TargetLabel] == ""
+	})
+}
+
+// A name that cannot label what the target writes is refused when created.
+func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
+	cp := planes.Get(t, true)
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource)
+	for _, tc := range []struct {
+		name    string
+		refused bool
+	}{
+		{name: strings.Repeat("a", 63)},
+		{name: strings.Repeat("b", 64), refused: true},
+	} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind, "metadata": map[string]any{"name": tc.name},
+			"spec": map[string]any{"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}}, "target": map[string]any{"configMap": map[string]any{"name": "x"},
+				"namespaceSelector": map[string]any{"matchLabels": map[string]any{"nothing": "matches"}}}}}}
+		_, err := c.Create(context.Background(), obj, metav1.CreateOptions{})
+		if err == nil {
+			_ = c.Delete(context.Background(), tc.name, metav1.DeleteOptions{})
+		}
+		switch {
+		case tc.refused && (err == nil || !strings.Contains(err.Error(), "at most 63 characters")):
+			t.Errorf("a %d-character name: got %v; want it refused saying at most 63 characters", len(tc.name), err)
+		case !tc.refused && err != nil:
+			t.Errorf("a %d-character name was refused: %v", len(tc.name), err)
+		}
+	}
+}
+
+// targetWrites is what the signer's TrustTarget controller sent and reconciled.
+func targetWrites(t *testing.T, p *controlplane.Process) (writes, reconciles float64) {
+	t.Helper()
+	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		value := func() float64 {
+			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			return f
+		}
+		switch {
+		case strings.HasPrefix(line, `trustsync_targets_writes_total{controller="targets"`):
+			writes += value()
+		case strings.HasPrefix(line, `trustsync_targets_reconciles_total{controller="targets"}`):
+			reconciles += value()
+		}
+	}
+	return writes, reconciles
+}
+
+// Writes grow with what changed, not with targets times namespaces: a new namespace
+// costs one write per target selecting it, an edit one per object it changes, and a
+// reconcile with nothing to change none.
+func TestTargets_WritesFollowWhatChanged(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	const nTargets, nNamespaces = 3, 12
+	root, next := fixtures.CA("writes"), fixtures.CA("writes next")
+	for i := range nTargets {
+		nativeBundle(t, client, fmt.Sprintf("writes-%s-%d", run, i), root)
+	}
+	label := map[string]string{"trust": "writes-" + run}
+	for i := range nNamespaces {
+		labelledNamespace(t, client, fmt.Sprintf("writes-%s-%02d", run, i), label)
+	}
+	for i := range nTargets {
+		createTarget(t, cp, fmt.Sprintf("writes-%s-%d", run, i), map[string]any{
+			"sources": []any{map[string]any{"name": fmt.Sprintf("writes-%s-%d", run, i), "path": "ca.crt"}},
+			"target":  map[string]any{"configMap": map[string]any{"name": fmt.Sprintf("roots-%d", i)}, "namespaceSelector": map[string]any{"matchLabels": label}},
+		})
+	}
+	synced := func(namespaces int) func() bool {
+		return func() bool {
+			for i := range nTargets {
+				st := targetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i))
+				if st.Namespaces != namespaces || st.Synced != namespaces {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitFor(t, "every target synced", synced(nNamespaces))
+	// settled waits until the controller has reconciled every target once more
+	// after whatever came before (a namespace label no target selects on enqueues
+	// them all), so that the count read next is complete.
+	settled := func() float64 {
+		_, before := targetWrites(t, signers[cp])
+		n, err := client.CoreV1().Namespaces().Get(ctx, fmt.Sprintf("writes-%s-00", run), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["poke"] = strconv.FormatInt(time.Now().UnixNano(), 10)
+		if _, err := client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, signers[cp]); return r >= before+nTargets })
+		w, _ := targetWrites(t, signers[cp])
+		return w
+	}
+	idle := settled()
+	if again := settled(); again != idle {
+		t.Errorf("reconciling targets with nothing to change sent %v writes; want 0", again-idle)
+	}
+
+	labelledNamespace(t, client, fmt.Sprintf("writes-%s-new", run), label)
+	waitFor(t, "the new namespace filled", synced(nNamespaces+1))
+	afterNamespace := settled()
+	if got := afterNamespace - idle; got != nTargets {
+		t.Errorf("a new namespace cost %v writes; want %d, one per target selecting it", got, nTargets)
+	}
+
+	setNativeBundle(t, client, fmt.Sprintf("writes-%s-0", run), root, next)
+	waitFor(t, "the edit written in every namespace", func() bool {
+		for i := range nNamespaces {
+			if v, _ := keyOf(t, client, fmt.Sprintf("writes-%s-%02d", run, i), "roots-0", "ca.crt"); strings.Count(v, "BEGIN CERTIFICATE") != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := settled() - afterNamespace; got != nNamespaces+1 {
+		t.Errorf("an edit of one target's bundle cost %v writes; want %d, one per object it changes", got, nNamespaces+1)
+	}
+}
