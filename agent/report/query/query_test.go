@@ -6,6 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -51,5 +56,59 @@ func TestResolveAnchor_TakesAPEMFileAHashOrAUniquePrefix(t *testing.T) {
 				t.Fatalf("got %v, %v; want [%s]", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// projected is a running pod on node reading bundle name through the kubelet.
+func projected(name, node, bundleName string, started bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: &bundleName, Path: "ca.pem"}}}}}}}}}
+	if started {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	}
+	return p
+}
+
+func nodeReport(node string, anchor string, pods ...*corev1.Pod) *report.NodeTrustReport {
+	set := report.SetID([]string{anchor})
+	r := &report.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, AnchorSets: []report.AnchorSet{{ID: set, Anchors: []string{anchor}, Count: 1}}}
+	for _, p := range pods {
+		r.Pods = append(r.Pods, report.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+			Files: []report.FileHolding{{Path: "/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: set}}})
+	}
+	return r
+}
+
+func TestWhoTrustsAndUnseen_AReportSpeaksForItsNodeAndNobodyMeansEveryoneWasSeen(t *testing.T) {
+	anchor := holdings.AnchorID(fixtures.CA("who").Cert.Raw)
+	onA, onB, onC, never := projected("on-a", "a", "b1", true), projected("on-b", "b", "b1", true), projected("on-c", "c", "b1", true), projected("never", "a", "b1", false)
+	c := Cluster{Pods: []*corev1.Pod{onA, onB, onC, never},
+		// Node a's report also claims the pod node b runs.
+		Reports:    []*report.NodeTrustReport{nodeReport("a", anchor, onA, onB)},
+		Unreadable: map[string]string{"b": "report of node b unreadable: bad"},
+	}
+	holders := c.WhoTrusts(anchor, "")
+	if len(holders) != 1 || holders[0].Pod != "on-a" {
+		t.Errorf("holders %+v; want on-a alone: a report speaks for its own node's pods", holders)
+	}
+	unseen := c.Unseen("")
+	if len(unseen) != 2 || unseen[0].Node != "b" || unseen[0].Reason != "report of node b unreadable: bad" || unseen[1].Node != "c" || !strings.HasPrefix(unseen[1].Reason, "no report from node c") {
+		t.Errorf("unseen %+v; want node b (unreadable) and node c (no report), not the pod that never started", unseen)
+	}
+	everyone := Cluster{Pods: []*corev1.Pod{onA, never}, Reports: c.Reports}
+	if u := everyone.Unseen(""); len(u) != 0 {
+		t.Errorf("every running pod was seen, yet unseen is %+v", u)
+	}
+}
+
+func TestProgress_APodThatNeverStartedHoldsNoRotationBack(t *testing.T) {
+	newCA := holdings.AnchorID(fixtures.CA("progress").Cert.Raw)
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
+	running, pending := projected("running", "a", "b1", true), projected("pending", "a", "b1", false)
+	c := Cluster{Pods: []*corev1.Pod{running, pending}, Reports: []*report.NodeTrustReport{nodeReport("a", newCA, running)}}
+	p := c.Progress(newCA, []*certificatesv1.ClusterTrustBundle{b})
+	if p.Holding != 1 || p.Expected != 1 || len(p.NotStarted) != 1 || p.NotStarted[0] != "ns/pending" {
+		t.Errorf("progress %+v; want 1 of 1, ns/pending not started", p)
 	}
 }
