@@ -16,9 +16,9 @@ type metrics struct {
 	// rotationUnobserved counts the checks of a waiting rotation that could not
 	// tell how far the new CA had reached.
 	rotationUnobserved *prometheus.CounterVec
-	leader       prometheus.Gauge
-	pcrs         *prometheus.CounterVec
-	pcrLatency   *prometheus.HistogramVec
+	leader             prometheus.Gauge
+	pcrs               *prometheus.CounterVec
+	pcrLatency         *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

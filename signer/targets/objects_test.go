@@ -35,7 +35,11 @@ func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
 		{name: "a key of ours the apply drops", obj: cm(`{"f:data":{"f:ca.crt":{},"f:gone.crt":{}},"f:binaryData":{"f:t.p12":{}},"f:metadata":{"f:labels":{"f:trustsync.io/target":{}}}}`, map[string]string{"ca.crt": "PEM", "gone.crt": "x"}, label)},
 		{name: "the key held but owned by another manager", obj: cm(`{"f:binaryData":{"f:t.p12":{}},"f:metadata":{"f:labels":{"f:trustsync.io/target":{}}}}`, map[string]string{"ca.crt": "PEM"}, label)},
 		{name: "another target's label", obj: cm(ours, map[string]string{"ca.crt": "PEM"}, map[string]string{TargetLabel: "other"})},
-		{name: "no managed fields at all", obj: func() object { o := cm(ours, map[string]string{"ca.crt": "PEM"}, label); o.meta.SetManagedFields(nil); return o }()},
+		{name: "no managed fields at all", obj: func() object {
+			o := cm(ours, map[string]string{"ca.crt": "PEM"}, label)
+			o.meta.SetManagedFields(nil)
+			return o
+		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.obj.holds(want, FieldManager); got != tc.holds {

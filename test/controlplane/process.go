@@ -25,8 +25,8 @@ type Process struct {
 	binary string
 	starts int
 	cmd    *exec.Cmd
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
 }
 
 // StartProcess starts binary with args, logging to logPath. The child gets SIGKILL if
