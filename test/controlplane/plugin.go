@@ -38,6 +38,21 @@ func (p Plugin) Run(t testing.TB, args ...string) (string, int) {
 	return string(out), cmd.ProcessState.ExitCode()
 }
 
+// Output runs the plugin and returns its standard output and error apart, and its
+// exit code: for what is piped on, as convert's YAML is into kubectl apply.
+func (p Plugin) Output(t testing.TB, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(p.bin, append(args, "--kubeconfig", p.kubeconfig)...)
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return string(out), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
 // JSON runs the plugin with -o json, wants exit code code, and decodes its output
 // into v.
 func (p Plugin) JSON(t testing.TB, v any, code int, args ...string) {

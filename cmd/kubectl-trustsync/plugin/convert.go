@@ -63,24 +63,37 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 			if err := dec.Decode(&b); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
-				return fmt.Errorf("%s, document %d: %w", f, doc, err)
+				return fmt.Errorf("%s, document %d: not a Kubernetes object: %w", f, doc, err)
 			}
 			if b.Kind == "List" || b.Kind == "BundleList" || b.Kind == "ClusterBundleList" {
 				return fmt.Errorf("%s, document %d: a %s; give the objects one per document (kubectl get bundles -o yaml | yq '.items[]' works), or convert them one by one", f, doc, b.Kind)
 			}
-			if !isTrustManager(b.APIVersion, b.Kind) {
-				notes = append(notes, fmt.Sprintf("%s, document %d: %s %s %q is not a trust-manager Bundle or ClusterBundle; skipped", f, doc, b.APIVersion, b.Kind, b.Name))
+			if !targets.IsTrustManager(b.APIVersion, b.Kind) {
+				notes = append(notes, fmt.Sprintf("%s, document %d: %q %q %q is not a trust-manager Bundle (trust.cert-manager.io) or ClusterBundle (trust-manager.io); skipped", f, doc, b.APIVersion, b.Kind, b.Name))
 				continue
 			}
-			c := targets.FromTrustManager(&b)
+			c, err := targets.FromTrustManager(&b)
+			if err != nil {
+				return fmt.Errorf("%s, document %d: %w", f, doc, err)
+			}
 			notes = append(notes, c.Notes...)
 			for _, bundle := range c.Bundles {
-				if err := writeDoc(&out, bundle); err != nil {
+				if err := writeDoc(&out, bundle, ""); err != nil {
 					return err
 				}
 			}
-			if err := writeDoc(&out, c.Target); err != nil {
-				return err
+			for _, t := range c.Targets {
+				if err := writeDoc(&out, t, ""); err != nil {
+					return err
+				}
+			}
+			// What would be refused is shown for review, commented out: never
+			// printed as ready to apply.
+			for _, r := range c.Refused {
+				notes = append(notes, r.Why)
+				if err := writeDoc(&out, r.Object, "# "); err != nil {
+					return err
+				}
 			}
 			converted++
 		}
@@ -89,8 +102,9 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 		return errors.New("no trust-manager Bundle or ClusterBundle found")
 	}
 	for _, n := range notes {
-		fmt.Fprintln(o.stdout, "# NOT CARRIED OVER: "+n)
-		fmt.Fprintln(stderr, "not carried over: "+n)
+		// One line each, whatever the input held: a note is a comment, never YAML.
+		fmt.Fprintln(o.stdout, "# NOT CARRIED OVER: "+oneLine(n))
+		fmt.Fprintln(stderr, "not carried over: "+oneLine(n))
 	}
 	if len(notes) > 0 {
 		o.code = ExitNotAll
@@ -99,14 +113,10 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 	return err
 }
 
-func isTrustManager(apiVersion, kind string) bool {
-	group, _, _ := strings.Cut(apiVersion, "/")
-	return (group == "trust.cert-manager.io" && kind == "Bundle") || (group == "trust-manager.io" && kind == "ClusterBundle")
-}
-
-// writeDoc prints obj as a YAML document, as one would apply it: no status, no
-// server-set metadata.
-func writeDoc(w io.Writer, obj any) error {
+// writeDoc prints obj as a YAML document, as one would apply it (no status, no
+// server-set metadata), produced by a YAML encoder; each line after prefix ("# "
+// comments the document out).
+func writeDoc(w io.Writer, obj any, prefix string) error {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return err
@@ -123,7 +133,15 @@ func writeDoc(w io.Writer, obj any) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "---")
-	_, err = w.Write(data)
-	return err
+	fmt.Fprintln(w, prefix+"---")
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n") {
+		line = strings.TrimSuffix(line, "\n")
+		if prefix != "" {
+			line = oneLine(line) // a commented line stays one comment, whatever it holds
+		}
+		if _, err := io.WriteString(w, prefix+line+"\n"); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -9,20 +9,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/x509roots/fallback/bundle"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/signer/targets"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 // trustManagerVersion is the trust-manager release whose documented example Bundles
@@ -30,9 +37,9 @@ import (
 // serves it (never copied into this repository).
 const trustManagerVersion = "v0.25.0"
 
-// trustManagerExamples are the Bundles trust-manager's README documents, each YAML
-// block that declares one.
-func trustManagerExamples(t *testing.T) []byte {
+// trustManagerModule is trust-manager's module directory, as the Go module proxy
+// serves it.
+func trustManagerModule(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("go", "mod", "download", "-json", "github.com/cert-manager/trust-manager@"+trustManagerVersion)
@@ -46,7 +53,14 @@ func trustManagerExamples(t *testing.T) []byte {
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		t.Fatalf("go mod download: %v\n%s", err, out)
 	}
-	readme, err := os.ReadFile(filepath.Join(mod.Dir, "README.md"))
+	return mod.Dir
+}
+
+// trustManagerExamples are the Bundles trust-manager's README documents, each YAML
+// block that declares one.
+func trustManagerExamples(t *testing.T) []byte {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(trustManagerModule(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +141,180 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 		})
 	}
 	t.Logf("%d public roots in trust-manager-bundle/bundle.pem in all %d namespaces", len(roots), len(namespaces.Items))
+}
+
+// decodeAll decodes every YAML document convert printed (comments are not documents).
+func decodeAll(t *testing.T, out string) []*unstructured.Unstructured {
+	t.Helper()
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("convert printed what does not decode: %v\n%s", err, out)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+}
+
+// applyConverted applies what convert printed, as kubectl apply would, removed when
+// the test ends.
+func applyConverted(t *testing.T, cp *controlplane.ControlPlane, out string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, obj := range decodeAll(t, out) {
+		raw, err := obj.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		applied, err := controlplane.Apply(ctx, cp.AdminConfig(), raw)
+		if err != nil {
+			t.Fatalf("the API server refused what convert printed as ready: %v", err)
+		}
+		for _, a := range applied {
+			gvr := targets.Resource
+			if a.GetKind() == "ClusterTrustBundle" {
+				gvr = certificatesv1.SchemeGroupVersion.WithResource("clustertrustbundles")
+			}
+			t.Cleanup(func() {
+				_ = dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(gvr).Delete(context.Background(), a.GetName(), metav1.DeleteOptions{})
+			})
+		}
+	}
+}
+
+// A ClusterBundle written to trust-manager's own CRD (read from its module and served
+// by the API server, which validates it) converts field by field: the public roots
+// and its inline CAs, written as its data keys (PEM and PKCS#12) into a ConfigMap in
+// the namespaces it selects; its sourceRefs and target metadata are named as not
+// carried over.
+func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	crd, err := os.ReadFile(filepath.Join(trustManagerModule(t), "deploy", "crds", "trust-manager.io_clusterbundles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlplane.Apply(ctx, cp.AdminConfig(), crd); err != nil {
+		t.Fatal(err)
+	}
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	inline := fixtures.CA("cluster bundle inline")
+	clusterBundles := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(schema.GroupVersionResource{Group: "trust-manager.io", Version: "v1alpha2", Resource: "clusterbundles"})
+	name := "corp-" + run
+	cb := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trust-manager.io/v1alpha2", "kind": "ClusterBundle", "metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"defaultCAs": map[string]any{"provider": "System"},
+			"inLineCAs":  string(inline.CertPEM()),
+			"sourceRefs": []any{map[string]any{"kind": "Secret", "name": "corp-ca", "key": "*.crt"}},
+			"target": map[string]any{
+				"configMap": map[string]any{
+					"data":     []any{map[string]any{"key": "ca.pem"}, map[string]any{"key": "ca.p12", "format": "PKCS12", "password": "changeit"}},
+					"metadata": map[string]any{"labels": map[string]any{"team": "platform"}},
+				},
+				"namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": name}},
+			}}}}
+	// trust-manager's schema (served by the CRD) validates it; the CRD may take a
+	// moment to be served.
+	waitFor(t, "the ClusterBundle accepted by trust-manager's CRD", func() bool {
+		_, err = clusterBundles.Create(ctx, cb, metav1.CreateOptions{})
+		return err == nil
+	})
+	t.Cleanup(func() { _ = clusterBundles.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	stored, err := clusterBundles.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(t.TempDir(), "clusterbundle.yaml")
+	raw, _ := stored.MarshalJSON()
+	if err := os.WriteFile(input, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := controlplane.NewPlugin(t, cp).Output(t, "convert", "-f", input)
+	if code != 3 {
+		t.Fatalf("convert exits %d; want 3, for the sourceRefs and metadata not carried over:\n%s", code, out)
+	}
+	for _, want := range []string{`sourceRefs[0], a Secret "corp-ca" key "*.crt"`, "target.configMap.metadata"} {
+		if !strings.Contains(out, "# NOT CARRIED OVER: ClusterBundle \""+name+"\": ") || !strings.Contains(out, want) {
+			t.Errorf("convert does not say %q is not carried over:\n%s", want, out)
+		}
+	}
+	applyConverted(t, cp, out)
+
+	client := kube(t, cp.AdminConfig())
+	labelledNamespace(t, client, name, map[string]string{"trust": name})
+	waitFor(t, "the converted ClusterBundle's ConfigMap written with both data keys", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(name).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		pem, err := holdings.Anchors([]byte(cm.Data["ca.pem"]))
+		store, errP := truststore.DecodePKCS12(cm.BinaryData["ca.p12"], "changeit")
+		return err == nil && errP == nil && len(pem) > 100 && slices.Contains(pem, holdings.AnchorID(inline.Cert.Raw)) && len(store) == len(pem)
+	})
+}
+
+// Whatever the input holds, convert prints only the objects it converted, from a
+// YAML encoder: a kind or a name made to look like YAML stays in a one-line comment;
+// what the controller would refuse (too many sources) is commented out and named;
+// a Bundle writing a ConfigMap and a Secret becomes two targets; exit 3 each time.
+func TestConvert_IsSafeToPipeIntoKubectlApply(t *testing.T) {
+	cp := planes.Get(t, true)
+	var many strings.Builder
+	for range 12 {
+		many.WriteString("  - useDefaultCAs: true\n")
+	}
+	binding := "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: owned}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: Group, name: system:authenticated, apiGroup: rbac.authorization.k8s.io}]\n"
+	input := `apiVersion: vendor.example/v1
+kind: ` + strconv.Quote("Vendor\n"+binding) + `
+metadata: {name: x}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: ` + strconv.Quote("evil\n"+binding) + `}
+spec:
+  sources: [{useDefaultCAs: true}]
+  target: {configMap: {key: ca.crt}}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: both}
+spec:
+  sources: [{useDefaultCAs: true}]
+  target: {configMap: {key: ca.crt}, secret: {key: ca.crt}}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: many}
+spec:
+  sources:
+` + many.String() + `  target:
+    configMap: {key: a.pem}
+    additionalFormats: {jks: {key: a.jks}, pkcs12: {key: a.p12, password: changeit}}
+`
+	file := filepath.Join(t.TempDir(), "input.yaml")
+	if err := os.WriteFile(file, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code := controlplane.NewPlugin(t, cp).Output(t, "convert", "-f", file)
+	if code != 3 {
+		t.Errorf("convert exits %d; want 3", code)
+	}
+	var printed []string
+	for _, obj := range decodeAll(t, out) {
+		printed = append(printed, obj.GetKind()+"/"+obj.GetName())
+	}
+	if want := []string{"TrustTarget/both", "TrustTarget/both-secret"}; !slices.Equal(printed, want) {
+		t.Errorf("convert printed as ready to apply %v; want %v\n%s", printed, want, out)
+	}
+	for _, want := range []string{`TrustTarget "many" would be refused: spec.sources: Too many: 36`, `would be refused: metadata.name`, `"Vendor\n---\napiVersion: rbac`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("convert does not say %q:\n%s", want, out)
+		}
+	}
+	applyConverted(t, cp, out)
 }
