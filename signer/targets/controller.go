@@ -439,23 +439,37 @@ func (c *Controller) written(kind, namespace, name string) *object {
 	return &o
 }
 
-// anyWritten is one of target's objects, the base of its first rendering.
-func (c *Controller) anyWritten(kind, target, name string) *object {
+// writtenBy is every object carrying target's label, as the informers hold them.
+func (c *Controller) writtenBy(target string) ([]object, error) {
 	sel := labels.SelectorFromSet(labels.Set{TargetLabel: target})
-	var found []any
-	if kind == "Secret" && c.secrets != nil {
-		secs, _ := c.secrets.List(sel)
-		for _, s := range secs {
-			found = append(found, s)
+	var found []object
+	cms, err := c.configMaps.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, cm := range cms {
+		o, _ := objectOf(cm)
+		found = append(found, o)
+	}
+	if c.secrets != nil {
+		secs, err := c.secrets.List(sel)
+		if err != nil {
+			return nil, err
 		}
-	} else if kind == "ConfigMap" {
-		cms, _ := c.configMaps.List(sel)
-		for _, cm := range cms {
-			found = append(found, cm)
+		for _, s := range secs {
+			o, _ := objectOf(s)
+			found = append(found, o)
 		}
 	}
-	for _, obj := range found {
-		if o, ok := objectOf(obj); ok && o.meta.GetName() == name {
+	return found, nil
+}
+
+// anyWritten is one of target's objects of kind and name, the base of its first
+// rendering.
+func (c *Controller) anyWritten(kind, target, name string) *object {
+	found, _ := c.writtenBy(target)
+	for _, o := range found {
+		if o.kind() == kind && o.meta.GetName() == name {
 			return &o
 		}
 	}
@@ -552,32 +566,13 @@ func conflictDetail(err error) string {
 // passes to it whole (that target's next apply replaces the keys): nothing is
 // released or deleted under it.
 func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind, namespace, name string) bool, claimed []claim) error {
-	sel := labels.SelectorFromSet(labels.Set{TargetLabel: target})
-	var found []object
-	cms, err := c.configMaps.List(sel)
+	found, err := c.writtenBy(target)
 	if err != nil {
 		return err
 	}
-	for _, cm := range cms {
-		o, _ := objectOf(cm)
-		found = append(found, o)
-	}
-	if c.secrets != nil {
-		secs, err := c.secrets.List(sel)
-		if err != nil {
-			return err
-		}
-		for _, s := range secs {
-			o, _ := objectOf(s)
-			found = append(found, o)
-		}
-	}
 	var errs []error
 	for _, o := range found {
-		kind := "ConfigMap"
-		if o.secret {
-			kind = "Secret"
-		}
+		kind := o.kind()
 		if keep != nil && keep(kind, o.meta.GetNamespace(), o.meta.GetName()) {
 			continue
 		}

@@ -44,6 +44,13 @@ func objectOf(obj any) (object, bool) {
 	return object{}, false
 }
 
+func (o object) kind() string {
+	if o.secret {
+		return "Secret"
+	}
+	return "ConfigMap"
+}
+
 // getObject reads a ConfigMap (or a Secret) whole: one the controller's informer does
 // not hold, which a user or an annotation may have made.
 func getObject(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name string) (*object, error) {

@@ -201,7 +201,7 @@ func issuedBy(t *testing.T, cp *controlplane.ControlPlane) string {
 }
 
 // waitFor polls ok for a minute.
-func waitFor(t *testing.T, what string, ok func() bool) {
+func waitFor(t testing.TB, what string, ok func() bool) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
 		t.Fatalf("never saw %s: %v", what, err)

@@ -39,7 +39,7 @@ func restartSigner(t *testing.T, cp *controlplane.ControlPlane) {
 }
 
 // pem is the content of a ConfigMap's key, "" without it.
-func keyOf(t *testing.T, client kubernetes.Interface, namespace, name, key string) (string, bool) {
+func keyOf(t testing.TB, client kubernetes.Interface, namespace, name, key string) (string, bool) {
 	t.Helper()
 	cm, err := client.CoreV1().ConfigMaps(namespace).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -313,7 +313,7 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 }
 
 // targetWrites is what the signer's TrustTarget controller sent and reconciled.
-func targetWrites(t *testing.T, p *controlplane.Process) (writes, reconciles float64) {
+func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
 	if err != nil {
@@ -337,12 +337,32 @@ func targetWrites(t *testing.T, p *controlplane.Process) (writes, reconciles flo
 	return writes, reconciles
 }
 
+// reconcileAll waits until the controller has reconciled n targets once more after
+// whatever came before (a label no target selects, set on namespace, enqueues them
+// all), and returns the writes it has sent by then: complete, with no sleep.
+func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string, n int) float64 {
+	t.Helper()
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	_, before := targetWrites(t, signers[cp])
+	ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels["poke"] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, signers[cp]); return r >= before+float64(n) })
+	w, _ := targetWrites(t, signers[cp])
+	return w
+}
+
 // Writes grow with what changed, not with targets times namespaces: a new namespace
 // costs one write per target selecting it, an edit one per object it changes, and a
 // reconcile with nothing to change none.
 func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	cp := planes.Get(t, true)
-	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	const nTargets, nNamespaces = 3, 12
@@ -372,23 +392,7 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 		}
 	}
 	waitFor(t, "every target synced", synced(nNamespaces))
-	// settled waits until the controller has reconciled every target once more
-	// after whatever came before (a namespace label no target selects on enqueues
-	// them all), so that the count read next is complete.
-	settled := func() float64 {
-		_, before := targetWrites(t, signers[cp])
-		n, err := client.CoreV1().Namespaces().Get(ctx, fmt.Sprintf("writes-%s-00", run), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.Labels["poke"] = strconv.FormatInt(time.Now().UnixNano(), 10)
-		if _, err := client.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, signers[cp]); return r >= before+nTargets })
-		w, _ := targetWrites(t, signers[cp])
-		return w
-	}
+	settled := func() float64 { return reconcileAll(t, cp, fmt.Sprintf("writes-%s-00", run), nTargets) }
 	idle := settled()
 	if again := settled(); again != idle {
 		t.Errorf("reconciling targets with nothing to change sent %v writes; want 0", again-idle)

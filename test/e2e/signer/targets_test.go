@@ -25,7 +25,7 @@ import (
 
 // createTarget creates a TrustTarget with spec; it is deleted
 // when the test ends.
-func createTarget(t *testing.T, cp *controlplane.ControlPlane, name string, spec map[string]any) {
+func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec map[string]any) {
 	t.Helper()
 	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource)
 	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind,
@@ -37,7 +37,7 @@ func createTarget(t *testing.T, cp *controlplane.ControlPlane, name string, spec
 }
 
 // targetStatus is the target's status now.
-func targetStatus(t *testing.T, cp *controlplane.ControlPlane, name string) targets.Status {
+func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) targets.Status {
 	t.Helper()
 	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -79,7 +79,7 @@ func readyMessage(st targets.Status) string {
 }
 
 // nativeBundle creates a native bundle holding anchors, deleted when the test ends.
-func nativeBundle(t *testing.T, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
+func nativeBundle(t testing.TB, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
 	t.Helper()
 	if _, err := client.CertificatesV1().ClusterTrustBundles().Create(context.Background(), &certificatesv1.ClusterTrustBundle{
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(anchors...)}}, metav1.CreateOptions{}); err != nil {
@@ -90,7 +90,7 @@ func nativeBundle(t *testing.T, client kubernetes.Interface, name string, anchor
 	})
 }
 
-func setNativeBundle(t *testing.T, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
+func setNativeBundle(t testing.TB, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, name, metav1.GetOptions{})
@@ -107,7 +107,7 @@ func setNativeBundle(t *testing.T, client kubernetes.Interface, name string, anc
 }
 
 // labelledNamespace creates a namespace with labels; it is deleted when the test ends.
-func labelledNamespace(t *testing.T, client kubernetes.Interface, name string, labels map[string]string) {
+func labelledNamespace(t testing.TB, client kubernetes.Interface, name string, labels map[string]string) {
 	t.Helper()
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,130 @@
+package signer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// BenchmarkTargets_1000Namespaces20Targets measures what the TrustTarget controller
+// sends as a cluster grows and changes, at 1,000 namespaces each selected by 20
+// targets (20,000 ConfigMaps): each iteration creates one namespace and edits one
+// target's bundle, and reports the writes each cost (from the controller's own
+// trustsync_targets_writes_total) and the time until every object holds the result.
+// The needed writes are 20 for the namespace and 1,001 for the edit; an idle round
+// (every target reconciled with nothing changed) should cost none.
+func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
+	cp := planes.Get(b, true)
+	ctx := context.Background()
+	client := kube(b, cp.AdminConfig())
+	const nTargets, nNamespaces = 20, 1000
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	label := map[string]string{"bench": "targets-" + run}
+	root := fixtures.CA("bench targets")
+	anchors := []*fixtures.Cert{root}
+	for i := range nTargets {
+		nativeBundle(b, client, fmt.Sprintf("bench-%s-%d", run, i), root)
+	}
+	// Namespaces are made ten at a time: the admin's client, not the controller, is
+	// what waits here.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	for i := range nNamespaces {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			labelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), label)
+		}()
+	}
+	wg.Wait()
+	start := time.Now()
+	for i := range nTargets {
+		createTarget(b, cp, fmt.Sprintf("bench-%s-%d", run, i), map[string]any{
+			"sources": []any{map[string]any{"name": fmt.Sprintf("bench-%s-%d", run, i), "path": "ca.crt"}},
+			"target":  map[string]any{"configMap": map[string]any{"name": fmt.Sprintf("roots-%d", i)}, "namespaceSelector": map[string]any{"matchLabels": label}},
+		})
+	}
+	namespaces := nNamespaces
+	synced := func() bool {
+		for i := range nTargets {
+			st := targetStatus(b, cp, fmt.Sprintf("bench-%s-%d", run, i))
+			if st.Namespaces != namespaces || st.Synced != namespaces {
+				return false
+			}
+		}
+		return true
+	}
+	waitLong(b, "every target synced in every namespace", 15*time.Minute, synced)
+	fill := time.Since(start)
+	poke := func() float64 { return reconcileAll(b, cp, fmt.Sprintf("bench-%s-0000", run), nTargets) }
+	idleBefore := poke()
+	idle := poke() - idleBefore
+
+	var nsWrites, nsTime, editWrites, editTime []float64
+	b.ResetTimer()
+	for i := range b.N {
+		before := poke()
+		t0 := time.Now()
+		labelledNamespace(b, client, fmt.Sprintf("bench-%s-new-%d", run, i), label)
+		namespaces++
+		waitLong(b, "the new namespace filled by every target", 5*time.Minute, synced)
+		nsTime = append(nsTime, time.Since(t0).Seconds())
+		afterNs := poke()
+		nsWrites = append(nsWrites, afterNs-before)
+
+		next := fixtures.CA(fmt.Sprintf("bench targets %d", i))
+		anchors = append(anchors, next)
+		t0 = time.Now()
+		setNativeBundle(b, client, fmt.Sprintf("bench-%s-0", run), anchors...)
+		waitLong(b, "the edit in every namespace", 10*time.Minute, func() bool {
+			nsList, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=roots-0"})
+			if err != nil {
+				return false
+			}
+			n := 0
+			for _, cm := range nsList.Items {
+				if strings.HasPrefix(cm.Namespace, "bench-"+run) && strings.Count(cm.Data["ca.crt"], "BEGIN CERTIFICATE") == len(anchors) {
+					n++
+				}
+			}
+			return n == namespaces
+		})
+		editTime = append(editTime, time.Since(t0).Seconds())
+		editWrites = append(editWrites, poke()-afterNs)
+	}
+	b.StopTimer()
+	b.ReportMetric(fill.Seconds(), "fill-20000-s")
+	b.ReportMetric(idle, "writes/idle-round")
+	b.ReportMetric(median(nsWrites), "writes/new-namespace")
+	b.ReportMetric(median(nsTime), "s/new-namespace")
+	b.ReportMetric(median(editWrites), "writes/edit")
+	b.ReportMetric(median(editTime), "s/edit")
+}
+
+// waitLong polls ok every second for up to d.
+func waitLong(t testing.TB, what string, d time.Duration, ok func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, d, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
+		t.Fatalf("never saw %s within %s: %v", what, d, err)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
