@@ -1,5 +1,6 @@
-# One image with trustsync's four binaries, built from source:
-#   /trustsync-webhook, /trustsync-sidecar, /trustsync-signer, /trustsync-agent
+# One image with trustsync's five component binaries, built from source:
+#   /trustsync-webhook, /trustsync-sidecar, /trustsync-signer, /trustsync-controller,
+#   /trustsync-agent
 # Multi-stage: Go builds static binaries; the final stage is distroless static,
 # non-root (uid 65532), with nothing else in it.
 #
@@ -11,7 +12,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN for b in webhook sidecar signer agent; do \
+RUN for b in webhook sidecar signer controller agent; do \
       CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/trustsync-$b ./cmd/$b || exit 1; \
     done
 

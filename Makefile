@@ -4,7 +4,7 @@
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver and a real node (kubelet,
 #                      containerd), building both first
-#   make build         the four binaries into bin/
+#   make build         the binaries into bin/ (five components and kubectl-trustsync)
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
@@ -18,7 +18,7 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-BINARIES  := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-agent kubectl-trustsync
+BINARIES  := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync
 # Every package but the e2e suites, which need the control plane.
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,8 +74,22 @@ func Run(ctx context.Context, o *Options) error {
 	m.Register(registry)
 	reg := &registration.Server{Driver: DriverName, Endpoint: o.KubeletEndpoint, Versions: CSIVersions}
 	pods := NewNodePods(podsClient, o.NodeName)
-	ready := func() bool { return pods.HasSynced() && (o.RegistrationDir == "" || reg.Registered()) }
-	if err := healthserver.Serve(ctx, o.HealthAddress, registry, ready, "the node's pods have not listed yet, or the kubelet has not registered the driver"); err != nil {
+	notReady := func() string {
+		switch {
+		case !pods.HasSynced():
+			return "the node's pods have not listed yet"
+		case o.RegistrationDir != "" && !reg.Registered():
+			// The usual cause: the kubelet's root directory is not where the chart
+			// mounted it from, so the kubelet never sees the registration socket and
+			// pods get "driver name csi.trustsync.io not found".
+			kubeletDir := path.Dir(path.Dir(path.Dir(o.KubeletEndpoint))) // <dir>/plugins/<driver>/csi.sock
+			return fmt.Sprintf("the kubelet has not registered the CSI driver %s: it registers the plugins whose sockets appear in its plugins_registry directory, and this agent's socket (in %s, the node's %s/plugins_registry) got no call; if the kubelet's root directory (its --root-dir) is not %s, set the chart's agent.kubeletDir to it, or pods asking for delivery node see \"driver name %s not found\"",
+				DriverName, o.RegistrationDir, kubeletDir, kubeletDir, DriverName)
+		}
+		return ""
+	}
+	ready := func() bool { return notReady() == "" }
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, notReady); err != nil {
 		return err
 	}
 

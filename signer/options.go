@@ -30,14 +30,6 @@ type Options struct {
 	CAPropagationWindow  time.Duration
 	CAPropagation        string
 	CAPropagationMaxWait time.Duration
-	// Targets runs the TrustTarget controller; TargetsSecrets lets it write Secrets.
-	Targets        bool
-	TargetsSecrets bool
-	// TargetsCABundles fills the caBundle fields of annotated webhook
-	// configurations, APIServices and CRDs.
-	TargetsCABundles bool
-	TargetsQPS       float32
-	TargetsBurst     int
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -57,10 +49,6 @@ func NewOptions() *Options {
 		CAPropagationWindow:  10 * time.Minute,
 		CAPropagation:        string(PropagationObserved),
 		CAPropagationMaxWait: time.Hour,
-		Targets:              true,
-		TargetsQPS:           100,
-		TargetsCABundles:     true,
-		TargetsBurst:         200,
 	}
 }
 
@@ -73,6 +61,7 @@ const LeaseName = "trustsync-signer"
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	addMovedFlags(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration.")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (kube-controller-manager uses 20; client-go's default of 5 throttles a burst of CSRs).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
@@ -87,11 +76,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
 	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "With --ca-propagation=timed (or where no node reports are served): how long a new CA is published before it signs anything: trust before use.")
 	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
-	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served), and fill the ConfigMaps annotated trustsync.io/inject: \"true\" with the sources their annotations name.")
-	fs.BoolVar(&o.TargetsSecrets, "targets-secrets", o.TargetsSecrets, "Allow TrustTargets to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
-	fs.BoolVar(&o.TargetsCABundles, "targets-ca-bundles", o.TargetsCABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name. ConfigMaps so annotated are filled whenever --targets is on; Secrets with --targets-secrets.")
-	fs.Float32Var(&o.TargetsQPS, "targets-kube-api-qps", o.TargetsQPS, "Queries per second to the API server for TrustTargets, apart from the signer's own: a bundle edit is one write per selected namespace.")
-	fs.IntVar(&o.TargetsBurst, "targets-kube-api-burst", o.TargetsBurst, "Burst of queries for TrustTargets.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
@@ -110,6 +94,31 @@ func (o *Options) Policy(fs *pflag.FlagSet) (*policy.Policy, error) {
 		names = []string{policy.DefaultSignerName}
 	}
 	return policy.ForSigners(names, o.TrustDomain)
+}
+
+// movedFlags went to trustsync-controller with the TrustTarget and injection
+// controllers: the pod that holds the CA keys writes nothing cluster-wide.
+var movedFlags = []string{"targets", "targets-secrets", "targets-ca-bundles", "targets-kube-api-qps", "targets-kube-api-burst"}
+
+// addMovedFlags registers the moved flags, hidden, so that one given is refused with
+// where it went rather than as unknown.
+func addMovedFlags(fs *pflag.FlagSet) {
+	for _, name := range movedFlags {
+		fs.String(name, "", "")
+		fs.Lookup(name).NoOptDefVal = "true"
+		_ = fs.MarkHidden(name)
+	}
+}
+
+// Moved refuses a flag that went to trustsync-controller, saying where.
+func Moved(fs *pflag.FlagSet) error {
+	var errs []error
+	for _, name := range movedFlags {
+		if fs != nil && fs.Changed(name) {
+			errs = append(errs, fmt.Errorf("--%s moved to trustsync-controller, which runs TrustTargets and injection apart from the CA keys (the chart's targets.* values configure it there; its API rate flags are --kube-api-qps and --kube-api-burst): remove it from the signer's arguments", name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Validate reports flag values that cannot work.

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -40,8 +38,6 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
-	"github.com/trustsync/trustsync/sidecar/watch"
-	"github.com/trustsync/trustsync/signer/targets"
 )
 
 // resync re-checks every CA now and then even without an event, as a safety net.
@@ -55,6 +51,9 @@ type Campaign = func(ctx context.Context, cfg *rest.Config, namespace, name stri
 // the Lease, and exits when it loses it so a restart starts clean; a nil campaign acts
 // at once.
 func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) error {
+	if err := Moved(fs); err != nil {
+		return err
+	}
 	pol, err := o.Policy(fs)
 	if err != nil {
 		return err
@@ -78,18 +77,17 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := newMetrics(registry)
-	tm := targets.NewMetrics(registry)
 	var ready atomic.Bool
 	// /readyz: it leads and its caches are synced; a standby replica is not ready,
 	// which is what a Service wants.
-	if err := healthserver.Serve(ctx, o.HealthAddress, registry, ready.Load, "not leading, or caches not synced"); err != nil {
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, bundleapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
 		return err
 	}
 
 	act := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
-		if err := runControllers(ctx, o, pol, client, dyn, m, tm, &ready); err != nil {
+		if err := runControllers(ctx, o, pol, client, dyn, m, &ready); err != nil {
 			klog.ErrorS(err, "Signer stopped")
 		}
 	}
@@ -104,7 +102,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
-func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, tm *targets.Metrics, ready *atomic.Bool) error {
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, ready *atomic.Bool) error {
 	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err
@@ -126,9 +124,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	if err != nil {
 		return err
 	}
-	// Events on the CA Secrets (a rotation's progress), the TrustTargets (in "default",
-	// as for every cluster-scoped object) and the annotated objects: the sink writes
-	// each into its object's namespace.
+	// Events on the CA Secrets (a rotation's progress), in the signer's namespace.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
@@ -243,11 +239,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, csrQueue, h.handle) }, time.Second)
 		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, pcrQueue, pcrs.handle) }, time.Second)
 	}
-	if o.Targets {
-		if err := runTargets(ctx, o, client, recorder, tm); err != nil {
-			return err
-		}
-	}
 	ready.Store(true)
 	defer ready.Store(false)
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
@@ -309,44 +300,4 @@ func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimiti
 		}
 		q.Done(key)
 	}
-}
-
-// runTargets starts the filling of annotated objects, and the TrustTarget controller
-// where its CRD is served. They have clients of their own, with their own rate limit:
-// their writes grow with namespaces (one per namespace and edit), and must neither
-// wait behind a burst of CSRs nor delay one.
-func runTargets(ctx context.Context, o *Options, client kubernetes.Interface, recorder record.EventRecorder, tm *targets.Metrics) error {
-	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.TargetsQPS, o.TargetsBurst, "trustsync-signer/targets")
-	if err != nil {
-		return err
-	}
-	own, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	registry := watch.New(ctx, dyn, own.Discovery())
-	if _, err := registry.Discover(ctx); err != nil {
-		return err
-	}
-	go registry.Run(ctx, 5*time.Minute)
-	in := targets.NewInjector(targets.InjectConfig{Client: own, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.TargetsSecrets, CABundles: o.TargetsCABundles, Resync: resync, Metrics: tm})
-	go in.Run(ctx, 2)
-
-	resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
-	if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
-		klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
-		return nil
-	}
-	c := targets.New(targets.Config{Client: own, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.TargetsSecrets, Resync: resync, Metrics: tm})
-	go c.Run(ctx, 2)
-	return nil
 }

@@ -121,7 +121,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		router.Handle(r.path, timed(metrics, r.path, budget.limit(h))).Methods(http.MethodPost)
 	}
 
-	healthz, readyz := bundleapi.Probes(cfg.Ready, "not ready: caches not synced, the CA not yet trusted, or shutting down")
+	healthz, readyz := bundleapi.Probes(bundleapi.Unless(cfg.Ready, "not ready: caches not synced, the CA not yet trusted, or shutting down"))
 	router.Handle("/healthz", healthz)
 	router.Handle("/readyz", readyz)
 	router.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
@@ -372,7 +372,7 @@ func campaignForTLS(ctx context.Context, campaign Campaign, o *Options, restCfg 
 // is set) over plain HTTP on addr until the returned stop is called.
 func serveHealth(addr string, ready *atomic.Pointer[func() bool]) (stop func(), err error) {
 	mux := http.NewServeMux()
-	healthz, readyz := bundleapi.Probes(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down")
+	healthz, readyz := bundleapi.Probes(bundleapi.Unless(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down"))
 	mux.Handle("/healthz", healthz)
 	mux.Handle("/readyz", readyz)
 	listener, err := net.Listen("tcp", addr)

@@ -6,18 +6,21 @@ import (
 	"testing"
 )
 
-func TestProbes_ReadyOnlyWhileReadyHolds(t *testing.T) {
+func TestProbes_ReadyOnlyWhileNothingSaysWhyNot(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		ready         func() bool
+		notReady      func() string
 		wantReadyCode int
+		wantBody      string
 	}{
-		{"ready", func() bool { return true }, http.StatusOK},
-		{"not ready", func() bool { return false }, http.StatusServiceUnavailable},
-		{"readiness not known yet (nil) is not ready", nil, http.StatusServiceUnavailable},
+		{"ready", Unless(func() bool { return true }, "caches not synced"), http.StatusOK, "ok"},
+		{"not ready, with the fixed reason", Unless(func() bool { return false }, "caches not synced"), http.StatusServiceUnavailable, "caches not synced\n"},
+		{"not ready, with the reason of the moment", func() string { return "the kubelet has not registered the driver" }, http.StatusServiceUnavailable, "the kubelet has not registered the driver\n"},
+		{"readiness not known yet (nil) is not ready", nil, http.StatusServiceUnavailable, "readiness not known yet\n"},
+		{"a nil readiness test is not ready", Unless(nil, "starting"), http.StatusServiceUnavailable, "starting\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			healthz, readyz := Probes(tc.ready, "caches not synced")
+			healthz, readyz := Probes(tc.notReady)
 			rec := httptest.NewRecorder()
 			healthz.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 			if rec.Code != http.StatusOK {
@@ -25,11 +28,8 @@ func TestProbes_ReadyOnlyWhileReadyHolds(t *testing.T) {
 			}
 			rec = httptest.NewRecorder()
 			readyz.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
-			if rec.Code != tc.wantReadyCode {
-				t.Errorf("/readyz = %d, want %d", rec.Code, tc.wantReadyCode)
-			}
-			if rec.Code != http.StatusOK && rec.Body.String() != "caches not synced\n" {
-				t.Errorf("/readyz says %q, want the reason", rec.Body.String())
+			if rec.Code != tc.wantReadyCode || rec.Body.String() != tc.wantBody {
+				t.Errorf("/readyz = %d %q, want %d %q", rec.Code, rec.Body.String(), tc.wantReadyCode, tc.wantBody)
 			}
 		})
 	}

@@ -166,11 +166,22 @@ func (w *Webhook) Client() *http.Client {
 // short-lived Lease so tests do not wait on it, and extra flags after (winning over)
 // those.
 func (cp *ControlPlane) StartSigner(extra ...string) (*Process, error) {
-	bin, err := BuildBinary("signer")
+	return cp.startComponent("signer", extra...)
+}
+
+// StartController runs trustsync-controller as the admin, with leader election
+// tuned for tests, serving its health and metrics on a free port, with extra flags.
+func (cp *ControlPlane) StartController(extra ...string) (*Process, error) {
+	return cp.startComponent("controller", extra...)
+}
+
+// startComponent runs trustsync-<name>, a leader-elected component.
+func (cp *ControlPlane) startComponent(name string, extra ...string) (*Process, error) {
+	bin, err := BuildBinary(name)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(cp.Dir, "signer-")
+	dir, err := os.MkdirTemp(cp.Dir, name+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +197,7 @@ func (cp *ControlPlane) StartSigner(extra ...string) (*Process, error) {
 		"--kubeconfig=" + kubeconfig, "--health-bind-address=127.0.0.1:" + strconv.Itoa(port),
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms", "-v=2",
 	}, extra...)
-	p, err := StartProcess("trustsync-signer", bin, args, filepath.Join(dir, "signer.log"))
+	p, err := StartProcess("trustsync-"+name, bin, args, filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}

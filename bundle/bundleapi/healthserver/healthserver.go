@@ -20,7 +20,7 @@ import (
 
 // Serve serves on addr until ctx is done: /readyz answers ok while ready holds, and
 // notReady otherwise; /metrics is what gatherer gathers. An empty addr serves nothing.
-func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready func() bool, notReady string) error {
+func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, notReady func() string) error {
 	if addr == "" {
 		return nil
 	}
@@ -29,7 +29,7 @@ func Serve(ctx context.Context, addr string, gatherer prometheus.Gatherer, ready
 		return fmt.Errorf("cannot serve health and metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	healthz, readyz := bundleapi.Probes(ready, notReady)
+	healthz, readyz := bundleapi.Probes(notReady)
 	mux.Handle("/healthz", healthz)
 	mux.Handle("/readyz", readyz)
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery"
@@ -110,8 +111,17 @@ func (o *options) namespace() (string, error) {
 	return ns, err
 }
 
-// cluster reads what the questions need.
+// cluster reads what the questions need; a read the user's credentials may not make
+// says which role grants it.
 func (o *options) cluster(ctx context.Context, namespace string) (query.Cluster, error) {
+	c, err := o.read(ctx, namespace)
+	if apierrors.IsForbidden(err) {
+		return c, fmt.Errorf("%w\nkubectl trustsync reads pods, NodeTrustReports and ClusterTrustBundles (certificates.k8s.io and trustsync.io) with your own credentials; trustsync's chart aggregates exactly these into the ClusterRole view, so bind view to yourself (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or a role granting get and list on them", err)
+	}
+	return c, err
+}
+
+func (o *options) read(ctx context.Context, namespace string) (query.Cluster, error) {
 	var c query.Cluster
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {

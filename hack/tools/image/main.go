@@ -36,7 +36,7 @@ const (
 )
 
 // Binaries are the files the Dockerfile copies to the image's root.
-var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer", "trustsync-agent"}
+var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer", "trustsync-controller", "trustsync-agent"}
 
 // epoch is every file's and the image's time, for reproducible digests.
 var epoch = time.Unix(0, 0).UTC()

@@ -33,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
@@ -505,6 +506,54 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		}
 	})
 
+	t.Run("no ServiceAccount of the chart may both read a CA key and write cluster-wide", func(t *testing.T) {
+		can := func(sa string, a authorizationv1.ResourceAttributes) bool {
+			t.Helper()
+			sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "system:serviceaccount:" + ns + ":" + sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+				ResourceAttributes: &a,
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sar.Status.Allowed
+		}
+		caKey := authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: ns, Name: "trustsync-ca-trustsync.io-workload"}
+		clusterWide := []authorizationv1.ResourceAttributes{
+			{Verb: "patch", Resource: "configmaps", Namespace: "default"},
+			{Verb: "create", Resource: "configmaps", Namespace: "kube-system"},
+			{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"},
+			{Verb: "patch", Group: "admissionregistration.k8s.io", Resource: "mutatingwebhookconfigurations"},
+			{Verb: "patch", Group: "apiregistration.k8s.io", Resource: "apiservices"},
+			{Verb: "patch", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+			{Verb: "list", Resource: "secrets"},
+		}
+		accounts, err := client.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=trustsync"})
+		if err != nil || len(accounts.Items) < 4 {
+			t.Fatalf("the chart's ServiceAccounts: %v, %v", accounts, err)
+		}
+		for _, sa := range accounts.Items {
+			var writes []string
+			for _, a := range clusterWide {
+				if can(sa.Name, a) {
+					writes = append(writes, a.Verb+" "+a.Resource+" in "+a.Namespace)
+				}
+			}
+			if can(sa.Name, caKey) && len(writes) > 0 {
+				t.Errorf("%s may read the CA key and also %v", sa.Name, writes)
+			}
+		}
+		if !can("trustsync-signer", caKey) {
+			t.Error("the signer may not read its CA key")
+		}
+		if can("trustsync-controller", caKey) || can("trustsync-controller", authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "default"}) {
+			t.Error("the controller may read Secrets though targets.secrets is off")
+		}
+		if !can("trustsync-controller", clusterWide[0]) || !can("trustsync-controller", clusterWide[2]) {
+			t.Error("the controller may not write what TrustTargets and injection need")
+		}
+	})
+
 	t.Run("a sidecar reads bundles as any ServiceAccount, through the chart's sidecar role", func(t *testing.T) {
 		if err := cp.CreateNamespace(ctx, "apps", nil); err != nil {
 			t.Fatal(err)
@@ -611,5 +660,32 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			got, err := client.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 			return err == nil && len(got.Status.Certificate) > 0, nil
 		})
+	})
+
+	t.Run("the controller keeps a TrustTarget as its ServiceAccount (the webhooks taken away above)", func(t *testing.T) {
+		port, _ := controlplane.FreePort()
+		p := startFor(t, parent, "controller", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-controller"), "--namespace="+ns,
+			"--health-bind-address=127.0.0.1:"+strconv.Itoa(port), "--leader-elect-retry-period=500ms")
+		root := fixtures.CA("chart controller")
+		if _, err := client.CertificatesV1().ClusterTrustBundles().Create(ctx, &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "chart-controller"},
+			Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(root)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cp.CreateNamespace(ctx, "chart-targets", map[string]string{"trust": "chart"}); err != nil {
+			t.Fatal(err)
+		}
+		tt := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": "TrustTarget", "metadata": map[string]any{"name": "chart"},
+			"spec": map[string]any{"sources": []any{map[string]any{"name": "chart-controller", "path": "ca.crt"}},
+				"target": map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "chart"}}}}}}
+		if _, err := dyn.Resource(schema.GroupVersionResource{Group: "trustsync.io", Version: "v1alpha1", Resource: "trusttargets"}).Create(ctx, tt, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the TrustTarget's ConfigMap written by the controller", p, func(ctx context.Context) (bool, error) {
+			cm, err := client.CoreV1().ConfigMaps("chart-targets").Get(ctx, "roots", metav1.GetOptions{})
+			return err == nil && cm.Data["ca.crt"] == string(root.CertPEM()), nil
+		})
+		if _, err := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-controller", metav1.GetOptions{}); err != nil {
+			t.Errorf("the controller holds no Lease of its own: %v", err)
+		}
 	})
 }

@@ -81,6 +81,16 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 		j.assertTrusts(t, store, typ, "changeit", rootB, true)
 	}
 
+	// Written by trustsync-controller, the Deployment apart from the signer: it holds
+	// the controllers' Lease, and the signer may not write ConfigMaps at all.
+	lease, err := n.Client.CoordinationV1().Leases(releaseNamespace).Get(context.Background(), "trustsync-controller", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || !strings.HasPrefix(*lease.Spec.HolderIdentity, "trustsync-controller-") {
+		t.Errorf("the controllers' Lease is not held by a trustsync-controller pod: %+v, %v", lease, err)
+	}
+	if out, err := n.Run(context.Background(), "kubectl", "auth", "can-i", "patch", "configmaps", "-A", "--as", "system:serviceaccount:"+releaseNamespace+":trustsync-signer"); err == nil || strings.TrimSpace(out) != "no" {
+		t.Errorf("the signer's ServiceAccount may patch ConfigMaps: %q, %v", out, err)
+	}
+
 	oldCA, newCA := fixtures.CA("node webhook old"), fixtures.CA("node webhook new")
 	webhookCA := createBundle(t, "e2e-webhook-ca", oldCA)
 	controlplane.WebhookCABundleRotation(t, n.Client, webhookCA.Name, ns, oldCA, newCA, func(anchors ...*fixtures.Cert) {
@@ -93,4 +103,30 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// Whoever holds view may ask kubectl trustsync: the chart aggregates into view exactly
+// what it reads beyond pods. Whoever may not is told which role to bind.
+func TestView_CoversWhatKubectlTrustsyncReads(t *testing.T) {
+	n := installChart(t)
+	ctx := context.Background()
+	if _, err := n.Run(ctx, "kubectl", "create", "clusterrolebinding", "e2e-viewer", "--clusterrole=view", "--user=e2e-viewer"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = n.Run(context.Background(), "kubectl", "delete", "clusterrolebinding", "e2e-viewer") })
+	// The aggregation controller fills view from the chart's role.
+	waitFor(t, "view granting the reports", func() bool {
+		out, _ := n.Run(ctx, "kubectl", "auth", "can-i", "list", "nodetrustreports.trustsync.io", "--as", "e2e-viewer")
+		return strings.TrimSpace(out) == "yes"
+	})
+	for _, cmd := range [][]string{{"status", "-A"}, {"rotation"}} {
+		out, err := n.Run(ctx, "kubectl", append(append([]string{"trustsync"}, cmd...), "--as", "e2e-viewer")...)
+		if err != nil && !strings.Contains(err.Error(), "exit status 3") {
+			t.Errorf("kubectl trustsync %v as a viewer: %v\n%s", cmd, err, out)
+		}
+	}
+	_, err := n.Run(ctx, "kubectl", "trustsync", "status", "-A", "--as", "e2e-nobody")
+	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), "bind view to yourself") {
+		t.Errorf("as a user with no role, kubectl trustsync says: %v; want exit 1 naming the role to bind", err)
+	}
 }

@@ -31,7 +31,7 @@ func TestInject_AnnotatedConfigMapGetsTheBundleAndKeepsOtherKeys(t *testing.T) {
 	client := kube(t, cp.AdminConfig())
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("signer log:\n%s", signers[cp].Tail())
+			t.Logf("controller log:\n%s", controllers[cp].Tail())
 		}
 	})
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)

@@ -1,5 +1,7 @@
 // Package signer tests trustsync-signer end to end: the real binary, with leader
-// election, against a real kube-apiserver, signing CSRs that ServiceAccounts create.
+// election, against a real kube-apiserver, signing CSRs that ServiceAccounts create;
+// and beside it trustsync-controller, which keeps TrustTargets and annotated objects
+// current from the bundles the signer publishes.
 package signer
 
 import (
@@ -33,8 +35,9 @@ const (
 )
 
 var (
-	planes  = controlplane.Shared{Setup: setup}
-	signers = map[*controlplane.ControlPlane]*controlplane.Process{}
+	planes      = controlplane.Shared{Setup: setup}
+	signers     = map[*controlplane.ControlPlane]*controlplane.Process{}
+	controllers = map[*controlplane.ControlPlane]*controlplane.Process{}
 )
 
 func TestMain(m *testing.M) { planes.Main(m) }
@@ -66,6 +69,11 @@ func setup(cp *controlplane.ControlPlane, native bool) error {
 		return err
 	}
 	signers[cp] = p
+	c, err := cp.StartController("--namespace=" + signerNamespace)
+	if err != nil {
+		return err
+	}
+	controllers[cp] = c
 	return nil
 }
 

@@ -166,6 +166,7 @@ func TestPodCertificateRequest_V1beta1WhereOnlyItIsServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer signers[cp].Stop(10 * time.Second)
+	defer controllers[cp].Stop(10 * time.Second)
 	client := kube(t, cp.AdminConfig())
 	ctx := context.Background()
 	v1, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1")

@@ -24,16 +24,16 @@ import (
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
-// restartSigner stops the shared signer and starts it again alike, as a rollout or
-// a leader change does, and waits until its TrustTarget controller runs.
-func restartSigner(t *testing.T, cp *controlplane.ControlPlane) {
+// restartController stops the shared controller and starts it again alike, as a
+// rollout or a leader change does, and waits until its TrustTarget controller runs.
+func restartController(t *testing.T, cp *controlplane.ControlPlane) {
 	t.Helper()
-	p, err := signers[cp].Restart(10 * time.Second)
+	p, err := controllers[cp].Restart(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	signers[cp] = p
-	waitFor(t, "the restarted signer's TrustTarget controller running", func() bool {
+	controllers[cp] = p
+	waitFor(t, "the restarted controller's TrustTarget controller running", func() bool {
 		return strings.Contains(p.Tail(), "TrustTarget controller running")
 	})
 }
@@ -84,7 +84,7 @@ func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
 	}
 	waitReason(t, cp, "restart-"+run, "SourceMissing")
 
-	restartSigner(t, cp)
+	restartController(t, cp)
 	// An edit of the other source is reconciled by the new process: once it is
 	// written, the reconcile that could have dropped two.crt has run.
 	setNativeBundle(t, client, "restart-one-"+run, oneNext)
@@ -312,7 +312,7 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 	}
 }
 
-// targetWrites is what the signer's TrustTarget controller sent and reconciled.
+// targetWrites is what the TrustTarget controller sent and reconciled.
 func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
 	t.Helper()
 	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
@@ -344,7 +344,7 @@ func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string,
 	t.Helper()
 	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
-	_, before := targetWrites(t, signers[cp])
+	_, before := targetWrites(t, controllers[cp])
 	ns, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -353,8 +353,8 @@ func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string,
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, signers[cp]); return r >= before+float64(n) })
-	w, _ := targetWrites(t, signers[cp])
+	waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, controllers[cp]); return r >= before+float64(n) })
+	w, _ := targetWrites(t, controllers[cp])
 	return w
 }
 

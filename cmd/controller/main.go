@@ -1,0 +1,36 @@
+// Command trustsync-controller keeps trust where pods are not: TrustTargets and
+// objects annotated to ask for it.
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/cmd/internal/lease"
+	"github.com/trustsync/trustsync/controller"
+)
+
+const about = `trustsync-controller: keeps bundles where pods are not.
+
+It writes every TrustTarget's sources as a ConfigMap (or Secret) into each namespace
+the target selects, and fills objects annotated trustsync.io/inject: "true" (ConfigMaps,
+Secrets where allowed, and the caBundle fields of webhook configurations, APIServices
+and CRDs) with the bundles their annotations name, keeping all of them current. It
+holds no key and reads no Secret it does not write. Only the holder of the Lease acts.
+See docs/targets.md.`
+
+func main() {
+	opts := controller.NewOptions()
+	fs := pflag.NewFlagSet("trustsync-controller", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	election := lease.NewFlags()
+	election.AddFlags(fs, controller.LeaderElectUsage)
+	cli.Parse(fs, about, os.Args[1:])
+	campaign, err := election.Campaign()
+	if err != nil {
+		cli.Exit(err)
+	}
+	cli.Exit(controller.Run(cli.SignalContext(), opts, campaign))
+}

@@ -1,0 +1,63 @@
+// Package controller is trustsync-controller: the TrustTarget controller and the
+// injection of bundles into annotated objects (ConfigMaps, Secrets where allowed, and
+// caBundle fields). It holds no key: the component that reads what tenants write
+// (annotations, TrustTargets) is not the one that can sign.
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+)
+
+// LeaseName is the controllers' leader-election Lease, apart from the signer's.
+const LeaseName = "trustsync-controller"
+
+// LeaderElectUsage is the --leader-elect flag's help.
+const LeaderElectUsage = "Elect one active controller with a Lease (" + LeaseName + " in --namespace): with more than one replica, only the holder writes."
+
+// Options are the controller's flags.
+type Options struct {
+	Kubeconfig    string
+	Namespace     string
+	HealthAddress string
+	// Targets runs the TrustTarget controller; Secrets lets it (and the injection)
+	// write Secrets; CABundles fills annotated webhook configurations, APIServices
+	// and CRDs.
+	Targets   bool
+	Secrets   bool
+	CABundles bool
+	QPS       float32
+	Burst     int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{Namespace: os.Getenv("POD_NAMESPACE"), HealthAddress: ":8081", Targets: true, CABundles: true, QPS: 100, Burst: 200}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the leader-election Lease (default: $POD_NAMESPACE).")
+	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
+	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served). ConfigMaps annotated trustsync.io/inject: \"true\" are filled either way.")
+	fs.BoolVar(&o.Secrets, "targets-secrets", o.Secrets, "Allow TrustTargets and annotations to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
+	fs.BoolVar(&o.CABundles, "targets-ca-bundles", o.CABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
+}
+
+// Validate reports flag values that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required: it holds the Lease"))
+	}
+	if o.QPS <= 0 || o.Burst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.QPS, o.Burst))
+	}
+	return errors.Join(errs...)
+}

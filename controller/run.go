@@ -1,0 +1,116 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
+	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/signer/targets"
+)
+
+// resync re-checks every object now and then even without an event, as a safety net.
+const resync = 10 * time.Minute
+
+// Campaign stands for a Lease until ctx ends or a held Lease is lost, running lead
+// while it holds it.
+type Campaign = func(ctx context.Context, cfg *rest.Config, namespace, name string, lead func(context.Context)) error
+
+// Run runs the controllers until ctx is done; with a campaign, only while it holds
+// the Lease, and it exits when it loses it so a restart starts clean.
+func Run(ctx context.Context, o *Options, campaign Campaign) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.QPS, o.Burst, "trustsync-controller")
+	if err != nil {
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := targets.NewMetrics(registry)
+	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
+	registry.MustRegister(leader)
+	var ready atomic.Bool
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, bundleapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
+		return err
+	}
+	act := func(ctx context.Context) {
+		leader.Set(1)
+		defer leader.Set(0)
+		if err := run(ctx, o, cfg, m, &ready); err != nil {
+			klog.ErrorS(err, "Controllers stopped")
+		}
+	}
+	if campaign == nil {
+		act(ctx)
+		return nil
+	}
+	if err := campaign(ctx, cfg, o.Namespace, LeaseName, act); err != nil {
+		return fmt.Errorf("%w; exiting so a restart starts clean", err)
+	}
+	return nil
+}
+
+// run starts the injection into annotated objects, and the TrustTarget controller
+// where its CRD is served, and waits for ctx.
+func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, ready *atomic.Bool) error {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// Events on the TrustTargets (in "default", as for every cluster-scoped object)
+	// and the annotated objects: the sink writes each into its object's namespace.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-controller"})
+
+	registry := watch.New(ctx, dyn, client.Discovery())
+	if _, err := registry.Discover(ctx); err != nil {
+		return err
+	}
+	go registry.Run(ctx, 5*time.Minute)
+	in := targets.NewInjector(targets.InjectConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
+		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m})
+	go in.Run(ctx, 2)
+	if o.Targets {
+		resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
+		if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
+			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
+		} else {
+			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m})
+			go c.Run(ctx, 2)
+		}
+	}
+	ready.Store(true)
+	defer ready.Store(false)
+	klog.InfoS("Controllers running", "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles)
+	<-ctx.Done()
+	return nil
+}
