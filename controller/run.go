@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -96,15 +97,18 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, 
 		return err
 	}
 	go registry.Run(ctx, 5*time.Minute)
+	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
+	// injection finds the objects that ask, the targets whether an object exists.
+	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
 	in := targets.NewInjector(targets.InjectConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m})
+		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
 	go in.Run(ctx, 2)
 	if o.Targets {
 		resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
 		if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
 			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
 		} else {
-			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m})
+			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
 			go c.Run(ctx, 2)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata/metadatainformer"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -57,6 +58,10 @@ type Config struct {
 	Secrets bool
 	Resync  time.Duration
 	Metrics *Metrics
+	// ObjectMeta, when set, is the metadata-only informer factory the injection
+	// watches every ConfigMap (and Secret) through: the controller reads from it
+	// whether an object it has not written exists, instead of asking the API server.
+	ObjectMeta metadatainformer.SharedInformerFactory
 }
 
 // Controller keeps every TrustTarget's objects current.
@@ -69,6 +74,8 @@ type Controller struct {
 	secrets    corelisters.SecretLister
 	synced     []cache.InformerSynced
 	start      func(context.Context)
+	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
+	metadata map[string]cache.GenericLister
 
 	mu    sync.Mutex
 	state map[string]*watched // per target, between reconciles
@@ -126,10 +133,25 @@ func New(cfg Config) *Controller {
 		_, _ = sec.Informer().AddEventHandler(handler)
 		c.synced = append(c.synced, sec.Informer().HasSynced)
 	}
+	c.metadata = map[string]cache.GenericLister{}
+	if cfg.ObjectMeta != nil {
+		kinds := map[string]injectKind{"ConfigMap": kindConfigMap}
+		if cfg.Secrets {
+			kinds["Secret"] = kindSecret
+		}
+		for kind, k := range kinds {
+			informer := cfg.ObjectMeta.ForResource(k.gvr)
+			c.metadata[kind] = informer.Lister()
+			c.synced = append(c.synced, informer.Informer().HasSynced)
+		}
+	}
 	c.start = func(ctx context.Context) {
 		dyn.Start(ctx.Done())
 		all.Start(ctx.Done())
 		written.Start(ctx.Done())
+		if cfg.ObjectMeta != nil {
+			cfg.ObjectMeta.Start(ctx.Done())
+		}
 	}
 	return c
 }
@@ -326,8 +348,8 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 		if last.digest != "" && last.before == "" && last.digest == d.digest() {
 			return true, note, nil // created by this controller; the cache has yet to see it
 		}
-		fetched, err := getObject(ctx, c.cfg.Client, kind == "Secret", ns.Name, object)
-		if err != nil && !apierrors.IsNotFound(err) {
+		fetched, err := c.unlabelled(ctx, kind, ns.Name, object, r.Err() != nil)
+		if err != nil {
 			return false, note, fmt.Errorf("%s %s/%s: %w", kind, ns.Name, object, err)
 		}
 		live = fetched
@@ -437,6 +459,32 @@ func (c *Controller) written(kind, namespace, name string) *object {
 	}
 	o, _ := objectOf(obj)
 	return &o
+}
+
+// unlabelled is an object of kind the targets' informers do not hold (no target
+// label): nil when it does not exist. Every object's metadata is at hand (the
+// metadata informer the injection shares), so only an object whose keys a failing
+// source may need (whole) is read from the API server.
+func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name string, whole bool) (*object, error) {
+	if lister := c.metadata[kind]; lister != nil && !whole {
+		obj, err := lister.ByNamespace(namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return nil, fmt.Errorf("the metadata informer held a %T", obj)
+		}
+		return &object{meta: m, secret: kind == "Secret"}, nil
+	}
+	o, err := getObject(ctx, c.cfg.Client, kind == "Secret", namespace, name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return o, err
 }
 
 // writtenBy is every object carrying target's label, as the informers hold them.

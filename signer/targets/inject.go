@@ -70,6 +70,9 @@ type InjectConfig struct {
 	Secrets, CABundles bool
 	Resync             time.Duration
 	Metrics            *Metrics
+	// ObjectMeta, when set, is the metadata-only informer factory to watch through
+	// (shared with the TrustTarget controller); otherwise the injector makes its own.
+	ObjectMeta metadatainformer.SharedInformerFactory
 }
 
 // Injector fills objects annotated trustsync.io/inject: "true" with the sources
@@ -104,7 +107,10 @@ func NewInjector(cfg InjectConfig) *Injector {
 	if cfg.CABundles {
 		kinds = append(kinds, caBundleKinds...)
 	}
-	factory := metadatainformer.NewSharedInformerFactory(cfg.Metadata, cfg.Resync)
+	factory := cfg.ObjectMeta
+	if factory == nil {
+		factory = metadatainformer.NewSharedInformerFactory(cfg.Metadata, cfg.Resync)
+	}
 	for _, k := range kinds {
 		informer := factory.ForResource(k.gvr).Informer()
 		in.kinds[k.gvr.Resource] = k

@@ -1,9 +1,9 @@
 package signer
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -312,17 +312,25 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 	}
 }
 
-// targetWrites is what the TrustTarget controller sent and reconciled.
-func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
+// metricsOf is what a component serves on /metrics now.
+func metricsOf(t testing.TB, p *controlplane.Process) string {
 	t.Helper()
 	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+// targetWrites is what the TrustTarget controller sent and reconciled.
+func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
+	t.Helper()
+	for _, line := range strings.Split(metricsOf(t, p), "\n") {
 		value := func() float64 {
 			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			return f
