@@ -85,9 +85,15 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"roots", "annotated"} {
-		waitFor(t, "the previous signer writing "+name, func() bool { v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt"); return v == string(one.CertPEM()) })
+		waitFor(t, "the previous signer writing "+name, func() bool {
+			v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt")
+			return v == string(one.CertPEM())
+		})
 	}
-	waitFor(t, "the previous signer writing two.crt", func() bool { v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt"); return v == string(two.CertPEM()) })
+	waitFor(t, "the previous signer writing two.crt", func() bool {
+		v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt")
+		return v == string(two.CertPEM())
+	})
 	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "upgrade-two", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
