@@ -344,6 +344,12 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	data, binary := payload(sources, r)
 	d := desired{data: data, binary: binary, labels: map[string]string{TargetLabel: target}}
 	last := st.applied[ns.Name]
+	if live != nil && live.meta.GetResourceVersion() == last.after {
+		// The informer has seen this controller's last write: what it holds is the
+		// truth again (a later deletion is one, and is written anew).
+		delete(st.applied, ns.Name)
+		last = appliedState{}
+	}
 	if live == nil {
 		if last.digest != "" && last.before == "" && last.digest == d.digest() {
 			return true, note, nil // created by this controller; the cache has yet to see it

@@ -84,6 +84,13 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Running, as a kubelet would say: a pod none of whose containers started is
+		// not waited for.
+		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+		if pod, err = admin.CoreV1().Pods(appNamespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		pods[name] = pod
 		t.Cleanup(func() { _ = admin.CoreV1().Pods(appNamespace).Delete(ctx, name, *metav1.NewDeleteOptions(0)) })
 	}

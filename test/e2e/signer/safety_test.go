@@ -313,24 +313,24 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 }
 
 // metricsOf is what a component serves on /metrics now.
-func metricsOf(t testing.TB, p *controlplane.Process) string {
-	t.Helper()
+func metricsOf(p *controlplane.Process) (string, error) {
 	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	return string(body), err
 }
 
 // targetWrites is what the TrustTarget controller sent and reconciled.
 func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
 	t.Helper()
-	for _, line := range strings.Split(metricsOf(t, p), "\n") {
+	metrics, err := metricsOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(metrics, "\n") {
 		value := func() float64 {
 			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			return f

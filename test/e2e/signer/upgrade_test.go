@@ -118,8 +118,8 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 	}
 	defer controller.Stop(10 * time.Second)
 	waitFor(t, "the controller reconciling the target and the annotated ConfigMap", func() bool {
-		metrics := metricsOf(t, controller)
-		return strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="targets"}`) && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="inject"}`)
+		metrics, err := metricsOf(controller)
+		return err == nil && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="targets"}`) && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="inject"}`)
 	})
 	for name, was := range before {
 		now, err := client.CoreV1().ConfigMaps("upgrade-apps").Get(ctx, name, metav1.GetOptions{})
