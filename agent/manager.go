@@ -20,9 +20,9 @@ import (
 	"github.com/trustsync/trustsync/agent/csi"
 	"github.com/trustsync/trustsync/agent/mounts"
 	"github.com/trustsync/trustsync/agent/store"
-	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/podevents"
-	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/podevents"
+	"github.com/trustsync/trustsync/delivery/watch"
 )
 
 // DriverName is the agent's CSI driver name.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/trustsync/trustsync/sidecar/observe"
+	"github.com/trustsync/trustsync/delivery/observe"
 )
 
 // Metrics are the agent's Prometheus metrics. They carry no pod label: a node runs

@@ -1,8 +1,8 @@
 // Package agent is trustsync's node agent: a CSI node plugin (driver csi.trustsync.io)
 // for ephemeral inline volumes, one process per node, that delivers to every pod on
 // its node what the sidecar delivers to one. Each volume runs the sidecar's pipeline
-// (package sidecar/pipeline) over the agent's one set of watches (package
-// sidecar/watch), so bundles cost a watch per node, not per pod; what is not public
+// (package delivery/pipeline) over the agent's one set of watches (package
+// delivery/watch), so bundles cost a watch per node, not per pod; what is not public
 // (ConfigMaps, Secrets, a certificate) is read and requested with the pod's own
 // ServiceAccount token, which the kubelet passes with each publish.
 package agent
@@ -26,13 +26,14 @@ import (
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/agent/mounts"
 	"github.com/trustsync/trustsync/agent/registration"
-	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
-	"github.com/trustsync/trustsync/sidecar/kubeclient"
-	"github.com/trustsync/trustsync/sidecar/podevents"
-	"github.com/trustsync/trustsync/sidecar/watch"
+	"github.com/trustsync/trustsync/delivery/kubeclient"
+	"github.com/trustsync/trustsync/delivery/podevents"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/kubeapi"
+	"github.com/trustsync/trustsync/kubeapi/healthserver"
+	"github.com/trustsync/trustsync/trustreport"
 )
 
 // Version is the agent's version, as the CSI driver reports it.
@@ -47,7 +48,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-agent")
+	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-agent")
 	if err != nil {
 		return err
 	}
@@ -169,15 +170,15 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 	return nil
 }
 
-// reportPublisher observes what the node's pods hold and keeps the node's report.
-func reportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*report.Publisher, error) {
+// reportPublisher observes what the node's pods hold and keeps the node's trustreport.
+func reportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*ReportPublisher, error) {
 	owner, err := NodeOwner(ctx, podsClient, o.NodeName)
 	if err != nil {
 		return nil, err
 	}
 	observer := &holdings.Observer{PodsDir: o.PodsDir}
-	return &report.Publisher{
-		Client: dyn.Resource(report.Resource), Node: o.NodeName, Owner: owner,
+	return &ReportPublisher{
+		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {
 			held, changed := observer.Scan(pods.List())
 			files := 0

@@ -11,15 +11,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/agent/store"
-	"github.com/trustsync/trustsync/sidecar/certificate"
-	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/kubeclient"
-	"github.com/trustsync/trustsync/sidecar/observe"
-	"github.com/trustsync/trustsync/sidecar/pipeline"
-	"github.com/trustsync/trustsync/sidecar/podevents"
-	"github.com/trustsync/trustsync/sidecar/render"
-	"github.com/trustsync/trustsync/sidecar/watch"
-	"github.com/trustsync/trustsync/sidecar/write"
+	"github.com/trustsync/trustsync/delivery/certificate"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/kubeclient"
+	"github.com/trustsync/trustsync/delivery/observe"
+	"github.com/trustsync/trustsync/delivery/pipeline"
+	"github.com/trustsync/trustsync/delivery/podevents"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // volume is one published volume's pipeline and what feeds it: the sidecar's

@@ -21,10 +21,11 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
-	"github.com/trustsync/trustsync/sidecar/watch"
-	"github.com/trustsync/trustsync/signer/targets"
+	"github.com/trustsync/trustsync/controller/targets"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/kubeapi"
+	"github.com/trustsync/trustsync/kubeapi/healthserver"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // resync re-checks every object now and then even without an event, as a safety net.
@@ -40,7 +41,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.QPS, o.Burst, "trustsync-controller")
+	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.QPS, o.Burst, "trustsync-controller")
 	if err != nil {
 		return err
 	}
@@ -50,7 +51,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
 	registry.MustRegister(leader)
 	var ready atomic.Bool
-	if err := healthserver.Serve(ctx, o.HealthAddress, registry, bundleapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, kubeapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
 		return err
 	}
 	act := func(ctx context.Context) {
@@ -104,9 +105,9 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, 
 		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
 	go in.Run(ctx, 2)
 	if o.Targets {
-		resources, err := client.Discovery().ServerResourcesForGroupVersion(targets.Resource.GroupVersion().String())
-		if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == targets.Resource.Resource }) {
-			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", targets.Resource.String())
+		resources, err := client.Discovery().ServerResourcesForGroupVersion(trusttarget.Resource.GroupVersion().String())
+		if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == trusttarget.Resource.Resource }) {
+			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", trusttarget.Resource.String())
 		} else {
 			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
 			go c.Run(ctx, 2)

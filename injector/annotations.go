@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/policy"
-	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Prefix starts every annotation trustsync reads or writes.

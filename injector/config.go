@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/policy"
-	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Mode is how the sidecar runs (trustsync.io/sidecar-mode). Its value "native" names

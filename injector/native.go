@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/policy"
-	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Delivery is how the files reach the pod.

@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // checkNode refuses, naming the annotation and why, what delivery node cannot do: the

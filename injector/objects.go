@@ -3,7 +3,7 @@ package injector
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // ObjectSources reads what an annotated object other than a pod asks for (a ConfigMap

@@ -5,7 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // sidecarSpec builds the sidecar containers for one pod.

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 func injected(t *testing.T, annotations map[string]string) *corev1.Pod {

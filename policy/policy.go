@@ -80,7 +80,7 @@ type Signer struct {
 
 // Key types, as Kubernetes names them for a podCertificate volume; the one set of
 // names every part uses. Which of them a delivery can make differs:
-// PodCertificateKeyTypes for the kubelet's, sidecar/contract's KeyTypes for the
+// PodCertificateKeyTypes for the kubelet's, delivery/contract's KeyTypes for the
 // sidecar's (RSA2048 is the sidecar's alone).
 const (
 	KeyECDSAP256 = "ECDSAP256"

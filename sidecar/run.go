@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/sidecar/metrics"
-	"github.com/trustsync/trustsync/sidecar/write"
+	"github.com/trustsync/trustsync/delivery/metrics"
+	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // Run keeps the trust files current until ctx is done (SIGTERM). While the API server

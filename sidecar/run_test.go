@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/write"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/write"
 )
 
 func TestProbe(t *testing.T) {

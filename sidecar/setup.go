@@ -10,15 +10,16 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/sidecar/certificate"
-	"github.com/trustsync/trustsync/sidecar/kubeclient"
-	"github.com/trustsync/trustsync/sidecar/metrics"
-	"github.com/trustsync/trustsync/sidecar/observe"
-	"github.com/trustsync/trustsync/sidecar/pipeline"
-	"github.com/trustsync/trustsync/sidecar/podevents"
-	"github.com/trustsync/trustsync/sidecar/render"
-	"github.com/trustsync/trustsync/sidecar/watch"
-	"github.com/trustsync/trustsync/sidecar/write"
+	"github.com/trustsync/trustsync/delivery/certificate"
+	"github.com/trustsync/trustsync/delivery/kubeclient"
+	"github.com/trustsync/trustsync/delivery/metrics"
+	"github.com/trustsync/trustsync/delivery/observe"
+	"github.com/trustsync/trustsync/delivery/pipeline"
+	"github.com/trustsync/trustsync/delivery/podevents"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/kubeapi"
 )
 
 // pod is the sidecar's one pipeline and what feeds it.
@@ -37,7 +38,7 @@ type pod struct {
 // setup wires the pod's pipeline: its watches, the files a previous run left, the
 // certificate, and its observers; m may be nil.
 func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
-	cfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-sidecar")
+	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-sidecar")
 	if err != nil {
 		return nil, err
 	}

@@ -17,9 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // caManager owns one signer's CA: it creates it, advances its rotation, saves the
@@ -128,7 +127,7 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 	if st.phase() != PhaseWaiting || rot.Propagation != PropagationObserved || m.gate == nil {
 		return rot, nil, nil
 	}
-	progress, ok, err := m.gate.progress(ctx, holdings.AnchorID(st.Next.Cert.Raw))
+	progress, ok, err := m.gate.progress(ctx, bundle.AnchorID(st.Next.Cert.Raw))
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).Error(err, "Cannot tell whether the new CA reached the pods; it waits", "signer", m.signer)
@@ -137,7 +136,7 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 		if msg := "cannot tell whether the new CA reached the pods: " + err.Error(); msg != m.lastProgress && m.events != nil {
 			m.lastProgress = msg
 			m.events.Eventf(secret, corev1.EventTypeWarning, "RotationUnobserved", "The new CA (SHA-256 %s) waits to sign, at most until %s: %s",
-				holdings.AnchorID(st.Next.Cert.Raw), st.NextPublishedAt.Add(rot.wait()).UTC().Format(time.RFC3339), msg)
+				bundle.AnchorID(st.Next.Cert.Raw), st.NextPublishedAt.Add(rot.wait()).UTC().Format(time.RFC3339), msg)
 		}
 		return rot, nil, err
 	case !ok:
@@ -150,7 +149,7 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 	if summary := fmt.Sprintf("%d/%d", progress.Holding, progress.Expected); summary != m.lastProgress && m.events != nil && progress.Holding < progress.Expected {
 		m.lastProgress = summary
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %d of %d pods selecting %s hold it; not yet: %s",
-			holdings.AnchorID(st.Next.Cert.Raw), progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers))
+			bundle.AnchorID(st.Next.Cert.Raw), progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers))
 	}
 	return rot, &progress, nil
 }
@@ -163,7 +162,7 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 	if m.events == nil {
 		return
 	}
-	ca := holdings.AnchorID(st.Current.Cert.Raw)
+	ca := bundle.AnchorID(st.Current.Cert.Raw)
 	switch {
 	case unobserved != nil:
 		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededUnobserved", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s; whether it reached the pods could not be told: %v", ca, m.rotation.MaxWait, unobserved)
@@ -179,12 +178,12 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 
 // rotationStatus is what the live bundle tells of the rotation.
 func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
-	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: holdings.AnchorID(st.Current.Cert.Raw)}
+	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: bundle.AnchorID(st.Current.Cert.Raw)}
 	if s.Propagation == "" {
 		s.Propagation = string(PropagationTimed)
 	}
 	if st.Next != nil {
-		s.NewCA = holdings.AnchorID(st.Next.Cert.Raw)
+		s.NewCA = bundle.AnchorID(st.Next.Cert.Raw)
 	}
 	if !st.NextPublishedAt.IsZero() {
 		at, by := st.NextPublishedAt.UTC(), st.NextPublishedAt.Add(rot.wait()).UTC()

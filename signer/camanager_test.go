@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/trustsync/trustsync/agent/report/query"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 type failingGate struct{ err error }

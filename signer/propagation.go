@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/agent/report"
-	"github.com/trustsync/trustsync/agent/report/query"
+	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // propagationGate says how far a new anchor has reached the pods that select the
@@ -32,7 +32,7 @@ type reportsGate struct {
 
 func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
 	var c query.Cluster
-	listing, err := report.List(ctx, g.dyn)
+	listing, err := trustreport.List(ctx, g.dyn)
 	if err != nil || !listing.Served {
 		return query.Progress{}, false, err
 	}

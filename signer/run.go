@@ -36,7 +36,8 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/bundle/bundleapi/healthserver"
+	"github.com/trustsync/trustsync/kubeapi"
+	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -62,7 +63,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	restCfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer")
+	restCfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer")
 	if err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	var ready atomic.Bool
 	// /readyz: it leads and its caches are synced; a standby replica is not ready,
 	// which is what a Service wants.
-	if err := healthserver.Serve(ctx, o.HealthAddress, registry, bundleapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
+	if err := healthserver.Serve(ctx, o.HealthAddress, registry, kubeapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
 		return err
 	}
 

@@ -35,10 +35,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/policy"
-	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // Config holds what the admission routes need.
@@ -121,7 +121,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 		router.Handle(r.path, timed(metrics, r.path, budget.limit(h))).Methods(http.MethodPost)
 	}
 
-	healthz, readyz := bundleapi.Probes(bundleapi.Unless(cfg.Ready, "not ready: caches not synced, the CA not yet trusted, or shutting down"))
+	healthz, readyz := kubeapi.Probes(kubeapi.Unless(cfg.Ready, "not ready: caches not synced, the CA not yet trusted, or shutting down"))
 	router.Handle("/healthz", healthz)
 	router.Handle("/readyz", readyz)
 	router.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
@@ -168,7 +168,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return err
 	}
 	pol.LogWarnings(o.PolicyFile)
-	restCfg, err := bundleapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-webhook")
+	restCfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-webhook")
 	if err != nil {
 		return err
 	}
@@ -325,7 +325,7 @@ func startSelfManagedTLS(ctx context.Context, o *Options, restCfg *rest.Config, 
 		st.released = released
 		campaignForTLS(ctx, campaign, o, restCfg, &leading, elected, released)
 	}
-	err := bundleapi.Retry(ctx, time.Second, 10*time.Second, func(ctx context.Context) (bool, error) {
+	err := kubeapi.Retry(ctx, time.Second, 10*time.Second, func(ctx context.Context) (bool, error) {
 		if err := st.sync(ctx); err != nil {
 			klog.ErrorS(err, "Cannot set up self-managed TLS yet; retrying")
 			return false, nil
@@ -372,7 +372,7 @@ func campaignForTLS(ctx context.Context, campaign Campaign, o *Options, restCfg 
 // is set) over plain HTTP on addr until the returned stop is called.
 func serveHealth(addr string, ready *atomic.Pointer[func() bool]) (stop func(), err error) {
 	mux := http.NewServeMux()
-	healthz, readyz := bundleapi.Probes(bundleapi.Unless(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down"))
+	healthz, readyz := kubeapi.Probes(kubeapi.Unless(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down"))
 	mux.Handle("/healthz", healthz)
 	mux.Handle("/readyz", readyz)
 	listener, err := net.Listen("tcp", addr)

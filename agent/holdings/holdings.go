@@ -6,14 +6,11 @@
 package holdings
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -21,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/sidecar/contract"
 )
 
 // MaxFileBytes bounds what is read of one trust file; a larger file is reported, not
@@ -148,32 +145,11 @@ func (o *Observer) read(dir string, tf injector.TrustFile, prev seenFile) seenFi
 	if err != nil {
 		return seenFile{stamp: st, err: err.Error()}
 	}
-	anchors, err := Anchors(data)
+	anchors, err := bundle.AnchorIDs(data)
 	if err != nil {
 		return seenFile{stamp: st, err: "not a PEM trust file: " + err.Error()}
 	}
 	return seenFile{stamp: st, anchors: anchors}
-}
-
-// Anchors are the SHA-256 of each certificate of a PEM trust file, hex, sorted and
-// deduplicated: an anchor's identity as reports and the CLI give it.
-func Anchors(pemData []byte) ([]string, error) {
-	ders, err := bundle.DecodeCertificates(pemData)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ders))
-	for _, der := range ders {
-		out = append(out, AnchorID(der))
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
-}
-
-// AnchorID is an anchor's identity: the SHA-256 of its DER, lowercase hex.
-func AnchorID(der []byte) string {
-	sum := sha256.Sum256(der)
-	return hex.EncodeToString(sum[:])
 }
 
 func describe(err error) string {

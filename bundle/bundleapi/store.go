@@ -1,3 +1,5 @@
+// Package bundleapi is trustsync's access to trust bundles: the kind-neutral store,
+// discovery and list-watch over the native API and the mirror CRD alike.
 package bundleapi
 
 import (

@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // Sidecar is a trustsync-sidecar run as a process for a pod, as the pod's

@@ -13,7 +13,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/trustsync/trustsync/signer/targets"
+	"github.com/trustsync/trustsync/trustmanager"
 )
 
 // convertCommand is `kubectl trustsync convert -f FILE`: trust-manager's Bundles and
@@ -59,7 +59,7 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 		}
 		dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 		for doc := 1; ; doc++ {
-			var b targets.TrustManagerBundle
+			var b trustmanager.TrustManagerBundle
 			if err := dec.Decode(&b); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
@@ -68,11 +68,11 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 			if b.Kind == "List" || b.Kind == "BundleList" || b.Kind == "ClusterBundleList" {
 				return fmt.Errorf("%s, document %d: a %s; give the objects one per document (kubectl get bundles -o yaml | yq '.items[]' works), or convert them one by one", f, doc, b.Kind)
 			}
-			if !targets.IsTrustManager(b.APIVersion, b.Kind) {
+			if !trustmanager.IsTrustManager(b.APIVersion, b.Kind) {
 				notes = append(notes, fmt.Sprintf("%s, document %d: %q %q %q is not a trust-manager Bundle (trust.cert-manager.io) or ClusterBundle (trust-manager.io); skipped", f, doc, b.APIVersion, b.Kind, b.Name))
 				continue
 			}
-			c, err := targets.FromTrustManager(&b)
+			c, err := trustmanager.FromTrustManager(&b)
 			if err != nil {
 				return fmt.Errorf("%s, document %d: %w", f, doc, err)
 			}

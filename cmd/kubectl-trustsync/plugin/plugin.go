@@ -1,5 +1,5 @@
 // Package plugin is kubectl trustsync: its commands, what they read, and how they
-// print. The answers themselves are package agent/report/query's.
+// print. The answers themselves are package trustreport/query's.
 package plugin
 
 import (
@@ -22,10 +22,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/agent/report"
-	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // Exit codes scripts can rely on (docs/cli.md).
@@ -144,7 +144,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	}
 	// Where no agent reports (the CRD is not installed), every file is not observed;
 	// a report that cannot be read is named, and its node's pods are not observed.
-	listing, err := report.List(ctx, dyn)
+	listing, err := trustreport.List(ctx, dyn)
 	if err != nil {
 		return c, err
 	}

@@ -14,20 +14,19 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/agent/report"
-	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // putReport writes a report as given (the admin may write any node's), deleted when
 // the test ends; it returns the API server's error.
 func putReport(t *testing.T, cp *controlplane.ControlPlane, obj map[string]any) error {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource)
-	obj["apiVersion"], obj["kind"] = report.GroupVersion.String(), report.Kind
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
+	obj["apiVersion"], obj["kind"] = trustreport.GroupVersion.String(), trustreport.Kind
 	u := &unstructured.Unstructured{Object: obj}
 	_, err := c.Create(context.Background(), u, metav1.CreateOptions{})
 	if err == nil {
@@ -71,7 +70,7 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 	t.Cleanup(func() { _ = kube(t, cp).CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	must(t, cp.CreateServiceAccount(ctx, ns, "default"))
 	held, nobody := fixtures.CA("readers held"), fixtures.CA("readers nobody")
-	heldID, nobodyID := holdings.AnchorID(held.Cert.Raw), holdings.AnchorID(nobody.Cert.Raw)
+	heldID, nobodyID := bundle.AnchorID(held.Cert.Raw), bundle.AnchorID(nobody.Cert.Raw)
 	bundleName := newBundle(t, cp, held)
 	nodeA, nodeB, nodeC := "readers-a-"+run, "readers-b-"+run, "readers-c-"+run
 
@@ -82,7 +81,7 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 
 	// The schema refuses what readers cannot parse.
 	now := time.Now().UTC()
-	set := report.SetID([]string{heldID})
+	set := trustreport.SetID([]string{heldID})
 	for _, tc := range []struct {
 		name, want string
 		mutate     func(file, anchorSet map[string]any)

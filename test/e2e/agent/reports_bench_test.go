@@ -20,10 +20,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/agent"
 	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/agent/report"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport"
 )
 
 // BenchmarkReports_1000Nodes runs 1,000 simulated nodes of 10 pods each (10,000 pods,
@@ -108,8 +110,8 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 	for n := range nodes {
 		mine := pods[n*perNode : (n+1)*perNode]
 		observer := &holdings.Observer{PodsDir: root}
-		p := &report.Publisher{
-			Client: dyn.Resource(report.Resource), Node: fmt.Sprintf("sim-%04d", n),
+		p := &agent.ReportPublisher{
+			Client: dyn.Resource(trustreport.Resource), Node: fmt.Sprintf("sim-%04d", n),
 			Scan:      func() ([]holdings.Pod, bool) { return observer.Scan(mine) },
 			ScanEvery: 500 * time.Millisecond, MinInterval: 2 * time.Second, Heartbeat: time.Hour,
 			Wrote: func(err error) {
@@ -123,17 +125,17 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		stop()
-		_ = dyn.Resource(report.Resource).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = dyn.Resource(trustreport.Resource).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 	})
 	holding := func(anchor *fixtures.Cert) int {
-		list, err := dyn.Resource(report.Resource).List(ctx, metav1.ListOptions{})
+		list, err := dyn.Resource(trustreport.Resource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return 0
 		}
-		id := holdings.AnchorID(anchor.Cert.Raw)
+		id := bundle.AnchorID(anchor.Cert.Raw)
 		n := 0
 		for i := range list.Items {
-			r, err := report.FromUnstructured(&list.Items[i])
+			r, err := trustreport.FromUnstructured(&list.Items[i])
 			if err != nil || !strings.HasPrefix(r.Node, "sim-") {
 				continue
 			}
@@ -187,14 +189,14 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 		}
 		t0 = time.Now()
 		var who struct{ Items []json.RawMessage }
-		plugin.JSON(b, &who, 0, "who-trusts", holdings.AnchorID(next.Cert.Raw), "-A")
+		plugin.JSON(b, &who, 0, "who-trusts", bundle.AnchorID(next.Cert.Raw), "-A")
 		whoTook = append(whoTook, time.Since(t0))
 		if len(who.Items) != len(pods) {
 			b.Fatalf("who-trusts listed %d pods, want %d", len(who.Items), len(pods))
 		}
 	}
 	b.StopTimer()
-	if u, err := dyn.Resource(report.Resource).Get(ctx, "sim-0000", metav1.GetOptions{}); err == nil {
+	if u, err := dyn.Resource(trustreport.Resource).Get(ctx, "sim-0000", metav1.GetOptions{}); err == nil {
 		data, _ := json.Marshal(u.Object)
 		reportBytes = len(data)
 	}

@@ -19,13 +19,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/agent/report"
-	"github.com/trustsync/trustsync/agent/report/query"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // The agent reports what every pod on its node holds, whoever delivered it: its own
@@ -64,10 +64,10 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		"report-sidecar/" + injector.DefaultMountPath + "/" + injector.DefaultPath: string(injector.DeliverySidecar),
 		"report-native//etc/roots/roots.pem":                                       string(injector.DeliveryNative),
 	}
-	holding := func(r *report.NodeTrustReport, anchors ...*fixtures.Cert) []string {
+	holding := func(r *trustreport.NodeTrustReport, anchors ...*fixtures.Cert) []string {
 		var ids []string
 		for _, c := range anchors {
-			ids = append(ids, holdings.AnchorID(c.Cert.Raw))
+			ids = append(ids, bundle.AnchorID(c.Cert.Raw))
 		}
 		slices.Sort(ids)
 		var out []string
@@ -82,7 +82,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		slices.Sort(out)
 		return out
 	}
-	r := waitReport(t, cp, "every pod holding v1", func(r *report.NodeTrustReport) bool { return len(holding(r, v1)) == 3 })
+	r := waitReport(t, cp, "every pod holding v1", func(r *trustreport.NodeTrustReport) bool { return len(holding(r, v1)) == 3 })
 	if owners := r.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != nodeName || owners[0].UID == "" {
 		t.Errorf("the report's owners are %+v, want the Node %s", owners, nodeName)
 	}
@@ -90,7 +90,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	// The edit: the agent rewrites its own volume; the sidecar's file and the
 	// kubelet's lag behind, and the report says so, pod by pod.
 	setBundle(t, cp, name, v1, v2)
-	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *report.NodeTrustReport) bool {
+	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *trustreport.NodeTrustReport) bool {
 		return slices.Equal(holding(r, v1, v2), []string{"report-node"}) && len(holding(r, v1)) == 2
 	})
 	// kubectl trustsync, meanwhile: the node pod is up to date, the other two behind,
@@ -108,7 +108,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		}
 		return out
 	}
-	v2ID := holdings.AnchorID(v2.Cert.Raw)
+	v2ID := bundle.AnchorID(v2.Cert.Raw)
 	st := states(3)
 	if st["report-node"].State != query.UpToDate || st["report-sidecar"].State != query.Behind || st["report-native"].State != query.Behind ||
 		!slices.Equal(st["report-native"].Missing, []string{v2ID}) {
@@ -127,7 +127,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 
 	writeVersion(t, sidecarDir, "2", map[string][]byte{injector.DefaultPath: []byte(fixtures.Bundle(v1, v2))})
 	writeVersion(t, nativeDir, "2", map[string][]byte{"roots.pem": []byte(fixtures.Bundle(v1, v2))})
-	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *report.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
+	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *trustreport.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
 	for _, p := range r.Pods {
 		for _, f := range p.Files {
 			if f.Path == "" || f.ChangedAt == nil {
@@ -201,8 +201,8 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 			wantErr: "may be written only with a token bound to a pod on node " + otherNode + "; this token names no node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dynamic.NewForConfigOrDie(tc.cfg).Resource(report.Resource)
-			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": report.GroupVersion.String(), "kind": report.Kind,
+			c := dynamic.NewForConfigOrDie(tc.cfg).Resource(trustreport.Resource)
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": trustreport.GroupVersion.String(), "kind": trustreport.Kind,
 				"metadata": map[string]any{"name": tc.report}, "node": tc.report, "updatedAt": time.Now().UTC().Format(time.RFC3339)}}
 			_, err := c.Create(ctx, obj, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
@@ -219,7 +219,7 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 				t.Fatalf("got %v; want Forbidden saying %q", err, tc.wantErr)
 			}
 			if tc.wantErr != "" {
-				if _, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource).Get(ctx, tc.report, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				if _, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource).Get(ctx, tc.report, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					t.Errorf("the refused report exists: %v", err)
 				}
 			}
@@ -235,16 +235,16 @@ func must(t testing.TB, err error) {
 }
 
 // waitReport waits until the node's report satisfies ok, and returns it.
-func waitReport(t *testing.T, cp *controlplane.ControlPlane, what string, ok func(*report.NodeTrustReport) bool) *report.NodeTrustReport {
+func waitReport(t *testing.T, cp *controlplane.ControlPlane, what string, ok func(*trustreport.NodeTrustReport) bool) *trustreport.NodeTrustReport {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource)
-	var last *report.NodeTrustReport
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
+	var last *trustreport.NodeTrustReport
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		u, err := c.Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		if last, err = report.FromUnstructured(u); err != nil {
+		if last, err = trustreport.FromUnstructured(u); err != nil {
 			return false, err
 		}
 		return ok(last), nil

@@ -41,7 +41,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/sidecar/contract"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )

@@ -20,12 +20,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/trustsync/trustsync/agent/report"
-	"github.com/trustsync/trustsync/agent/report/query"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/query"
 )
 
 // kubectlTrustsync runs `kubectl trustsync args... -o json` as a user would, with the
@@ -90,7 +90,7 @@ func TestObservation_WhoTrustsAnAnchorAcrossEveryDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := dynamic.NewForConfigOrDie(n.Config).Resource(report.Resource).Get(context.Background(), node.Name, metav1.GetOptions{})
+	r, err := dynamic.NewForConfigOrDie(n.Config).Resource(trustreport.Resource).Get(context.Background(), node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the node's NodeTrustReport: %v", err)
 	}

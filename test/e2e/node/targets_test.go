@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/signer/targets"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // With the chart installed as a user would: a TrustTarget fills a ConfigMap in a
@@ -30,9 +30,9 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 	ns := n.Namespace(t, "targets", restricted)
 	rootA, rootB := fixtures.CA("targets node A"), fixtures.CA("targets node B")
 	ctb := createBundle(t, "e2e-targets", rootA)
-	c := dynamic.NewForConfigOrDie(n.Config).Resource(targets.Resource)
+	c := dynamic.NewForConfigOrDie(n.Config).Resource(trusttarget.Resource)
 	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind, "metadata": map[string]any{"name": "e2e-targets"},
+		"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": "e2e-targets"},
 		"spec": map[string]any{
 			"sources": []any{map[string]any{"name": ctb.Name, "path": "ca.crt"},
 				map[string]any{"name": ctb.Name, "path": "truststore.p12", "format": "pkcs12"},

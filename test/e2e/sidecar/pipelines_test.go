@@ -19,12 +19,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/sidecar/contract"
-	"github.com/trustsync/trustsync/sidecar/kubeclient"
-	"github.com/trustsync/trustsync/sidecar/pipeline"
-	"github.com/trustsync/trustsync/sidecar/render"
-	"github.com/trustsync/trustsync/sidecar/watch"
-	"github.com/trustsync/trustsync/sidecar/write"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/kubeclient"
+	"github.com/trustsync/trustsync/delivery/pipeline"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/delivery/write"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/x509roots/fallback/bundle"
+	fallbackroots "golang.org/x/crypto/x509roots/fallback/bundle"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,11 +25,11 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/signer/targets"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // trustManagerVersion is the trust-manager release whose documented example Bundles
@@ -92,7 +92,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 	if code != 0 {
 		t.Fatalf("convert exits %d for trust-manager's documented Bundles; it said:\n%s", code, out)
 	}
-	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource)
+	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource)
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
 	var names []string
 	for {
@@ -102,7 +102,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 		} else if err != nil {
 			t.Fatalf("convert printed what does not decode: %v\n%s", err, out)
 		}
-		if obj.GetKind() != targets.Kind {
+		if obj.GetKind() != trusttarget.Kind {
 			t.Fatalf("convert printed a %s for a Bundle of the public roots alone", obj.GetKind())
 		}
 		if _, err := dyn.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
@@ -116,9 +116,9 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 	}
 
 	var roots []string
-	for r := range bundle.Roots() {
+	for r := range fallbackroots.Roots() {
 		if r.Constraint == nil {
-			roots = append(roots, holdings.AnchorID(r.Certificate))
+			roots = append(roots, bundle.AnchorID(r.Certificate))
 		}
 	}
 	slices.Sort(roots)
@@ -136,7 +136,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 			if err != nil {
 				return false
 			}
-			got, err := holdings.Anchors([]byte(cm.Data["bundle.pem"]))
+			got, err := bundle.AnchorIDs([]byte(cm.Data["bundle.pem"]))
 			return err == nil && slices.Equal(got, roots)
 		})
 	}
@@ -176,7 +176,7 @@ func applyConverted(t *testing.T, cp *controlplane.ControlPlane, out string) {
 			t.Fatalf("the API server refused what convert printed as ready: %v", err)
 		}
 		for _, a := range applied {
-			gvr := targets.Resource
+			gvr := trusttarget.Resource
 			if a.GetKind() == "ClusterTrustBundle" {
 				gvr = certificatesv1.SchemeGroupVersion.WithResource("clustertrustbundles")
 			}
@@ -252,9 +252,9 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 		if err != nil {
 			return false
 		}
-		pem, err := holdings.Anchors([]byte(cm.Data["ca.pem"]))
+		pem, err := bundle.AnchorIDs([]byte(cm.Data["ca.pem"]))
 		store, errP := truststore.DecodePKCS12(cm.BinaryData["ca.p12"], "changeit")
-		return err == nil && errP == nil && len(pem) > 100 && slices.Contains(pem, holdings.AnchorID(inline.Cert.Raw)) && len(store) == len(pem)
+		return err == nil && errP == nil && len(pem) > 100 && slices.Contains(pem, bundle.AnchorID(inline.Cert.Raw)) && len(store) == len(pem)
 	})
 }
 

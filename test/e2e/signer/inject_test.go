@@ -17,7 +17,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle"
+
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -49,7 +50,7 @@ func TestInject_AnnotatedConfigMapGetsTheBundleAndKeepsOtherKeys(t *testing.T) {
 		if err != nil || cm.Data["app.conf"] != "the app's own" {
 			return false
 		}
-		got, err := holdings.Anchors([]byte(cm.Data["ca.crt"]))
+		got, err := bundle.AnchorIDs([]byte(cm.Data["ca.crt"]))
 		return err == nil && slices.Equal(got, ids(anchors...))
 	}
 	waitFor(t, "the annotated ConfigMap holding A beside the app's key", func() bool { return holds(rootA) })

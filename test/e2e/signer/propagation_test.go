@@ -16,11 +16,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/agent/report"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/trustreport"
 )
 
 // observedSigner runs a signer of its own (its own namespace, Lease and CA) with
@@ -141,17 +140,17 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, anchors ...string) {
 	t.Helper()
 	slices.Sort(anchors)
-	id := report.SetID(anchors)
-	r := &report.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: report.GroupVersion.String(), Kind: report.Kind},
+	id := trustreport.SetID(anchors)
+	r := &trustreport.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Spec.NodeName}, Node: pod.Spec.NodeName, UpdatedAt: metav1.Now(),
-		AnchorSets: []report.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}},
-		Pods: []report.PodHolding{{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
-			Files: []report.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}}}}
+		AnchorSets: []trustreport.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}},
+		Pods: []trustreport.PodHolding{{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
+			Files: []trustreport.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}}}}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(report.Resource)
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
 	obj := &unstructured.Unstructured{Object: m}
 	if cur, err := c.Get(context.Background(), r.Name, metav1.GetOptions{}); err == nil {
 		obj.SetResourceVersion(cur.GetResourceVersion())
@@ -200,7 +199,7 @@ func issuedBy(t *testing.T, cp *controlplane.ControlPlane) string {
 	}
 	for _, ca := range certs {
 		if cert.CheckSignatureFrom(ca) == nil {
-			return holdings.AnchorID(ca.Raw)
+			return bundle.AnchorID(ca.Raw)
 		}
 	}
 	t.Fatalf("the certificate verifies against no anchor of the live bundle")

@@ -16,19 +16,20 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle"
+
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/signer/targets"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // createTarget creates a TrustTarget with spec; it is deleted
 // when the test ends.
 func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec map[string]any) {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource)
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": targets.Kind,
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource)
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind,
 		"metadata": map[string]any{"name": name}, "spec": spec}}
 	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -37,13 +38,13 @@ func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec
 }
 
 // targetStatus is the target's status now.
-func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) targets.Status {
+func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) trusttarget.Status {
 	t.Helper()
-	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(targets.Resource).Get(context.Background(), name, metav1.GetOptions{})
+	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt, err := targets.FromUnstructured(u)
+	tt, err := trusttarget.FromUnstructured(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +52,13 @@ func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) targ
 }
 
 // waitReason waits until the target's Ready condition has reason, and returns the status.
-func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) targets.Status {
+func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) trusttarget.Status {
 	t.Helper()
-	var st targets.Status
+	var st trusttarget.Status
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		st = targetStatus(t, cp, name)
 		for _, c := range st.Conditions {
-			if c.Type == targets.Ready && c.Reason == reason {
+			if c.Type == trusttarget.Ready && c.Reason == reason {
 				return true, nil
 			}
 		}
@@ -69,9 +70,9 @@ func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string
 	return st
 }
 
-func readyMessage(st targets.Status) string {
+func readyMessage(st trusttarget.Status) string {
 	for _, c := range st.Conditions {
-		if c.Type == targets.Ready {
+		if c.Type == trusttarget.Ready {
 			return c.Message
 		}
 	}
@@ -119,7 +120,7 @@ func labelledNamespace(t testing.TB, client kubernetes.Interface, name string, l
 func ids(anchors ...*fixtures.Cert) []string {
 	var out []string
 	for _, a := range anchors {
-		out = append(out, holdings.AnchorID(a.Cert.Raw))
+		out = append(out, bundle.AnchorID(a.Cert.Raw))
 	}
 	slices.Sort(out)
 	return out
@@ -165,7 +166,7 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 		}
 		p12, errP := truststore.DecodePKCS12(cm.BinaryData["truststore.p12"], "changeit")
 		jks, errJ := truststore.DecodeJKS(cm.BinaryData["truststore.jks"], "changeit")
-		pem, errC := holdings.Anchors([]byte(cm.Data["ca.crt"]))
+		pem, errC := bundle.AnchorIDs([]byte(cm.Data["ca.crt"]))
 		lastSeen = fmt.Sprintf("%s: ca.crt %d anchors %v, p12 %d anchors %v, jks %d anchors %v", namespace, len(pem), errC, len(p12), errP, len(jks), errJ)
 		return slices.Equal(pem, ids(anchors...)) && errP == nil && len(p12) == len(anchors) && errJ == nil && len(jks) == len(anchors)
 	}
@@ -222,7 +223,7 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	})
 	waitFor(t, "the shared ConfigMap left with the other tool's key alone", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns(0)).Get(ctx, "corp-roots", metav1.GetOptions{})
-		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[targets.TargetLabel] == ""
+		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[trusttarget.TargetLabel] == ""
 	})
 }
 

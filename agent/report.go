@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/trustreport"
+)
+
+// BuildReport makes node's report of what its pods hold, with anchor sets deduplicated,
+// pods and sets in a stable order, and within MaxBytes.
+func BuildReport(node string, held []holdings.Pod, now time.Time) *trustreport.NodeTrustReport {
+	r := &trustreport.NodeTrustReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Node:       node, UpdatedAt: metav1.NewTime(now.UTC().Truncate(time.Second)),
+	}
+	sets := map[string]trustreport.AnchorSet{}
+	for _, p := range held {
+		ph := trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Files: []trustreport.FileHolding{}}
+		for _, f := range p.Files {
+			fh := trustreport.FileHolding{Path: f.Path(), Volume: f.Volume, File: f.File, Delivery: string(f.Delivery), Error: f.Err}
+			if !f.ChangedAt.IsZero() {
+				t := metav1.NewMicroTime(f.ChangedAt.UTC())
+				fh.ChangedAt = &t
+			}
+			if f.Err == "" {
+				id := trustreport.SetID(f.Anchors)
+				sets[id] = trustreport.AnchorSet{ID: id, Anchors: f.Anchors, Count: len(f.Anchors)}
+				fh.AnchorSet = id
+			}
+			ph.Files = append(ph.Files, fh)
+		}
+		r.Pods = append(r.Pods, ph)
+	}
+	slices.SortFunc(r.Pods, func(a, b trustreport.PodHolding) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for _, s := range sets {
+		r.AnchorSets = append(r.AnchorSets, s)
+	}
+	slices.SortFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
+	r.Bound()
+	return r
+}
+
+// ReportPublisher keeps a node's report current: it scans often, so that a change is seen
+// within ScanEvery, but writes at most every MinInterval, and only when what the
+// pods hold changed (or Heartbeat passed), so that API writes grow with nodes and
+// changes, not with pods or time.
+type ReportPublisher struct {
+	Client dynamic.ResourceInterface
+	Node   string
+	// Owner, the node's Node object, makes the garbage collector remove the report
+	// once the node is gone.
+	Owner *metav1.OwnerReference
+	// Scan observes the node's pods and says whether anything changed.
+	Scan        func() ([]holdings.Pod, bool)
+	ScanEvery   time.Duration
+	MinInterval time.Duration
+	Heartbeat   time.Duration
+	Clock       clock.WithTicker
+	// Wrote, when set, is told of each write's outcome.
+	Wrote func(error)
+
+	last            *trustreport.NodeTrustReport
+	resourceVersion string
+	lastWrite       time.Time
+}
+
+// Run publishes until ctx is done.
+func (p *ReportPublisher) Run(ctx context.Context) {
+	if p.Clock == nil {
+		p.Clock = clock.RealClock{}
+	}
+	ticker := p.Clock.NewTicker(p.ScanEvery)
+	defer ticker.Stop()
+	pending := true
+	for {
+		held, changed := p.Scan()
+		pending = pending || changed
+		now := p.Clock.Now()
+		since := now.Sub(p.lastWrite)
+		if (pending && since >= p.MinInterval) || since >= p.Heartbeat {
+			r := BuildReport(p.Node, held, now)
+			if since < p.Heartbeat && trustreport.SameHoldings(r, p.last) {
+				pending = false
+			} else {
+				err := p.write(ctx, r)
+				if p.Wrote != nil {
+					p.Wrote(err)
+				}
+				if err != nil {
+					klog.ErrorS(err, "Cannot write the node's trust report; retrying", "report", p.Node)
+					p.lastWrite = now // retry after MinInterval, not at every scan
+				} else {
+					pending, p.last, p.lastWrite = false, r, now
+					klog.V(4).InfoS("Wrote the node's trust report", "report", p.Node, "pods", len(r.Pods), "anchorSets", len(r.AnchorSets))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+// write replaces the report with r, creating it the first time. It updates with the
+// resourceVersion it last wrote, so it reads the report only when another writer (an
+// earlier agent) got there first.
+func (p *ReportPublisher) write(ctx context.Context, r *trustreport.NodeTrustReport) error {
+	if p.Owner != nil {
+		r.OwnerReferences = []metav1.OwnerReference{*p.Owner}
+	}
+	for attempt := 0; ; attempt++ {
+		if p.resourceVersion == "" {
+			cur, err := p.Client.Get(ctx, r.Name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				obj, err := trustreport.ToUnstructured(r)
+				if err != nil {
+					return err
+				}
+				created, err := p.Client.Create(ctx, obj, metav1.CreateOptions{FieldManager: "trustsync-agent"})
+				if err != nil {
+					return fmt.Errorf("create NodeTrustReport %s: %w", r.Name, err)
+				}
+				p.resourceVersion = created.GetResourceVersion()
+				return nil
+			case err != nil:
+				return fmt.Errorf("read NodeTrustReport %s: %w", r.Name, err)
+			}
+			p.resourceVersion = cur.GetResourceVersion()
+		}
+		r.ResourceVersion = p.resourceVersion
+		obj, err := trustreport.ToUnstructured(r)
+		if err != nil {
+			return err
+		}
+		updated, err := p.Client.Update(ctx, obj, metav1.UpdateOptions{FieldManager: "trustsync-agent"})
+		if err == nil {
+			p.resourceVersion = updated.GetResourceVersion()
+			return nil
+		}
+		p.resourceVersion = ""
+		if attempt > 0 || !(apierrors.IsConflict(err) || apierrors.IsNotFound(err)) {
+			return fmt.Errorf("update NodeTrustReport %s: %w", r.Name, err)
+		}
+	}
+}

@@ -1,0 +1,727 @@
+package targets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+// FieldManager is the controller's name in the written objects' managedFields: it owns
+// the keys it writes and the trusttarget.TargetLabel, nothing else.
+const FieldManager = "trustsync-targets"
+
+// Config is what the controller needs.
+type Config struct {
+	Client   kubernetes.Interface
+	Dynamic  dynamic.Interface
+	Registry *watch.Registry
+	Events   record.EventRecorder
+	// Secrets allows Secret targets: writing (and so watching) Secrets in every
+	// namespace, which the chart grants only when asked to.
+	Secrets bool
+	Resync  time.Duration
+	Metrics *Metrics
+	// ObjectMeta, when set, is the metadata-only informer factory the injection
+	// watches every ConfigMap (and Secret) through: the controller reads from it
+	// whether an object it has not written exists, instead of asking the API server.
+	ObjectMeta metadatainformer.SharedInformerFactory
+}
+
+// Controller keeps every trusttarget.TrustTarget's objects current.
+type Controller struct {
+	cfg        Config
+	queue      workqueue.TypedRateLimitingInterface[string]
+	targets    cache.SharedIndexInformer
+	namespaces corelisters.NamespaceLister
+	configMaps corelisters.ConfigMapLister
+	secrets    corelisters.SecretLister
+	synced     []cache.InformerSynced
+	start      func(context.Context)
+	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
+	metadata map[string]cache.GenericLister
+
+	mu    sync.Mutex
+	state map[string]*watched // per target, between reconciles
+}
+
+// New sets up the informers; Run starts them.
+func New(cfg Config) *Controller {
+	c := &Controller{cfg: cfg, state: map[string]*watched{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_targets"})}
+	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
+	c.targets = dyn.ForResource(trusttarget.Resource).Informer()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	// A target that comes, goes or changes its spec may claim (or let go of) an
+	// object another target names: every target looks again. A status update
+	// concerns only its own target.
+	_, _ = c.targets.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.enqueueAll() },
+		UpdateFunc: func(o, n any) {
+			if om, nm, err := metaPair(o, n); err == nil && om.GetGeneration() == nm.GetGeneration() {
+				enqueue(n)
+				return
+			}
+			c.enqueueAll()
+		},
+		DeleteFunc: func(obj any) { enqueue(obj); c.enqueueAll() },
+	})
+
+	all := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
+	ns := all.Core().V1().Namespaces()
+	c.namespaces = ns.Lister()
+	_, _ = ns.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueAll() },
+		UpdateFunc: func(o, n any) { c.namespaceChanged(o, n) },
+		DeleteFunc: func(any) { c.enqueueAll() },
+	})
+	// Only what the controller wrote: the objects carrying its label.
+	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = trusttarget.TargetLabel }))
+	byTarget := func(obj any) {
+		if m, err := metaOf(obj); err == nil {
+			c.queue.Add(m.GetLabels()[trusttarget.TargetLabel])
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: byTarget, UpdateFunc: func(_, n any) { byTarget(n) }, DeleteFunc: byTarget}
+	cms := written.Core().V1().ConfigMaps()
+	c.configMaps = cms.Lister()
+	_, _ = cms.Informer().AddEventHandler(handler)
+	c.synced = []cache.InformerSynced{c.targets.HasSynced, ns.Informer().HasSynced, cms.Informer().HasSynced}
+	if cfg.Secrets {
+		sec := written.Core().V1().Secrets()
+		c.secrets = sec.Lister()
+		_, _ = sec.Informer().AddEventHandler(handler)
+		c.synced = append(c.synced, sec.Informer().HasSynced)
+	}
+	c.metadata = map[string]cache.GenericLister{}
+	if cfg.ObjectMeta != nil {
+		kinds := map[string]injectKind{"ConfigMap": kindConfigMap}
+		if cfg.Secrets {
+			kinds["Secret"] = kindSecret
+		}
+		for kind, k := range kinds {
+			informer := cfg.ObjectMeta.ForResource(k.gvr)
+			c.metadata[kind] = informer.Lister()
+			c.synced = append(c.synced, informer.Informer().HasSynced)
+		}
+	}
+	c.start = func(ctx context.Context) {
+		dyn.Start(ctx.Done())
+		all.Start(ctx.Done())
+		written.Start(ctx.Done())
+		if cfg.ObjectMeta != nil {
+			cfg.ObjectMeta.Start(ctx.Done())
+		}
+	}
+	return c
+}
+
+// Run reconciles until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	c.start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, c.queue, trusttarget.Kind, c.reconcile) }, time.Second)
+	}
+	<-ctx.Done()
+	c.mu.Lock()
+	for _, st := range c.state {
+		st.close()
+	}
+	c.mu.Unlock()
+}
+
+func metaPair(o, n any) (metav1.Object, metav1.Object, error) {
+	om, err := meta.Accessor(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	nm, err := meta.Accessor(n)
+	return om, nm, err
+}
+
+func (c *Controller) enqueueAll() {
+	for _, obj := range c.targets.GetStore().List() {
+		if m, err := meta.Accessor(obj); err == nil {
+			c.queue.Add(m.GetName())
+		}
+	}
+}
+
+// namespaceChanged enqueues every target when a namespace's labels changed (it may be
+// selected now, or no more) or it began terminating.
+func (c *Controller) namespaceChanged(o, n any) {
+	old, ok1 := o.(*corev1.Namespace)
+	cur, ok2 := n.(*corev1.Namespace)
+	if !ok1 || !ok2 || !maps.Equal(old.Labels, cur.Labels) || old.Status.Phase != cur.Status.Phase {
+		c.enqueueAll()
+	}
+}
+
+// reconcile writes target name's object into every selected namespace and takes it
+// out of the others.
+func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	c.cfg.Metrics.reconciled("targets")
+	obj, exists, err := c.targets.GetStore().GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.forget(name)
+		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
+	}
+	u := obj.(*unstructured.Unstructured)
+	t, err := trusttarget.FromUnstructured(u)
+	if err != nil {
+		return 0, c.setStatus(ctx, u, trusttarget.Status{}, "InvalidSpec", err.Error(), false)
+	}
+	if errs := t.Spec.Validate(); len(errs) > 0 {
+		msg := errs.ToAggregate().Error()
+		c.cfg.Events.Event(u, corev1.EventTypeWarning, "InvalidSpec", msg)
+		return 0, c.setStatus(ctx, u, trusttarget.Status{}, "InvalidSpec", msg, false)
+	}
+	kind := "ConfigMap"
+	if t.Spec.Target.Secret != nil {
+		kind = "Secret"
+		if !c.cfg.Secrets {
+			msg := "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors"
+			c.cfg.Events.Event(u, corev1.EventTypeWarning, "SecretsNotAllowed", msg)
+			return 0, c.setStatus(ctx, u, trusttarget.Status{}, "SecretsNotAllowed", msg, false)
+		}
+	}
+	st, err := c.stateFor(ctx, name, t.Spec)
+	if err != nil {
+		return 0, err
+	}
+	if !st.set.HasSynced() {
+		return time.Second, nil
+	}
+	object := targetName(t)
+	if st.last == nil {
+		// After a restart (or a spec change) there is no earlier rendering: the
+		// objects written before hold the last good content, and a source that
+		// fails now must keep it, not take its key away.
+		if live := c.anyWritten(kind, name, object); live != nil {
+			st.seed(live.files(paths(t.Spec.Sources)))
+		}
+	}
+	r := st.render()
+
+	selector := labels.Everything()
+	if ns := t.Spec.Target.NamespaceSelector; ns != nil {
+		if selector, err = metav1.LabelSelectorAsSelector(ns); err != nil {
+			return 0, err
+		}
+	}
+	all, err := c.namespaces.List(labels.Everything())
+	if err != nil {
+		return 0, err
+	}
+	claimed := claims(c.targets.GetStore().List(), c.cfg.Secrets)
+	status := trusttarget.Status{}
+	selected := map[string]bool{}
+	var shared []string // what this target writes and another claims too
+	failed := 0
+	for _, ns := range all {
+		if ns.Status.Phase == corev1.NamespaceTerminating || !selector.Matches(labels.Set(ns.Labels)) {
+			continue
+		}
+		selected[ns.Name] = true
+		status.Namespaces++
+		written, note, err := c.write(ctx, st, ns, kind, object, name, t.Spec.Sources, r, claimed)
+		if note != "" {
+			shared = append(shared, note)
+		}
+		switch {
+		case err != nil:
+			failed++
+			if len(status.Failures) < 10 {
+				status.Failures = append(status.Failures, trusttarget.Failure{Namespace: ns.Name, Message: err.Error()})
+			}
+		case written:
+			status.Synced++
+		}
+	}
+	if err := c.releaseAll(ctx, name, func(k, namespace, obj string) bool { return k == kind && obj == object && selected[namespace] }, claimed); err != nil {
+		return 0, err
+	}
+
+	reason, msg, ok := "Synced", fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, object, status.Synced, status.Namespaces), true
+	switch {
+	case r.Err() != nil && status.Synced == 0 && failed == 0 && status.Namespaces > 0:
+		reason, msg, ok = "SourceMissing", "nothing written: "+r.Err().Error(), false
+	case r.Err() != nil:
+		reason, msg, ok = "SourceMissing", msg+"; kept the last good content of: "+r.Err().Error(), false
+	case status.Namespaces == 0:
+		reason, msg = "NoNamespaces", "the namespace selector matches no namespace"
+	case len(shared) > 0 || hasConflict(status.Failures):
+		first := status.Failures
+		reason, ok = "Conflict", false
+		if len(shared) > 0 {
+			msg = fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", msg, shared[0], len(shared))
+		} else {
+			msg = fmt.Sprintf("%s; %d namespaces not written, first %s: %s", msg, failed, first[0].Namespace, first[0].Message)
+		}
+	case failed > 0:
+		reason, msg, ok = "WriteFailed", fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
+	}
+	return 0, c.setStatus(ctx, u, status, reason, msg, ok)
+}
+
+// conflictError is an object this target does not write because another claims it.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+func hasConflict(failures []trusttarget.Failure) bool {
+	return slices.ContainsFunc(failures, func(f trusttarget.Failure) bool { return strings.HasPrefix(f.Message, conflictPrefix) })
+}
+
+const conflictPrefix = "claimed by "
+
+// write brings target's object in namespace ns up to date, and says whether it holds
+// the current content. note names another claimant of an object this target writes;
+// an object another target (or an annotation) writes is left to it: an error.
+func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespace, kind, object, target string, sources []contract.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
+	live := c.written(kind, ns.Name, object)
+	labelled := ""
+	if live != nil {
+		labelled = live.meta.GetLabels()[trusttarget.TargetLabel]
+	}
+	w, others := writer(claimed, ns, kind, object, labelled)
+	if w != target {
+		return false, "", &conflictError{fmt.Sprintf("%sTrustTarget %s: %s %s/%s is written by trusttarget.TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", conflictPrefix, w, kind, ns.Name, object, w)}
+	}
+	if len(others) > 0 {
+		note = fmt.Sprintf("TrustTarget %s also names %s %s/%s", strings.Join(others, ", "), kind, ns.Name, object)
+	}
+
+	data, binary := payload(sources, r)
+	d := desired{data: data, binary: binary, labels: map[string]string{trusttarget.TargetLabel: target}}
+	last := st.applied[ns.Name]
+	if live != nil && live.meta.GetResourceVersion() == last.after {
+		// The informer has seen this controller's last write: what it holds is the
+		// truth again (a later deletion is one, and is written anew).
+		delete(st.applied, ns.Name)
+		last = appliedState{}
+	}
+	if live == nil {
+		if last.digest != "" && last.before == "" && last.digest == d.digest() {
+			return true, note, nil // created by this controller; the cache has yet to see it
+		}
+		fetched, err := c.unlabelled(ctx, kind, ns.Name, object, r.Err() != nil)
+		if err != nil {
+			return false, note, fmt.Errorf("%s %s/%s: %w", kind, ns.Name, object, err)
+		}
+		live = fetched
+	}
+	if live == nil {
+		d.annotations = map[string]string{trusttarget.CreatedAnnotation: "true"}
+	} else {
+		if _, asks := live.meta.GetAnnotations()[injector.AnnotationInject]; asks {
+			if labelled != target {
+				return false, note, &conflictError{fmt.Sprintf("%sits annotations: %s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", conflictPrefix, kind, ns.Name, object, injector.AnnotationInject)}
+			}
+			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, injector.AnnotationInject)
+		}
+		if createdByTargets(live.meta) {
+			d.annotations = map[string]string{trusttarget.CreatedAnnotation: "true"}
+		}
+		keepHeld(sources, r, live, d.data, d.binary)
+	}
+	if len(d.data)+len(d.binary) == 0 {
+		return false, note, nil // nothing to write yet: the status says why
+	}
+	digest := d.digest()
+	if live != nil && (live.holds(d, FieldManager) || last.digest == digest && last.before == live.meta.GetResourceVersion()) {
+		return true, note, nil
+	}
+	rv, err := c.apply(ctx, kind, ns.Name, object, d)
+	if err != nil {
+		return false, note, err
+	}
+	before := ""
+	if live != nil {
+		before = live.meta.GetResourceVersion()
+	}
+	st.applied[ns.Name] = appliedState{digest: digest, before: before, after: rv}
+	return true, note, nil
+}
+
+// payload splits a rendering's files into text keys (PEM) and binary keys
+// (truststores).
+func payload(sources []contract.Source, r *render.Rendering) (data map[string]string, binary map[string][]byte) {
+	data, binary = map[string]string{}, map[string][]byte{}
+	for _, src := range sources {
+		f, ok := r.Files[src.Path]
+		if !ok {
+			continue
+		}
+		if src.FileFormat() == contract.FormatPEM {
+			data[src.Path] = string(f.Data)
+		} else {
+			binary[src.Path] = f.Data
+		}
+	}
+	return data, binary
+}
+
+func targetName(t *trusttarget.TrustTarget) string {
+	if t.Spec.Target.Secret != nil {
+		return t.Spec.Target.Secret.Name
+	}
+	return t.Spec.Target.ConfigMap.Name
+}
+
+// stateFor returns the target's plan and watches, made anew when its spec changed.
+func (c *Controller) stateFor(ctx context.Context, name string, spec trusttarget.Spec) (*watched, error) {
+	raw, _ := json.Marshal(spec)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.state[name]; ok && st.spec == string(raw) {
+		return st, nil
+	}
+	if st, ok := c.state[name]; ok {
+		st.close()
+		delete(c.state, name)
+	}
+	st, err := watchSources(ctx, c.cfg.Registry, string(raw), spec.Sources, func() { c.queue.Add(name) })
+	if err != nil {
+		return nil, err
+	}
+	c.state[name] = st
+	return st, nil
+}
+
+func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.state[name]; ok {
+		st.close()
+		delete(c.state, name)
+	}
+}
+
+// written is the object of kind in namespace as the informer holds it, if it carries
+// the target label (the controller sees only what it wrote).
+func (c *Controller) written(kind, namespace, name string) *object {
+	var obj any
+	var err error
+	if kind == "Secret" {
+		if c.secrets == nil {
+			return nil
+		}
+		obj, err = c.secrets.Secrets(namespace).Get(name)
+	} else {
+		obj, err = c.configMaps.ConfigMaps(namespace).Get(name)
+	}
+	if err != nil {
+		return nil
+	}
+	o, _ := objectOf(obj)
+	return &o
+}
+
+// unlabelled is an object of kind the targets' informers do not hold (no target
+// label): nil when it does not exist. Every object's metadata is at hand (the
+// metadata informer the injection shares), so only an object whose keys a failing
+// source may need (whole) is read from the API server.
+func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name string, whole bool) (*object, error) {
+	if lister := c.metadata[kind]; lister != nil && !whole {
+		obj, err := lister.ByNamespace(namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return nil, fmt.Errorf("the metadata informer held a %T", obj)
+		}
+		return &object{meta: m, secret: kind == "Secret"}, nil
+	}
+	o, err := getObject(ctx, c.cfg.Client, kind == "Secret", namespace, name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return o, err
+}
+
+// writtenBy is every object carrying target's label, as the informers hold them.
+func (c *Controller) writtenBy(target string) ([]object, error) {
+	sel := labels.SelectorFromSet(labels.Set{trusttarget.TargetLabel: target})
+	var found []object
+	cms, err := c.configMaps.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, cm := range cms {
+		o, _ := objectOf(cm)
+		found = append(found, o)
+	}
+	if c.secrets != nil {
+		secs, err := c.secrets.List(sel)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range secs {
+			o, _ := objectOf(s)
+			found = append(found, o)
+		}
+	}
+	return found, nil
+}
+
+// anyWritten is one of target's objects of kind and name, the base of its first
+// rendering.
+func (c *Controller) anyWritten(kind, target, name string) *object {
+	found, _ := c.writtenBy(target)
+	for _, o := range found {
+		if o.kind() == kind && o.meta.GetName() == name {
+			return &o
+		}
+	}
+	return nil
+}
+
+// createdByTargets reports whether a trusttarget.TrustTarget created the object: it carries
+// trusttarget.CreatedAnnotation, set by the targets' field manager.
+func createdByTargets(m metav1.Object) bool {
+	return m.GetAnnotations()[trusttarget.CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[trusttarget.CreatedAnnotation]
+}
+
+// apply writes d into namespace's object with server-side apply, without force: a key
+// another manager owns is a conflict, reported, never taken. It returns the object's
+// new resourceVersion.
+func (c *Controller) apply(ctx context.Context, kind, namespace, object string, d desired) (string, error) {
+	c.cfg.Metrics.wrote("targets", kind, "apply")
+	rv, err := applyData(ctx, c.cfg.Client, kind == "Secret", namespace, object, FieldManager, d)
+	if apierrors.IsConflict(err) {
+		return "", fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, conflictDetail(err))
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)
+	}
+	return rv, nil
+}
+
+// applyData applies d to a ConfigMap, or a Secret, as manager, without force: PEM as
+// text data, truststores as binary (a Secret's are all bytes).
+func applyData(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name, manager string, d desired) (string, error) {
+	opts := metav1.ApplyOptions{FieldManager: manager}
+	if secret {
+		cfg := applycorev1.Secret(name, namespace).WithData(binaryOf(d.data, d.binary))
+		if len(d.labels) > 0 {
+			cfg.WithLabels(d.labels)
+		}
+		if len(d.annotations) > 0 {
+			cfg.WithAnnotations(d.annotations)
+		}
+		s, err := client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
+		if err != nil {
+			return "", err
+		}
+		return s.ResourceVersion, nil
+	}
+	cfg := applycorev1.ConfigMap(name, namespace)
+	if len(d.labels) > 0 {
+		cfg.WithLabels(d.labels)
+	}
+	if len(d.annotations) > 0 {
+		cfg.WithAnnotations(d.annotations)
+	}
+	if len(d.data) > 0 {
+		cfg.WithData(d.data)
+	}
+	if len(d.binary) > 0 {
+		cfg.WithBinaryData(d.binary)
+	}
+	cm, err := client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
+	if err != nil {
+		return "", err
+	}
+	return cm.ResourceVersion, nil
+}
+
+func binaryOf(data map[string]string, binary map[string][]byte) map[string][]byte {
+	out := maps.Clone(binary)
+	if out == nil {
+		out = map[string][]byte{}
+	}
+	for k, v := range data {
+		out[k] = []byte(v)
+	}
+	return out
+}
+
+// conflictDetail is the API server's list of conflicting fields and their managers.
+func conflictDetail(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Details != nil {
+		var parts []string
+		for _, cause := range status.Status().Details.Causes {
+			parts = append(parts, cause.Message)
+		}
+		if len(parts) > 0 {
+			return strings.Join(parts, "; ")
+		}
+	}
+	return err.Error()
+}
+
+// releaseAll takes target's keys and label out of every object it wrote that keep
+// does not keep (all of them when keep is nil). An object another target claims
+// passes to it whole (that target's next apply replaces the keys): nothing is
+// released or deleted under it.
+func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind, namespace, name string) bool, claimed []claim) error {
+	found, err := c.writtenBy(target)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range found {
+		kind := o.kind()
+		if keep != nil && keep(kind, o.meta.GetNamespace(), o.meta.GetName()) {
+			continue
+		}
+		if ns, err := c.namespaces.Get(o.meta.GetNamespace()); err == nil {
+			if w, _ := writer(claimed, ns, kind, o.meta.GetName(), ""); w != "" && w != target {
+				c.queue.Add(w)
+				continue
+			}
+		}
+		errs = append(errs, c.release(ctx, kind, o))
+	}
+	return errors.Join(errs...)
+}
+
+// release applies an empty configuration: the API server removes every field only
+// this manager owned; then an object the targets created, with nothing left in it,
+// goes. An object someone else made stays, however empty.
+func (c *Controller) release(ctx context.Context, kind string, o object) error {
+	namespace, name := o.meta.GetNamespace(), o.meta.GetName()
+	created := createdByTargets(o.meta)
+	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	c.cfg.Metrics.wrote("targets", kind, "apply")
+	var left int
+	var rv string
+	if kind == "Secret" {
+		s, err := c.cfg.Client.CoreV1().Secrets(namespace).Apply(ctx, applycorev1.Secret(name, namespace), opts)
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		left, rv = len(s.Data)+len(s.StringData)+len(s.Labels)+len(s.Annotations), s.ResourceVersion
+	} else {
+		cm, err := c.cfg.Client.CoreV1().ConfigMaps(namespace).Apply(ctx, applycorev1.ConfigMap(name, namespace), opts)
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		left, rv = len(cm.Data)+len(cm.BinaryData)+len(cm.Labels)+len(cm.Annotations), cm.ResourceVersion
+	}
+	if !created || left > 0 {
+		return nil
+	}
+	del := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
+	c.cfg.Metrics.wrote("targets", kind, "delete")
+	var err error
+	if kind == "Secret" {
+		err = c.cfg.Client.CoreV1().Secrets(namespace).Delete(ctx, name, del)
+	} else {
+		err = c.cfg.Client.CoreV1().ConfigMaps(namespace).Delete(ctx, name, del)
+	}
+	if apierrors.IsConflict(err) {
+		return nil // someone wrote to it meanwhile: it is theirs now
+	}
+	return ignoreNotFound(err)
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// setStatus records the status and the trusttarget.Ready condition, and an Event when trusttarget.Ready
+// changed.
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status trusttarget.Status, reason, message string, ready bool) error {
+	old, _ := trusttarget.FromUnstructured(u)
+	status.ObservedGeneration = u.GetGeneration()
+	cond := metav1.Condition{Type: trusttarget.Ready, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: u.GetGeneration()}
+	if ready {
+		cond.Status = metav1.ConditionTrue
+	}
+	if old != nil {
+		status.Conditions = slices.Clone(old.Status.Conditions)
+	}
+	changed := meta.SetStatusCondition(&status.Conditions, cond)
+	if old != nil && equalStatus(old.Status, status) {
+		return nil
+	}
+	if changed {
+		typ := corev1.EventTypeNormal
+		if !ready && reason != "NoNamespaces" {
+			typ = corev1.EventTypeWarning
+		}
+		c.cfg.Events.Event(u, typ, reason, message)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if err != nil {
+		return err
+	}
+	updated := u.DeepCopy()
+	updated.Object["status"] = m
+	_, err = c.cfg.Dynamic.Resource(trusttarget.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil // a newer version is queued already
+	}
+	return err
+}
+
+func equalStatus(a, b trusttarget.Status) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}

@@ -1,0 +1,423 @@
+package targets
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+// InjectFieldManager owns what annotated objects are given: the keys of a ConfigMap or
+// Secret named by the sources' paths, or the caBundle fields.
+const InjectFieldManager = "trustsync-inject"
+
+// injectKind is one kind of object that may ask for trust by annotation.
+type injectKind struct {
+	gvr        schema.GroupVersionResource
+	kind       string
+	namespaced bool
+	// caBundle: the object gets its caBundle fields; otherwise keys of its data.
+	caBundle bool
+}
+
+var (
+	kindConfigMap = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), kind: "ConfigMap", namespaced: true}
+	kindSecret    = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("secrets"), kind: "Secret", namespaced: true}
+	caBundleKinds = []injectKind{
+		{gvr: schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, kind: "ValidatingWebhookConfiguration", caBundle: true},
+		{gvr: schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, kind: "MutatingWebhookConfiguration", caBundle: true},
+		{gvr: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, kind: "APIService", caBundle: true},
+		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, kind: "CustomResourceDefinition", caBundle: true},
+	}
+)
+
+// InjectConfig is what the injection controller needs.
+type InjectConfig struct {
+	Client   kubernetes.Interface
+	Dynamic  dynamic.Interface
+	Metadata metadata.Interface
+	Registry *watch.Registry
+	Events   record.EventRecorder
+	// Secrets fills annotated Secrets too; CABundles fills annotated webhook
+	// configurations, APIServices and CRDs.
+	Secrets, CABundles bool
+	Resync             time.Duration
+	Metrics            *Metrics
+	// ObjectMeta, when set, is the metadata-only informer factory to watch through
+	// (shared with the trusttarget.TrustTarget controller); otherwise the injector makes its own.
+	ObjectMeta metadatainformer.SharedInformerFactory
+}
+
+// Injector fills objects annotated trustsync.io/inject: "true" with the sources
+// their annotations name, kept current.
+type Injector struct {
+	cfg    InjectConfig
+	kinds  map[string]injectKind
+	store  map[string]cache.Store
+	queue  workqueue.TypedRateLimitingInterface[string]
+	start  func(context.Context)
+	synced []cache.InformerSynced
+
+	mu     sync.Mutex
+	state  map[string]*injectState
+	warned map[string]string // the last warning recorded per object
+}
+
+type injectState struct {
+	*watched
+	written string // digest of what was last written
+}
+
+// NewInjector watches the metadata of every object of the allowed kinds (only their
+// annotations are needed to know which ask) and queues those that ask.
+func NewInjector(cfg InjectConfig) *Injector {
+	in := &Injector{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, state: map[string]*injectState{}, warned: map[string]string{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
+	kinds := []injectKind{kindConfigMap}
+	if cfg.Secrets {
+		kinds = append(kinds, kindSecret)
+	}
+	if cfg.CABundles {
+		kinds = append(kinds, caBundleKinds...)
+	}
+	factory := cfg.ObjectMeta
+	if factory == nil {
+		factory = metadatainformer.NewSharedInformerFactory(cfg.Metadata, cfg.Resync)
+	}
+	for _, k := range kinds {
+		informer := factory.ForResource(k.gvr).Informer()
+		in.kinds[k.gvr.Resource] = k
+		in.store[k.gvr.Resource] = informer.GetStore()
+		enqueue := func(obj any) {
+			m, err := metaOf(obj)
+			if err != nil {
+				return
+			}
+			_, asks := m.GetAnnotations()[injector.AnnotationInject]
+			in.mu.Lock()
+			_, tended := in.state[injectKey(k, m)]
+			in.mu.Unlock()
+			if asks || tended {
+				in.queue.Add(injectKey(k, m))
+			}
+		}
+		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+		in.synced = append(in.synced, informer.HasSynced)
+	}
+	in.start = func(ctx context.Context) { factory.Start(ctx.Done()) }
+	return in
+}
+
+func metaOf(obj any) (metav1.Object, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("not an object: %T", obj)
+	}
+	return m, nil
+}
+
+func injectKey(k injectKind, m metav1.Object) string {
+	if m.GetNamespace() == "" {
+		return k.gvr.Resource + "|" + m.GetName()
+	}
+	return k.gvr.Resource + "|" + m.GetNamespace() + "/" + m.GetName()
+}
+
+// Run fills until ctx is done.
+func (in *Injector) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer in.queue.ShutDown()
+	in.start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), in.synced...) {
+		return
+	}
+	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
+	for range workers {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, in.queue, "annotated object", in.reconcile) }, time.Second)
+	}
+	<-ctx.Done()
+	in.mu.Lock()
+	for _, st := range in.state {
+		st.close()
+	}
+	in.mu.Unlock()
+}
+
+func (in *Injector) forget(key string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if st, ok := in.state[key]; ok {
+		st.close()
+		delete(in.state, key)
+	}
+}
+
+func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, error) {
+	in.cfg.Metrics.reconciled("inject")
+	resource, objKey, _ := strings.Cut(key, "|")
+	k := in.kinds[resource]
+	obj, exists, err := in.store[resource].GetByKey(objKey)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		in.forget(key)
+		return 0, nil
+	}
+	m := obj.(*metav1.PartialObjectMetadata)
+	ref := &corev1.ObjectReference{Kind: k.kind, APIVersion: k.gvr.GroupVersion().String(), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+	sources, asks, errs := injector.ObjectSources(m.Annotations)
+	if !asks {
+		in.forget(key) // no longer asks: what was written stays, untended
+		return 0, nil
+	}
+	errs = append(errs, checkInjectSources(k, sources)...)
+	if len(errs) > 0 {
+		in.warnOnce(key, ref, "TrustInjectInvalid", errs.ToAggregate().Error())
+		return 0, nil
+	}
+	if t := m.Labels[trusttarget.TargetLabel]; t != "" && !k.caBundle {
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the trusttarget.TrustTarget name another object", t, k.kind, trusttarget.TargetLabel, injector.AnnotationInject))
+		in.forget(key)
+		return 0, nil
+	}
+	st, err := in.stateFor(ctx, key, sources)
+	if err != nil {
+		return 0, err
+	}
+	if !st.set.HasSynced() {
+		return time.Second, nil
+	}
+	var live *object
+	if !k.caBundle && st.last == nil {
+		// The first rendering since a start: the object holds the last good content
+		// of any source that fails now.
+		if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
+			return 0, ignoreNotFound(err)
+		}
+		st.seed(live.files(paths(sources)))
+	}
+	r := st.render()
+	data, binary := payload(sources, r)
+	if !k.caBundle && r.Err() != nil {
+		if live == nil {
+			if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
+				return 0, ignoreNotFound(err)
+			}
+		}
+		keepHeld(sources, r, live, data, binary)
+	}
+	if len(data)+len(binary) == 0 {
+		in.warnOnce(key, ref, "TrustInjectFailed", "nothing written: "+r.Err().Error())
+		return 0, nil
+	}
+	digest := digestOf(data, binary)
+	switch {
+	case k.caBundle:
+		in.cfg.Metrics.wrote("inject", k.kind, "apply")
+		err = in.applyCABundle(ctx, k, m.Name, data)
+	case live != nil && live.holds(desired{data: data, binary: binary}, InjectFieldManager):
+		// Holds it already: after a restart, nothing is sent.
+	default:
+		in.cfg.Metrics.wrote("inject", k.kind, "apply")
+		err = in.applyKeys(ctx, k, m.Namespace, m.Name, data, binary)
+	}
+	if err != nil {
+		in.warnOnce(key, ref, "TrustInjectFailed", err.Error())
+		return 0, nil
+	}
+	in.mu.Lock()
+	delete(in.warned, key)
+	in.mu.Unlock()
+	if digest != st.written {
+		st.written = digest
+		what := "keys " + strings.Join(keysOf(data, binary), ", ")
+		if k.caBundle {
+			what = "caBundle"
+		}
+		msg := fmt.Sprintf("Wrote %s from %s", what, describeSources(sources))
+		if r.Err() != nil {
+			msg += "; kept the last good content of: " + r.Err().Error()
+		}
+		in.cfg.Events.Event(ref, corev1.EventTypeNormal, "TrustInjected", msg)
+	}
+	return 0, nil
+}
+
+// warnOnce records a Warning on the object, once per distinct message.
+func (in *Injector) warnOnce(key string, ref *corev1.ObjectReference, reason, msg string) {
+	in.mu.Lock()
+	seen := in.warned[key] == msg
+	in.warned[key] = msg
+	if st, ok := in.state[key]; ok {
+		st.written = "" // the next good write is news again
+	}
+	in.mu.Unlock()
+	if !seen {
+		in.cfg.Events.Event(ref, corev1.EventTypeWarning, reason, msg)
+	}
+}
+
+// checkInjectSources refuses what an annotated object cannot take.
+func checkInjectSources(k injectKind, sources []contract.Source) (errs field.ErrorList) {
+	path := func(key string) *field.Path { return field.NewPath("metadata", "annotations").Key(key) }
+	var files []string
+	for _, s := range sources {
+		if s.ConfigMap != nil || s.Secret != nil || s.PasswordSecret != nil {
+			errs = append(errs, field.Forbidden(path(injector.AnnotationSources), "an annotated object takes bundles and the public roots; a ConfigMap or Secret source, or a password Secret, is for pods (publish those anchors as a bundle)"))
+		}
+		if !trusttarget.KeyPattern.MatchString(s.Path) {
+			errs = append(errs, field.Invalid(path(injector.AnnotationPath), s.Path, "must be a key: letters, digits, '-', '_' and '.' only"))
+		}
+		if !slices.Contains(files, s.Path) {
+			files = append(files, s.Path)
+		}
+		if k.caBundle && s.FileFormat() != contract.FormatPEM {
+			errs = append(errs, field.Invalid(path(injector.AnnotationFormat), s.Format, "a caBundle is PEM"))
+		}
+	}
+	if k.caBundle && len(files) > 1 {
+		errs = append(errs, field.Invalid(path(injector.AnnotationSources), strings.Join(files, ", "), "a caBundle is one PEM file: name sources writing one path"))
+	}
+	return errs
+}
+
+func (in *Injector) stateFor(ctx context.Context, key string, sources []contract.Source) (*injectState, error) {
+	spec := fmt.Sprintf("%+v", sources)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if st, ok := in.state[key]; ok && st.spec == spec {
+		return st, nil
+	}
+	if st, ok := in.state[key]; ok {
+		st.close()
+	}
+	w, err := watchSources(ctx, in.cfg.Registry, spec, sources, func() { in.queue.Add(key) })
+	if err != nil {
+		return nil, err
+	}
+	st := &injectState{watched: w}
+	in.state[key] = st
+	return st, nil
+}
+
+// applyKeys writes the keys into the ConfigMap or Secret, without force: a key
+// another manager owns is reported, not taken.
+func (in *Injector) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
+	_, err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, desired{data: data, binary: binary})
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", conflictDetail(err))
+	}
+	return err
+}
+
+// applyCABundle sets every caBundle of the object to pem. The annotation hands those
+// fields to trustsync, so it takes them even from another manager (force), and
+// nothing else.
+func (in *Injector) applyCABundle(ctx context.Context, k injectKind, name string, data map[string]string) error {
+	var pem string
+	for _, v := range data {
+		pem = v
+	}
+	ca := base64.StdEncoding.EncodeToString([]byte(pem))
+	live, err := in.cfg.Dynamic.Resource(k.gvr).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{"apiVersion": k.gvr.GroupVersion().String(), "kind": k.kind, "metadata": map[string]any{"name": name}}}
+	switch k.kind {
+	case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
+		webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
+		var items []any
+		for _, w := range webhooks {
+			if wm, ok := w.(map[string]any); ok {
+				items = append(items, map[string]any{"name": wm["name"], "clientConfig": map[string]any{"caBundle": ca}})
+			}
+		}
+		if len(items) == 0 {
+			return fmt.Errorf("%s %s has no webhooks to give a caBundle", k.kind, name)
+		}
+		patch.Object["webhooks"] = items
+	case "APIService":
+		patch.Object["spec"] = map[string]any{"caBundle": ca}
+	case "CustomResourceDefinition":
+		if s, _, _ := unstructured.NestedString(live.Object, "spec", "conversion", "strategy"); s != "Webhook" {
+			return fmt.Errorf("CustomResourceDefinition %s has no conversion webhook (spec.conversion.strategy is %q) to give a caBundle", name, s)
+		}
+		patch.Object["spec"] = map[string]any{"conversion": map[string]any{"strategy": "Webhook", "webhook": map[string]any{"clientConfig": map[string]any{"caBundle": ca}}}}
+	}
+	raw, err := patch.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = in.cfg.Dynamic.Resource(k.gvr).Patch(ctx, name, types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: InjectFieldManager, Force: ptrTrue()})
+	return err
+}
+
+func ptrTrue() *bool { t := true; return &t }
+
+func digestOf(data map[string]string, binary map[string][]byte) string {
+	h := sha256.New()
+	for _, k := range keysOf(data, binary) {
+		h.Write([]byte(k + "\x00" + data[k] + string(binary[k]) + "\x00"))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func keysOf(data map[string]string, binary map[string][]byte) []string {
+	var keys []string
+	for k := range data {
+		keys = append(keys, k)
+	}
+	for k := range binary {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func describeSources(sources []contract.Source) string {
+	var out []string
+	for _, s := range sources {
+		switch {
+		case s.Name != "":
+			out = append(out, "bundle "+s.Name)
+		case s.SignerName != "":
+			out = append(out, "signer "+s.SignerName+"'s bundles")
+		case s.DefaultCAs:
+			out = append(out, "the public roots")
+		}
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,38 @@
+package targets
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics count what the trusttarget.TrustTarget and injection controllers send: their cost
+// grows with the objects they write, so it is watched as writes, not guessed.
+type Metrics struct {
+	writes     *prometheus.CounterVec
+	reconciles *prometheus.CounterVec
+}
+
+// NewMetrics registers the controllers' metrics with reg, once per process.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_targets_writes_total",
+			Help: "Writes sent to the API server for TrustTargets (controller=targets) and annotated objects (controller=inject), by kind of object and verb (apply, delete). An apply that would change nothing is not sent.",
+		}, []string{"controller", "kind", "verb"}),
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_targets_reconciles_total",
+			Help: "Reconciles of a trusttarget.TrustTarget (controller=targets) or an annotated object (controller=inject).",
+		}, []string{"controller"}),
+	}
+	reg.MustRegister(m.writes, m.reconciles)
+	return m
+}
+
+func (m *Metrics) wrote(controller, kind, verb string) {
+	if m != nil {
+		m.writes.WithLabelValues(controller, kind, verb).Inc()
+	}
+}
+
+func (m *Metrics) reconciled(controller string) {
+	if m != nil {
+		m.reconciles.WithLabelValues(controller).Inc()
+	}
+}

@@ -1,0 +1,106 @@
+package targets
+
+import (
+	"context"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/pipeline"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/delivery/write"
+)
+
+// watched is one object's sources: their render plan, the shared watches they read,
+// and the last rendering, the base of the next (a source that goes keeps its last
+// good content).
+type watched struct {
+	spec string // what it was made for
+	plan *render.Plan
+	set  *watch.Set
+	last *render.Rendering
+	stop context.CancelFunc
+	// applied is what was last applied per namespace (a trusttarget.TrustTarget's objects), so
+	// that a reconcile running before the informer has seen its own write does not
+	// send it again.
+	applied map[string]appliedState
+}
+
+// appliedState is one apply: what it wrote, the object's resourceVersion before
+// ("" for one it created) and after.
+type appliedState struct {
+	digest, before, after string
+}
+
+// seed makes files, what the written objects hold, the last rendering: the base of
+// the next, for a controller that has none (just started, or the spec changed).
+func (w *watched) seed(files map[string]write.File) {
+	w.last = render.FromDisk(w.plan, files, render.Snapshot{})
+}
+
+// watchSources acquires the watches sources read from registry; changed is called on
+// every change of them until close.
+func watchSources(ctx context.Context, registry *watch.Registry, spec string, sources []contract.Source, changed func()) (*watched, error) {
+	plan, err := render.NewPlan(sources, "", false)
+	if err != nil {
+		return nil, err
+	}
+	set, err := registry.Acquire(pipeline.WatchRequest(plan, nil, ""))
+	if err != nil {
+		return nil, err
+	}
+	watchCtx, stop := context.WithCancel(ctx)
+	go func() {
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-set.Changed():
+				changed()
+			}
+		}
+	}()
+	return &watched{spec: spec, plan: plan, set: set, stop: stop, applied: map[string]appliedState{}}, nil
+}
+
+func (w *watched) close() {
+	w.set.Close()
+	w.stop()
+}
+
+// render renders the sources as the watches hold them now.
+func (w *watched) render() *render.Rendering {
+	snap := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}}
+	for _, sel := range w.plan.Selectors() {
+		snap.Bundles[sel.Key] = w.set.Bundles(sel.Key)
+	}
+	w.last = render.Render(w.plan, snap, w.last)
+	return w.last
+}
+
+// work runs reconcile on queue's keys until it shuts down: an error retries with
+// backoff, a positive duration looks again after it.
+func work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], what string, reconcile func(context.Context, string) (time.Duration, error)) {
+	for {
+		key, quit := queue.Get()
+		if quit {
+			return
+		}
+		requeue, err := reconcile(ctx, key)
+		switch {
+		case err != nil:
+			klog.ErrorS(err, "Cannot reconcile; retrying", "kind", what, "key", key)
+			queue.AddRateLimited(key)
+		case requeue > 0:
+			queue.Forget(key)
+			queue.AddAfter(key, requeue)
+		default:
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+}

@@ -1,0 +1,123 @@
+package observe
+
+import (
+	"crypto/x509"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/podevents"
+)
+
+const (
+	reasonAnchorExpiring = "TrustAnchorExpiring"
+	// expiryWarningEvery: an anchor about to expire is worth one Event a day on each
+	// pod that trusts it, not one per sync.
+	expiryWarningEvery = 24 * time.Hour
+)
+
+// ExpiryWarner records a Warning Event on the pod for each anchor it is given that
+// expires within window, at most once per expiryWarningEvery per anchor: the process
+// remembers what it warned of, and each Event is keyed by the anchor and the day, so
+// a restarted sidecar does not repeat one the pod still shows.
+type ExpiryWarner struct {
+	window time.Duration
+	events podevents.OnceRecorder
+	clock  clock.PassiveClock
+	warned map[[32]byte]time.Time
+}
+
+// NewExpiryWarner warns days ahead; nil (no warner) for 0 days.
+func NewExpiryWarner(days int, events podevents.OnceRecorder, clk clock.PassiveClock) *ExpiryWarner {
+	if days <= 0 {
+		return nil
+	}
+	return &ExpiryWarner{window: time.Duration(days) * 24 * time.Hour, events: events, clock: clk, warned: map[[32]byte]time.Time{}}
+}
+
+// Wrote looks at the anchors a sync wrote.
+func (w *ExpiryWarner) Wrote(s Written) {
+	if !s.Written() {
+		return
+	}
+	files := map[string][]*tsbundle.Anchor{}
+	for p, path := range s.Fresh() {
+		files[p] = path.Anchors
+	}
+	w.check(files)
+}
+
+// check looks at the anchors just written, by path.
+func (w *ExpiryWarner) check(files map[string][]*tsbundle.Anchor) {
+	now := w.clock.Now()
+	for sum, at := range w.warned {
+		if now.Sub(at) >= expiryWarningEvery {
+			delete(w.warned, sum)
+		}
+	}
+	// One Event per anchor, naming every file it is in.
+	type expiring struct {
+		anchor *tsbundle.Anchor
+		paths  []string
+	}
+	var soon []*expiring
+	bySum := map[[32]byte]*expiring{}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		for _, a := range files[p] {
+			if a.NotAfter.IsZero() || a.NotAfter.Sub(now) > w.window {
+				continue
+			}
+			if _, warned := w.warned[a.Sum]; warned {
+				continue
+			}
+			e, ok := bySum[a.Sum]
+			if !ok {
+				e = &expiring{anchor: a}
+				bySum[a.Sum] = e
+				soon = append(soon, e)
+			}
+			e.paths = append(e.paths, p)
+		}
+	}
+	slices.SortFunc(soon, func(a, b *expiring) int { return a.anchor.NotAfter.Compare(b.anchor.NotAfter) })
+	for _, e := range soon {
+		msg := expiryMessage(e.anchor, e.paths, now)
+		klog.InfoS("Trust anchor expires soon", "message", msg)
+		w.events.WarningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], now.UTC().Format("20060102")), reasonAnchorExpiring, msg)
+		w.warned[e.anchor.Sum] = now
+	}
+}
+
+func expiryMessage(a *tsbundle.Anchor, paths []string, now time.Time) string {
+	subject := "(unparsable)"
+	if c, err := x509.ParseCertificate(a.DER); err == nil {
+		subject = c.Subject.String()
+	}
+	what := fmt.Sprintf("Trust anchor %q (SHA-256 %x) in %s", subject, a.Sum[:8], strings.Join(paths, ", "))
+	at := a.NotAfter.UTC().Format(time.RFC3339)
+	if !a.NotAfter.After(now) {
+		return fmt.Sprintf("%s expired at %s; remove it from its source, and make sure its successor is published", what, at)
+	}
+	return fmt.Sprintf("%s expires at %s, in %s; publish its successor and remove it before then", what, at, roughly(a.NotAfter.Sub(now)))
+}
+
+// roughly says a duration the way a person would: days, or hours under two days.
+func roughly(d time.Duration) string {
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+	}
+	if d >= 2*time.Hour {
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%d minutes", int(d/time.Minute))
+}

@@ -1,0 +1,183 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/delivery/certificate"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/observe"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// sources is what the tests make the watches hold.
+type sources struct {
+	bundles []*certificatesv1.ClusterTrustBundle
+	changed chan struct{}
+}
+
+func (s *sources) Changed() <-chan struct{} { return s.changed }
+func (s *sources) Bundles(string) []*certificatesv1.ClusterTrustBundle {
+	return s.bundles
+}
+func (s *sources) ConfigMap(string) (*corev1.ConfigMap, bool) { return nil, false }
+func (s *sources) Secret(string) (*corev1.Secret, bool)       { return nil, false }
+
+func (s *sources) set(anchors ...*fixtures.Cert) {
+	s.bundles = []*certificatesv1.ClusterTrustBundle{{ObjectMeta: metav1.ObjectMeta{Name: "corp"},
+		Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(anchors...)}}}
+}
+
+// told keeps what the observers were told.
+type told struct{ got []observe.Written }
+
+func (t *told) Wrote(w observe.Written) { t.got = append(t.got, w) }
+
+// failingWriter fails every write while err is set, as a full volume would.
+type failingWriter struct {
+	write.Writer
+	err error
+}
+
+func (f *failingWriter) Write(payload map[string]write.File) (bool, error) {
+	if f.err != nil {
+		return false, f.err
+	}
+	return f.Writer.Write(payload)
+}
+
+func newPipeline(t *testing.T, dir string, src *sources, certificate bool, observers ...observe.Observer) (*Pipeline, *failingWriter) {
+	t.Helper()
+	sourcesList, err := contract.ParseSources([]byte(`[{"name": "corp", "path": "ca.pem"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := render.NewPlan(sourcesList, "apps", certificate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &failingWriter{Writer: write.NewAtomicWriter(dir)}
+	onDisk, err := w.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Plan: plan, Sources: src, Writer: w, OnDisk: onDisk, Observers: observers}), w
+}
+
+func read(t *testing.T, dir, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// A write that fails reaches nothing: every path is reported as not written, the
+// observers are told the app still holds the last written state, and the next sync
+// writes.
+func TestSync_AWriteFailureChangesNothingAndIsReported(t *testing.T) {
+	dir := t.TempDir()
+	src := &sources{changed: make(chan struct{}, 1)}
+	src.set(fixtures.CA("a"))
+	o := &told{}
+	p, w := newPipeline(t, dir, src, false, o)
+	p.Sync()
+	before := read(t, dir, "ca.pem")
+	beforeState, _ := o.got[len(o.got)-1].Now.State()
+
+	src.set(fixtures.CA("a"), fixtures.CA("b"))
+	w.err = errors.New("no space left on device")
+	got := p.Sync()
+	if err := got.Err(); err == nil || err.Error() != "ca.pem: cannot write: no space left on device" {
+		t.Fatalf("Err() = %v", err)
+	}
+	if state, _ := got.Now.State(); state != beforeState {
+		t.Error("a failed write told the observers the app holds the new state")
+	}
+	if read(t, dir, "ca.pem") != before {
+		t.Error("a failed write changed the file")
+	}
+	w.err = nil
+	if got := p.Sync(); got.Err() != nil || !got.Changed || read(t, dir, "ca.pem") == before {
+		t.Errorf("the sync after the failure: %v changed=%v", got.Err(), got.Changed)
+	}
+}
+
+// The first sync first tells the observers what a previous run left: a restarted
+// pipeline starts from the app's state, not from nothing.
+func TestSync_TheFirstSyncTellsWhatAPreviousRunLeft(t *testing.T) {
+	dir := t.TempDir()
+	src := &sources{changed: make(chan struct{}, 1)}
+	src.set(fixtures.CA("a"))
+	first, _ := newPipeline(t, dir, src, false)
+	first.Sync()
+
+	o := &told{}
+	restarted, _ := newPipeline(t, dir, src, false, o)
+	restarted.Sync()
+	if len(o.got) != 2 || !o.got[0].FromDisk || o.got[1].FromDisk {
+		t.Fatalf("told %d times (from disk first?), want the files on disk, then the sync", len(o.got))
+	}
+	onDisk, _ := o.got[0].Now.State()
+	synced, complete := o.got[1].Now.State()
+	if onDisk != synced || !complete {
+		t.Errorf("the state on disk %q differs from the same sources' %q", onDisk, synced)
+	}
+	if o.got[1].Changed {
+		t.Error("a restart with nothing new rewrote the files")
+	}
+}
+
+// A certificate is written in the same swap as the trust files; one that cannot be
+// written is refused and the pipeline keeps the one it had.
+func TestRun_ACertificateOfferIsWrittenWithTheTrustFilesOrRefused(t *testing.T) {
+	dir := t.TempDir()
+	src := &sources{changed: make(chan struct{}, 1)}
+	src.set(fixtures.CA("a"))
+	p, w := newPipeline(t, dir, src, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	offer := certificate.OfferTo(p.Offers())
+	cert := func(name string) map[string]write.File {
+		return map[string]write.File{contract.FileCertificate: {Data: []byte(name), Mode: 0o644}, contract.FileKey: {Data: []byte("key of " + name), Mode: 0o600}}
+	}
+	if err := offer(ctx, cert("cert-1")); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, dir, contract.FileCertificate) != "cert-1" || read(t, dir, contract.FileKey) != "key of cert-1" || !strings.Contains(read(t, dir, "ca.pem"), "CERTIFICATE") {
+		t.Fatal("the certificate, its key and the trust file are not all written")
+	}
+	w.err = errors.New("read-only file system")
+	if err := offer(ctx, cert("cert-2")); err == nil || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("an unwritable certificate was accepted: %v", err)
+	}
+	w.err = nil
+	// A change of the sources now writes the trust files with the certificate kept.
+	src.set(fixtures.CA("a"), fixtures.CA("b"))
+	src.changed <- struct{}{}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(read(t, dir, "ca.pem"), "BEGIN CERTIFICATE") != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the change never reached the trust file")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if read(t, dir, contract.FileCertificate) != "cert-1" {
+		t.Error("the refused certificate replaced the one written")
+	}
+}

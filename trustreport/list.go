@@ -1,0 +1,101 @@
+package trustreport
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+)
+
+// ToUnstructured encodes a report for a dynamic client.
+func ToUnstructured(r *NodeTrustReport) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode NodeTrustReport %s: %w", r.Name, err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// FromUnstructured decodes a report read through a dynamic client, and checks what
+// readers rely on: it is its node's (named after it), and its anchors are SHA-256s.
+func FromUnstructured(u *unstructured.Unstructured) (*NodeTrustReport, error) {
+	r := &NodeTrustReport{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
+		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
+	}
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
+	}
+	return r, nil
+}
+
+// check refuses what the schema lets through (reports written before it said so)
+// and readers cannot use.
+func (r *NodeTrustReport) check() error {
+	if r.Node != r.Name {
+		return fmt.Errorf("it names node %q, not its own (%q)", r.Node, r.Name)
+	}
+	for _, s := range r.AnchorSets {
+		for _, a := range s.Anchors {
+			if !IsAnchorID(a) {
+				return fmt.Errorf("anchor set %s holds %q, which is not a SHA-256 (64 lowercase hex digits)", s.ID, a)
+			}
+		}
+	}
+	return nil
+}
+
+// IsAnchorID reports whether id is an anchor's SHA-256 as reports write it.
+func IsAnchorID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Unreadable is a report a reader skipped, and why: its node's pods are not
+// observed, and everything else is still answered.
+type Unreadable struct {
+	Node string `json:"node"`
+	Err  string `json:"error"`
+}
+
+// Listing is every node's report that could be read, and those that could not.
+type Listing struct {
+	Reports    []*NodeTrustReport
+	Unreadable []Unreadable
+	// Served is false when the reports' API is not served (no agent reports in
+	// this cluster), which is not an error.
+	Served bool
+}
+
+// List reads every node's report. One report that cannot be read is skipped and
+// named, never the end of the answer: one bad object must not blind every reader.
+func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
+	list, err := dyn.Resource(Resource).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return Listing{}, nil
+	}
+	if err != nil {
+		return Listing{}, fmt.Errorf("list NodeTrustReports: %w", err)
+	}
+	l := Listing{Served: true}
+	for i := range list.Items {
+		r, err := FromUnstructured(&list.Items[i])
+		if err != nil {
+			l.Unreadable = append(l.Unreadable, Unreadable{Node: list.Items[i].GetName(), Err: err.Error()})
+			continue
+		}
+		l.Reports = append(l.Reports, r)
+	}
+	return l, nil
+}

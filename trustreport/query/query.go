@@ -1,0 +1,498 @@
+// Package query answers, from the nodes' reports, the pods and the bundles, the
+// questions kubectl trustsync asks: does each pod hold what its sources select now,
+// and who holds a given anchor. It reads nothing itself: the caller lists, so it is
+// tested without a server.
+package query
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trustreport"
+)
+
+// States of a trust file.
+const (
+	UpToDate    = "UpToDate"
+	Behind      = "Behind"
+	NotObserved = "NotObserved"
+	Unreadable  = "Unreadable"
+)
+
+// Cluster is what the questions are asked of.
+type Cluster struct {
+	Pods    []*corev1.Pod
+	Reports []*trustreport.NodeTrustReport
+	// Bundles are every bundle, of both APIs, in upstream form.
+	Bundles []*certificatesv1.ClusterTrustBundle
+	// Changed is when each bundle (by name) last changed, where known.
+	Changed map[string]time.Time
+	// Unreadable says, by node, why its report could not be read: its pods are
+	// not observed.
+	Unreadable map[string]string
+}
+
+// byNode is the reports by node name. A report speaks for its own node alone: one
+// whose node is not its name is no node's.
+func (c Cluster) byNode() map[string]*trustreport.NodeTrustReport {
+	reports := make(map[string]*trustreport.NodeTrustReport, len(c.Reports))
+	for _, r := range c.Reports {
+		if r.Node == r.Name {
+			reports[r.Name] = r
+		}
+	}
+	return reports
+}
+
+// noReport says why a pod on node is not observed where its node has no usable
+// trustreport.
+func (c Cluster) noReport(node string) string {
+	if why, ok := c.Unreadable[node]; ok {
+		return why
+	}
+	return "no report from node " + node + " (no agent there, or reports turned off)"
+}
+
+// started reports whether any of the pod's containers (an init or sidecar container
+// included) ever ran: a pod none of whose containers started holds no trust yet,
+// and will read the current bundles when it starts.
+func started(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil || cs.RestartCount > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// running reports whether the pod is on a node and may hold trust: not finished,
+// not going, and started.
+func running(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.DeletionTimestamp == nil && started(pod)
+}
+
+// FileStatus is one trust file of one pod: what it holds against what its sources
+// select now.
+type FileStatus struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node"`
+	Delivery  string `json:"delivery"`
+	Path      string `json:"path"`
+	State     string `json:"state"`
+	// Holds and Expected count anchors; Missing and Unexpected name the difference.
+	Holds      int      `json:"holds"`
+	Expected   int      `json:"expected"`
+	Missing    []string `json:"missing,omitempty"`
+	Unexpected []string `json:"unexpected,omitempty"`
+	// OnlyBundles: the file also takes anchors from ConfigMaps, Secrets or the public
+	// roots, which are not compared; it is up to date when it holds every bundle anchor.
+	OnlyBundles bool `json:"onlyBundlesCompared,omitempty"`
+	// ChangedAt is when the file last changed; BehindSince when the sources last
+	// changed, for a file behind them.
+	ChangedAt   *time.Time `json:"changedAt,omitempty"`
+	BehindSince *time.Time `json:"behindSince,omitempty"`
+	// CaughtUpAfter is how long after its sources' last change the file took it:
+	// the delivery's latency, as observed on the node.
+	CaughtUpAfter *Seconds `json:"caughtUpAfterSeconds,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
+}
+
+// Seconds is a duration in seconds.
+type Seconds float64
+
+// Status compares every trust file of the pods with what its sources select now.
+func (c Cluster) Status() []FileStatus {
+	reports := c.byNode()
+	var out []FileStatus
+	for _, pod := range c.Pods {
+		for _, tf := range injector.TrustFiles(pod) {
+			if tf.Format != contract.FormatPEM {
+				continue
+			}
+			fs := FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: string(tf.Delivery), Path: tf.Path()}
+			expected, since, onlyBundles := c.expected(tf)
+			fs.Expected, fs.OnlyBundles = len(expected), onlyBundles
+			held, ok := observed(reports[pod.Spec.NodeName], pod, tf)
+			switch {
+			case pod.Spec.NodeName == "":
+				fs.State, fs.Reason = NotObserved, "not scheduled"
+			case reports[pod.Spec.NodeName] == nil:
+				fs.State, fs.Reason = NotObserved, c.noReport(pod.Spec.NodeName)
+			case !ok:
+				fs.State, fs.Reason = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
+			case held.Error != "":
+				fs.State, fs.Reason = Unreadable, held.Error
+			default:
+				c.compare(&fs, reports[pod.Spec.NodeName], held, expected, since)
+			}
+			out = append(out, fs)
+		}
+	}
+	return out
+}
+
+func (c Cluster) compare(fs *FileStatus, r *trustreport.NodeTrustReport, held trustreport.FileHolding, expected []string, since time.Time) {
+	set, _ := r.Set(held.AnchorSet)
+	if held.ChangedAt != nil {
+		t := held.ChangedAt.Time
+		fs.ChangedAt = &t
+	}
+	if set.Elided {
+		fs.State, fs.Reason = NotObserved, "the node's report left this file's anchors out (too many distinct sets on the node)"
+		return
+	}
+	fs.Holds = len(set.Anchors)
+	for _, a := range expected {
+		if !slices.Contains(set.Anchors, a) {
+			fs.Missing = append(fs.Missing, a)
+		}
+	}
+	if !fs.OnlyBundles {
+		for _, a := range set.Anchors {
+			if !slices.Contains(expected, a) {
+				fs.Unexpected = append(fs.Unexpected, a)
+			}
+		}
+	}
+	if len(fs.Missing) > 0 || len(fs.Unexpected) > 0 {
+		fs.State = Behind
+		if !since.IsZero() {
+			fs.BehindSince = &since
+		}
+		return
+	}
+	fs.State = UpToDate
+	if !since.IsZero() && fs.ChangedAt != nil && !fs.ChangedAt.Before(since) {
+		d := Seconds(fs.ChangedAt.Sub(since).Seconds())
+		fs.CaughtUpAfter = &d
+	}
+}
+
+// expected is what the file's bundle sources select now, when the newest of them
+// changed, and whether other kinds of source feed the file too.
+func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.Time, onlyBundles bool) {
+	for _, s := range tf.Sources {
+		sel, ok := s.Selector()
+		if !ok {
+			onlyBundles = true
+			continue
+		}
+		match, err := sel.Matcher()
+		if err != nil {
+			continue
+		}
+		for _, b := range c.Bundles {
+			if !match(b) {
+				continue
+			}
+			ids, err := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
+			if err != nil {
+				continue
+			}
+			anchors = append(anchors, ids...)
+			if t := c.Changed[b.Name]; t.After(since) {
+				since = t
+			}
+		}
+	}
+	slices.Sort(anchors)
+	return slices.Compact(anchors), since, onlyBundles
+}
+
+// observed finds the pod's file in its node's trustreport.
+func observed(r *trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (trustreport.FileHolding, bool) {
+	p, ok := podIn(r, pod)
+	if !ok {
+		return trustreport.FileHolding{}, false
+	}
+	for _, f := range p.Files {
+		if f.Volume == tf.Volume && f.File == tf.File {
+			return f, true
+		}
+	}
+	return trustreport.FileHolding{}, false
+}
+
+// Holder is one pod's file holding an anchor.
+type Holder struct {
+	Namespace string     `json:"namespace"`
+	Pod       string     `json:"pod"`
+	Node      string     `json:"node"`
+	Path      string     `json:"path"`
+	Delivery  string     `json:"delivery"`
+	ChangedAt *time.Time `json:"changedAt,omitempty"`
+}
+
+// WhoTrusts lists every pod's file that holds anchor, by namespace, pod and path;
+// namespace "" is every namespace. A report speaks for the pods its node runs: a pod
+// counts only in the report of the node its spec names.
+func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
+	reports := c.byNode()
+	var out []Holder
+	for _, pod := range c.Pods {
+		if namespace != "" && pod.Namespace != namespace {
+			continue
+		}
+		r := reports[pod.Spec.NodeName]
+		held, ok := podIn(r, pod)
+		if !ok {
+			continue
+		}
+		for _, f := range held.Files {
+			set, ok := r.Set(f.AnchorSet)
+			if !ok || !slices.Contains(set.Anchors, anchor) {
+				continue
+			}
+			h := Holder{Namespace: pod.Namespace, Pod: pod.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery}
+			if f.ChangedAt != nil {
+				t := f.ChangedAt.Time
+				h.ChangedAt = &t
+			}
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b Holder) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod+"/"+a.Path, b.Namespace+"/"+b.Pod+"/"+b.Path)
+	})
+	return out
+}
+
+// podIn is the pod's entry in its node's report r.
+func podIn(r *trustreport.NodeTrustReport, pod *corev1.Pod) (trustreport.PodHolding, bool) {
+	if r == nil {
+		return trustreport.PodHolding{}, false
+	}
+	for _, p := range r.Pods {
+		if p.UID == string(pod.UID) {
+			return p, true
+		}
+	}
+	return trustreport.PodHolding{}, false
+}
+
+// Unseen is what an answer could not see: running pods with trust files on one node
+// that are in no readable trustreport.
+type Unseen struct {
+	Node string `json:"node"`
+	// Pods are namespace/name.
+	Pods   []string `json:"pods"`
+	Reason string   `json:"reason"`
+}
+
+// Unseen lists, by node, the running pods with trust files (in namespace, "" for
+// every one) that no readable report covers: "nobody holds it" is an answer only
+// where this is empty.
+func (c Cluster) Unseen(namespace string) []Unseen {
+	reports := c.byNode()
+	byNode := map[string]*Unseen{}
+	for _, pod := range c.Pods {
+		if (namespace != "" && pod.Namespace != namespace) || !running(pod) || len(injector.TrustFiles(pod)) == 0 {
+			continue
+		}
+		node := pod.Spec.NodeName
+		r := reports[node]
+		if _, ok := podIn(r, pod); ok {
+			continue
+		}
+		u, ok := byNode[node]
+		if !ok {
+			u = &Unseen{Node: node, Reason: "not in node " + node + "'s report yet"}
+			if r == nil {
+				u.Reason = c.noReport(node)
+			}
+			byNode[node] = u
+		}
+		u.Pods = append(u.Pods, pod.Namespace+"/"+pod.Name)
+	}
+	out := make([]Unseen, 0, len(byNode))
+	for _, u := range byNode {
+		slices.Sort(u.Pods)
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b Unseen) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+var hexPrefix = regexp.MustCompile(`^[0-9a-fA-F:]+$`)
+
+// MinPrefix is the shortest anchor prefix taken: 12 hex digits, 48 bits.
+const MinPrefix = 12
+
+// ResolveAnchor turns what the user gave into anchor IDs: a PEM file's certificates,
+// or a SHA-256 in hex (colons allowed, as openssl prints it), or a prefix of at least
+// MinPrefix digits that names one anchor among those the reports and bundles know.
+func (c Cluster) ResolveAnchor(arg string) ([]string, error) {
+	if data, err := os.ReadFile(arg); err == nil {
+		ids, err := bundle.AnchorIDs(data)
+		if err != nil {
+			return nil, fmt.Errorf("%s is not a PEM file of certificates: %w", arg, err)
+		}
+		if len(ids) == 0 {
+			return nil, fmt.Errorf("%s holds no certificate", arg)
+		}
+		return ids, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if !hexPrefix.MatchString(arg) {
+		return nil, fmt.Errorf("%q is neither a file nor a SHA-256 in hex: give a PEM file, or the anchor's SHA-256 (openssl x509 -noout -fingerprint -sha256), or at least %d of its first hex digits", arg, MinPrefix)
+	}
+	prefix := strings.ToLower(strings.ReplaceAll(arg, ":", ""))
+	switch {
+	case len(prefix) == 64:
+		return []string{prefix}, nil
+	case len(prefix) > 64:
+		return nil, fmt.Errorf("%q has %d hex digits; a SHA-256 has 64", arg, len(prefix))
+	case len(prefix) < MinPrefix:
+		return nil, fmt.Errorf("%q is too short a prefix: give at least %d hex digits", arg, MinPrefix)
+	}
+	var found []string
+	for _, id := range c.knownAnchors() {
+		if strings.HasPrefix(id, prefix) && !slices.Contains(found, id) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("no anchor held by a pod or in a bundle starts with %s", prefix)
+	case 1:
+		return found, nil
+	}
+	return nil, fmt.Errorf("prefix %s names %d anchors (%s); give more digits", prefix, len(found), strings.Join(found, ", "))
+}
+
+func (c Cluster) knownAnchors() []string {
+	var ids []string
+	for _, r := range c.Reports {
+		for _, s := range r.AnchorSets {
+			ids = append(ids, s.Anchors...)
+		}
+	}
+	for _, b := range c.Bundles {
+		more, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
+		ids = append(ids, more...)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// Progress is how far an anchor has reached the pods that select a bundle.
+type Progress struct {
+	// Holding of Expected pods hold the anchor in every trust file that selects the
+	// bundle.
+	Holding  int `json:"holding"`
+	Expected int `json:"expected"`
+	// Stragglers are the pods that do not, each with why.
+	Stragglers []Straggler `json:"stragglers"`
+	// NotStarted are the pods selecting the bundle none of whose containers has
+	// started (namespace/name): not waited for, since they will read the current
+	// bundle when they start.
+	NotStarted []string `json:"notStarted,omitempty"`
+}
+
+// Straggler is a pod that selects the bundle and is not seen holding the anchor.
+type Straggler struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node,omitempty"`
+	// Reason: NotObserved (no report from its node, or not in it yet), Unreadable,
+	// or Behind.
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Progress says which pods selecting any of bundles (by their trust files' bundle
+// sources) hold anchor. Pods not running (finished, not scheduled, or none of their
+// containers started) are not counted: they hold nothing and will read the bundle
+// when they start; those not started are listed.
+func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) Progress {
+	reports := c.byNode()
+	p := Progress{Stragglers: []Straggler{}}
+	for _, pod := range c.Pods {
+		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+			continue
+		}
+		var files []injector.TrustFile
+		for _, tf := range injector.TrustFiles(pod) {
+			if tf.Format == contract.FormatPEM && selectsAny(tf, bundles) {
+				files = append(files, tf)
+			}
+		}
+		if len(files) == 0 {
+			continue
+		}
+		if !started(pod) {
+			p.NotStarted = append(p.NotStarted, pod.Namespace+"/"+pod.Name)
+			continue
+		}
+		p.Expected++
+		s := Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
+		r := reports[pod.Spec.NodeName]
+		for _, tf := range files {
+			held, ok := observed(r, pod, tf)
+			var set trustreport.AnchorSet
+			if ok {
+				set, _ = r.Set(held.AnchorSet)
+			}
+			switch {
+			case r == nil:
+				s.Reason, s.Detail = NotObserved, c.noReport(pod.Spec.NodeName)
+			case !ok:
+				s.Reason, s.Detail = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
+			case held.Error != "":
+				s.Reason, s.Detail = Unreadable, tf.Path()+": "+held.Error
+			case set.Elided:
+				s.Reason, s.Detail = NotObserved, tf.Path()+": anchors left out of the node's report"
+			case !slices.Contains(set.Anchors, anchor):
+				s.Reason, s.Detail = Behind, tf.Path()+" does not hold it"
+			default:
+				continue
+			}
+			break
+		}
+		if s.Reason == "" {
+			p.Holding++
+		} else {
+			p.Stragglers = append(p.Stragglers, s)
+		}
+	}
+	slices.SortFunc(p.Stragglers, func(a, b Straggler) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
+	})
+	slices.Sort(p.NotStarted)
+	return p
+}
+
+// selectsAny reports whether one of the file's bundle sources selects one of bundles.
+func selectsAny(tf injector.TrustFile, bundles []*certificatesv1.ClusterTrustBundle) bool {
+	for _, s := range tf.Sources {
+		sel, ok := s.Selector()
+		if !ok {
+			continue
+		}
+		match, err := sel.Matcher()
+		if err != nil {
+			continue
+		}
+		for _, b := range bundles {
+			if match(b) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package query
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport"
+)
+
+func TestResolveAnchor_TakesAPEMFileAHashOrAUniquePrefix(t *testing.T) {
+	a, b := fixtures.CA("resolve a"), fixtures.CA("resolve b")
+	idA, idB := bundle.AnchorID(a.Cert.Raw), bundle.AnchorID(b.Cert.Raw)
+	c := Cluster{Reports: []*trustreport.NodeTrustReport{{AnchorSets: []trustreport.AnchorSet{{ID: "s", Anchors: []string{idA, idB}, Count: 2}}}}}
+	pemFile := filepath.Join(t.TempDir(), "a.pem")
+	if err := os.WriteFile(pemFile, a.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "a.key")
+	if err := os.WriteFile(keyFile, a.KeyPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	colons := ""
+	for i := 0; i < len(idA); i += 2 {
+		colons += strings.ToUpper(idA[i:i+2]) + ":"
+	}
+	for _, tc := range []struct {
+		name, arg, want, wantErr string
+	}{
+		{name: "a PEM file is its certificate's anchor", arg: pemFile, want: idA},
+		{name: "a whole SHA-256", arg: idA, want: idA},
+		{name: "openssl's fingerprint, colons and capitals", arg: strings.TrimSuffix(colons, ":"), want: idA},
+		{name: "a unique 12-digit prefix", arg: idB[:12], want: idB},
+		{name: "a prefix under 12 digits is refused", arg: idA[:11], wantErr: "too short a prefix: give at least 12 hex digits"},
+		{name: "a prefix nobody holds", arg: "000000000000", wantErr: "no anchor held by a pod or in a bundle starts with 000000000000"},
+		{name: "neither file nor hex", arg: "corp-root", wantErr: `"corp-root" is neither a file nor a SHA-256 in hex`},
+		{name: "a key file is not an anchor", arg: keyFile, wantErr: "is not a PEM file of certificates"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := c.ResolveAnchor(tc.arg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("got %v, %v; want [%s]", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// projected is a running pod on node reading bundle name through the kubelet.
+func projected(name, node, bundleName string, started bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: corev1.PodSpec{NodeName: node, Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: &bundleName, Path: "ca.pem"}}}}}}}}}
+	if started {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	}
+	return p
+}
+
+func nodeReport(node string, anchor string, pods ...*corev1.Pod) *trustreport.NodeTrustReport {
+	set := trustreport.SetID([]string{anchor})
+	r := &trustreport.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, AnchorSets: []trustreport.AnchorSet{{ID: set, Anchors: []string{anchor}, Count: 1}}}
+	for _, p := range pods {
+		r.Pods = append(r.Pods, trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+			Files: []trustreport.FileHolding{{Path: "/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: set}}})
+	}
+	return r
+}
+
+func TestWhoTrustsAndUnseen_AReportSpeaksForItsNodeAndNobodyMeansEveryoneWasSeen(t *testing.T) {
+	anchor := bundle.AnchorID(fixtures.CA("who").Cert.Raw)
+	onA, onB, onC, never := projected("on-a", "a", "b1", true), projected("on-b", "b", "b1", true), projected("on-c", "c", "b1", true), projected("never", "a", "b1", false)
+	c := Cluster{Pods: []*corev1.Pod{onA, onB, onC, never},
+		// Node a's report also claims the pod node b runs.
+		Reports:    []*trustreport.NodeTrustReport{nodeReport("a", anchor, onA, onB)},
+		Unreadable: map[string]string{"b": "report of node b unreadable: bad"},
+	}
+	holders := c.WhoTrusts(anchor, "")
+	if len(holders) != 1 || holders[0].Pod != "on-a" {
+		t.Errorf("holders %+v; want on-a alone: a report speaks for its own node's pods", holders)
+	}
+	unseen := c.Unseen("")
+	if len(unseen) != 2 || unseen[0].Node != "b" || unseen[0].Reason != "report of node b unreadable: bad" || unseen[1].Node != "c" || !strings.HasPrefix(unseen[1].Reason, "no report from node c") {
+		t.Errorf("unseen %+v; want node b (unreadable) and node c (no report), not the pod that never started", unseen)
+	}
+	everyone := Cluster{Pods: []*corev1.Pod{onA, never}, Reports: c.Reports}
+	if u := everyone.Unseen(""); len(u) != 0 {
+		t.Errorf("every running pod was seen, yet unseen is %+v", u)
+	}
+}
+
+func TestProgress_APodThatNeverStartedHoldsNoRotationBack(t *testing.T) {
+	newCA := bundle.AnchorID(fixtures.CA("progress").Cert.Raw)
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
+	running, pending := projected("running", "a", "b1", true), projected("pending", "a", "b1", false)
+	c := Cluster{Pods: []*corev1.Pod{running, pending}, Reports: []*trustreport.NodeTrustReport{nodeReport("a", newCA, running)}}
+	p := c.Progress(newCA, []*certificatesv1.ClusterTrustBundle{b})
+	if p.Holding != 1 || p.Expected != 1 || len(p.NotStarted) != 1 || p.NotStarted[0] != "ns/pending" {
+		t.Errorf("progress %+v; want 1 of 1, ns/pending not started", p)
+	}
+}
