@@ -20,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/policy"
 )
 
 // volume is one published volume's pipeline and what feeds it: the sidecar's
@@ -105,7 +106,7 @@ func (m *Manager) newVolume(rec store.Record) (*volume, error) {
 	if c := spec.Certificate; c != nil {
 		v.cert = certificate.New(certificate.Options{
 			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
-			SPIFFEID: fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", c.TrustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount),
+			SPIFFEID: policy.SPIFFEID(c.TrustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount),
 			PodName:  rec.Pod.Name, PodUID: rec.Pod.UID, StateDir: c.StateDir,
 		}, csrs, events, nil)
 		v.cert.Adopt(onDisk)

@@ -330,3 +330,10 @@ func (p *Policy) SignerNames() []string {
 	}
 	return names
 }
+
+// SPIFFEID is the identity a ServiceAccount's workload certificate carries, in one
+// format for the approver, the signer of pod certificates, the sidecar and the agent:
+// spiffe://<trust domain>/ns/<namespace>/sa/<service account>.
+func SPIFFEID(trustDomain, namespace, serviceAccount string) string {
+	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, namespace, serviceAccount)
+}

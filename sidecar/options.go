@@ -1,12 +1,11 @@
 package sidecar
 
 import (
-	"fmt"
-
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/policy"
 )
 
 // Options are the sidecar's command line: the Spec the injector wrote into the pod
@@ -50,7 +49,7 @@ func (o *Options) Validate(needAPI bool) error {
 
 // spiffeID is the workload identity the certificate is requested for.
 func (o *Options) spiffeID() string {
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", o.Spec.Certificate.TrustDomain, o.PodNamespace, o.ServiceAccount)
+	return policy.SPIFFEID(o.Spec.Certificate.TrustDomain, o.PodNamespace, o.ServiceAccount)
 }
 
 // plan is the pod's sources as the pipeline reads them.

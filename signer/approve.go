@@ -39,7 +39,7 @@ func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.Certificate
 	if !ok {
 		return deny("requester %q is not a ServiceAccount; trustsync approves only a ServiceAccount's request for its own identity", csr.Spec.Username)
 	}
-	own := fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, namespace, name)
+	own := policy.SPIFFEID(trustDomain, namespace, name)
 	if len(req.URIs) != 1 {
 		return deny("the request has %d URI SANs; it must have exactly one, the requester's own SPIFFE ID %q", len(req.URIs), own)
 	}

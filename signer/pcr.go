@@ -127,7 +127,7 @@ func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, 
 	if refusal != "" {
 		return deny(certificatesv1.PodCertificateRequestConditionInvalidUserConfig, "%s", refusal), nil
 	}
-	spiffeID := fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", rules.TrustDomain, pcr.Namespace, pcr.Spec.ServiceAccountName)
+	spiffeID := policy.SPIFFEID(rules.TrustDomain, pcr.Namespace, pcr.Spec.ServiceAccountName)
 	uri, err := url.Parse(spiffeID)
 	if err != nil || pcr.Spec.ServiceAccountName == "" {
 		return deny(reasonIdentity, "cannot form the SPIFFE ID of ServiceAccount %q in namespace %q", pcr.Spec.ServiceAccountName, pcr.Namespace), nil

@@ -19,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +36,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
+	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -235,11 +234,9 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		caQueue.Add(name)
 	}
 
-	go wait.UntilWithContext(ctx, func(ctx context.Context) { processCA(ctx, caQueue, managers) }, time.Second)
-	for range o.Workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, csrQueue, h.handle) }, time.Second)
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { processQueue(ctx, pcrQueue, pcrs.handle) }, time.Second)
-	}
+	queue.Work(ctx, caQueue, 1, "CA", func(ctx context.Context, name string) (time.Duration, error) { return managers[name].reconcile(ctx) })
+	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waitingForCA(h.handle))
+	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waitingForCA(pcrs.handle))
 	ready.Store(true)
 	defer ready.Store(false)
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
@@ -258,47 +255,15 @@ func requeueAll(lister certlisters.CertificateSigningRequestLister, signer strin
 	}
 }
 
-func processCA(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], managers map[string]*caManager) {
-	for {
-		name, shutdown := q.Get()
-		if shutdown {
-			return
+// waitingForCA handles a request with handle; a signer whose CA is not loaded yet is
+// not the request's fault: it waits a second without growing the backoff (the CA
+// manager also requeues the signer's requests once it loads one).
+func waitingForCA[K comparable](handle func(context.Context, K) error) queue.Handle[K] {
+	return func(ctx context.Context, key K) (time.Duration, error) {
+		err := handle(ctx, key)
+		if errors.Is(err, errCANotReady) {
+			return time.Second, nil
 		}
-		after, err := managers[name].reconcile(ctx)
-		switch {
-		case err != nil:
-			utilruntime.HandleErrorWithContext(ctx, err, "CA reconcile failed; retrying", "signer", name)
-			q.AddRateLimited(name)
-		default:
-			q.Forget(name)
-			if after > 0 {
-				q.AddAfter(name, after)
-			}
-		}
-		q.Done(name)
-	}
-}
-
-// processQueue works through q with handle until q shuts down: a CSR or a
-// PodCertificateRequest, one at a time per worker.
-func processQueue[K comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[K], handle func(context.Context, K) error) {
-	for {
-		key, shutdown := q.Get()
-		if shutdown {
-			return
-		}
-		switch err := handle(ctx, key); {
-		case errors.Is(err, errCANotReady):
-			// Not the request's fault: wait for the CA without escalating the backoff
-			// (the CA manager also requeues the signer's requests once it loads one).
-			q.Forget(key)
-			q.AddAfter(key, time.Second)
-		case err != nil:
-			utilruntime.HandleErrorWithContext(ctx, err, "Request handling failed; retrying", "request", fmt.Sprintf("%+v", key))
-			q.AddRateLimited(key)
-		default:
-			q.Forget(key)
-		}
-		q.Done(key)
+		return 0, err
 	}
 }

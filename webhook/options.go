@@ -3,7 +3,9 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -45,9 +47,24 @@ type Options struct {
 	ShutdownDelay time.Duration
 	// ReviewBytesInFlight bounds the admission review bytes held at once.
 	ReviewBytesInFlight int64
-	// HealthPort serves /healthz and /readyz over plain HTTP from the first moment, so
-	// probes work while the serving certificate is still being obtained; 0 turns it off.
-	HealthPort int
+	// HealthAddress serves /healthz and /readyz over plain HTTP from the first moment,
+	// so probes work while the serving certificate is still being obtained; empty
+	// turns it off. The same flag as every trustsync binary's.
+	HealthAddress string
+	// healthPort is the deprecated --health-port (-1: not given).
+	healthPort int
+}
+
+// HealthBindAddress is where /healthz and /readyz are served ("" for nowhere): the
+// deprecated --health-port, where given, on --bind-address.
+func (o *Options) HealthBindAddress() string {
+	switch {
+	case o.healthPort < 0:
+		return o.HealthAddress
+	case o.healthPort == 0:
+		return ""
+	}
+	return net.JoinHostPort(o.BindAddress, strconv.Itoa(o.healthPort))
 }
 
 // NewOptions returns the defaults.
@@ -60,7 +77,8 @@ func NewOptions() *Options {
 		ShutdownGracePeriod:      15 * time.Second,
 		ShutdownDelay:            5 * time.Second,
 		ReviewBytesInFlight:      DefaultReviewBytesInFlight,
-		HealthPort:               8081,
+		HealthAddress:            ":8081",
+		healthPort:               -1,
 		SidecarImage:             injector.DefaultImage,
 		TLSSecretName:            "trustsync-webhook-tls",
 		ServiceName:              "trustsync-webhook",
@@ -97,7 +115,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
 	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes decoded at once; a review whose body is in waits for room, so memory stays bounded however many arrive together (bodies still arriving are bounded at twice this, charged by the bytes they sent). A review costs about five times its size while decoded; at least 6291456 (one review of the largest size).")
-	fs.IntVar(&o.HealthPort, "health-port", o.HealthPort, "The port on which to serve /healthz and /readyz over plain HTTP, open from start-up, for probes; 0 turns it off.")
+	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz and /readyz over plain HTTP, open from start-up, for probes; empty serves none.")
+	fs.IntVar(&o.healthPort, "health-port", o.healthPort, "")
+	_ = fs.MarkDeprecated("health-port", "use --health-bind-address HOST:PORT (empty serves none), the flag every trustsync binary takes")
 }
 
 // Validate reports flag combinations that cannot work.

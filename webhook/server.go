@@ -179,8 +179,8 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	// Probes must answer while the certificate is still being obtained (the API server
 	// may be unreachable for minutes): liveness must not restart a replica that waits.
 	var ready atomic.Pointer[func() bool]
-	if o.HealthPort != 0 {
-		stopHealth, err := serveHealth(net.JoinHostPort(o.BindAddress, strconv.Itoa(o.HealthPort)), &ready)
+	if addr := o.HealthBindAddress(); addr != "" {
+		stopHealth, err := serveHealth(addr, &ready)
 		if err != nil {
 			return err
 		}

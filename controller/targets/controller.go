@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -36,6 +35,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/trusttarget"
 )
 
@@ -161,9 +161,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, c.queue, trusttarget.Kind, c.reconcile) }, time.Second)
-	}
+	queue.Work(ctx, c.queue, workers, trusttarget.Kind, c.reconcile)
 	<-ctx.Done()
 	c.mu.Lock()
 	for _, st := range c.state {

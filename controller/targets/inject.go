@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -32,6 +31,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/trusttarget"
 )
 
@@ -163,9 +163,7 @@ func (in *Injector) Run(ctx context.Context, workers int) {
 		return
 	}
 	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) { work(ctx, in.queue, "annotated object", in.reconcile) }, time.Second)
-	}
+	queue.Work(ctx, in.queue, workers, "annotated object", in.reconcile)
 	<-ctx.Done()
 	in.mu.Lock()
 	for _, st := range in.state {

@@ -2,11 +2,8 @@ package targets
 
 import (
 	"context"
-	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/pipeline"
@@ -80,27 +77,4 @@ func (w *watched) render() *render.Rendering {
 	}
 	w.last = render.Render(w.plan, snap, w.last)
 	return w.last
-}
-
-// work runs reconcile on queue's keys until it shuts down: an error retries with
-// backoff, a positive duration looks again after it.
-func work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], what string, reconcile func(context.Context, string) (time.Duration, error)) {
-	for {
-		key, quit := queue.Get()
-		if quit {
-			return
-		}
-		requeue, err := reconcile(ctx, key)
-		switch {
-		case err != nil:
-			klog.ErrorS(err, "Cannot reconcile; retrying", "kind", what, "key", key)
-			queue.AddRateLimited(key)
-		case requeue > 0:
-			queue.Forget(key)
-			queue.AddAfter(key, requeue)
-		default:
-			queue.Forget(key)
-		}
-		queue.Done(key)
-	}
 }

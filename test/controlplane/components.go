@@ -70,7 +70,7 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, values string) (*Webho
 		return nil, err
 	}
 	w.args = []string{
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--health-port=0",
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--health-bind-address=",
 		"--tls-cert-file=" + filepath.Join(dir, "tls.crt"), "--tls-private-key-file=" + filepath.Join(dir, "tls.key"),
 		"--kubeconfig=" + kubeconfig, "--policy=" + policyFile, "--shutdown-grace-period=2s", "--namespace=trustsync-system", "-v=2",
 	}

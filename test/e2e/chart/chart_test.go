@@ -362,7 +362,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		_ = os.WriteFile(policy, []byte(cm.Data["policy.yaml"]), 0o600)
 		p := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
 			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
-			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-port=0", "--policy="+policy,
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-bind-address=", "--policy="+policy,
 			"--sidecar-events-cluster-role="+chartArg(t, manifest, "--sidecar-events-cluster-role"))
 		eventually(t, "the webhook set its CA in both configurations", p, func(ctx context.Context) (bool, error) {
 			secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
@@ -386,7 +386,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		port2, _ := controlplane.FreePort()
 		p2 := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
 			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
-			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port2), "--health-port=0", "--policy="+policy)
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port2), "--health-bind-address=", "--policy="+policy)
 		secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
