@@ -35,7 +35,6 @@ const (
 	AttributePodNamespace   = contract.KubeletAttributePrefix + "pod.namespace"
 	AttributePodUID         = contract.KubeletAttributePrefix + "pod.uid"
 	AttributeServiceAccount = contract.KubeletAttributePrefix + "serviceAccount.name"
-	AttributeEphemeral      = contract.KubeletAttributePrefix + "ephemeral"
 	AttributeTokens         = csi.TokensKey
 )
 

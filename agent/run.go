@@ -176,7 +176,7 @@ func reportPublisher(ctx context.Context, o *Options, podsClient rest.Interface,
 	if err != nil {
 		return nil, err
 	}
-	observer := &holdings.Observer{PodsDir: o.PodsDir}
+	observer := &holdings.Scanner{PodsDir: o.PodsDir}
 	return &ReportPublisher{
 		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {

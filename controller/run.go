@@ -101,7 +101,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, 
 	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
 	// injection finds the objects that ask, the targets whether an object exists.
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
-	in := targets.NewInjector(targets.InjectConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
+	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
 		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
 	go in.Run(ctx, 2)
 	if o.Targets {

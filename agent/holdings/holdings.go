@@ -45,9 +45,9 @@ type Pod struct {
 	Files           []File
 }
 
-// Observer reads the trust files of the node's pods. Each Scan reads only the files
+// Scanner reads the trust files of the node's pods. Each Scan reads only the files
 // whose identity (device, inode, size, modification time) changed since the last.
-type Observer struct {
+type Scanner struct {
 	// PodsDir is the kubelet's pods directory as this process sees it.
 	PodsDir string
 
@@ -78,7 +78,7 @@ type stamp struct {
 
 // Scan observes every trust file of pods; it reports whether anything differs from
 // the previous scan. Files of pods no longer given are forgotten.
-func (o *Observer) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
+func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.seen == nil {
@@ -122,7 +122,7 @@ func (o *Observer) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 }
 
 // read observes one file, reusing prev's anchors when the file is the same one.
-func (o *Observer) read(dir string, tf injector.TrustFile, prev seenFile) seenFile {
+func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFile {
 	if tf.Format != contract.FormatPEM {
 		return seenFile{err: "a " + tf.Format + " truststore: not read"}
 	}

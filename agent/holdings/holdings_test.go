@@ -90,7 +90,7 @@ func TestScan_ReadsTrustFilesBeneathTheirVolumeAlone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := projectedPod(strings.ReplaceAll(tc.name, " ", "-")[:20], "ca.pem")
 			tc.lay(t, volume(t, podsDir, pod))
-			o := &Observer{PodsDir: podsDir}
+			o := &Scanner{PodsDir: podsDir}
 			done := make(chan []Pod)
 			go func() { held, _ := o.Scan([]*corev1.Pod{pod}); done <- held }()
 			var held []Pod
@@ -112,7 +112,7 @@ func TestScan_ReportsAChangeOnlyWhenAFileWasRewritten(t *testing.T) {
 	pod := projectedPod("change", "ca.pem")
 	dir := volume(t, podsDir, pod)
 	writeAtomic(t, dir, "ca.pem", []byte(fixtures.Bundle(fixtures.CA("one"))), "1")
-	o := &Observer{PodsDir: podsDir}
+	o := &Scanner{PodsDir: podsDir}
 	steps := []struct {
 		name    string
 		do      func()

@@ -414,17 +414,17 @@ func targetName(t *trusttarget.TrustTarget) string {
 
 // stateFor returns the target's plan and watches, made anew when its spec changed.
 func (c *Controller) stateFor(ctx context.Context, name string, spec trusttarget.Spec) (*watched, error) {
-	raw, _ := json.Marshal(spec)
+	raw := specKey(spec)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st, ok := c.state[name]; ok && st.spec == string(raw) {
+	if st, ok := c.state[name]; ok && st.spec == raw {
 		return st, nil
 	}
 	if st, ok := c.state[name]; ok {
 		st.close()
 		delete(c.state, name)
 	}
-	st, err := watchSources(ctx, c.cfg.Registry, string(raw), spec.Sources, func() { c.queue.Add(name) })
+	st, err := watchSources(ctx, c.cfg.Registry, raw, spec.Sources, func() { c.queue.Add(name) })
 	if err != nil {
 		return nil, err
 	}

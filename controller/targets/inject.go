@@ -59,8 +59,8 @@ var (
 	}
 )
 
-// InjectConfig is what the injection controller needs.
-type InjectConfig struct {
+// FillConfig is what the injection controller needs.
+type FillConfig struct {
 	Client   kubernetes.Interface
 	Dynamic  dynamic.Interface
 	Metadata metadata.Interface
@@ -76,10 +76,10 @@ type InjectConfig struct {
 	ObjectMeta metadatainformer.SharedInformerFactory
 }
 
-// Injector fills objects annotated trustsync.io/inject: "true" with the sources
+// Filler fills objects annotated trustsync.io/inject: "true" with the sources
 // their annotations name, kept current.
-type Injector struct {
-	cfg    InjectConfig
+type Filler struct {
+	cfg    FillConfig
 	kinds  map[string]injectKind
 	store  map[string]cache.Store
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -96,10 +96,10 @@ type injectState struct {
 	written string // digest of what was last written
 }
 
-// NewInjector watches the metadata of every object of the allowed kinds (only their
+// NewFiller watches the metadata of every object of the allowed kinds (only their
 // annotations are needed to know which ask) and queues those that ask.
-func NewInjector(cfg InjectConfig) *Injector {
-	in := &Injector{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, state: map[string]*injectState{}, warned: map[string]string{},
+func NewFiller(cfg FillConfig) *Filler {
+	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, state: map[string]*injectState{}, warned: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
 	kinds := []injectKind{kindConfigMap}
 	if cfg.Secrets {
@@ -155,7 +155,7 @@ func injectKey(k injectKind, m metav1.Object) string {
 }
 
 // Run fills until ctx is done.
-func (in *Injector) Run(ctx context.Context, workers int) {
+func (in *Filler) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
 	defer in.queue.ShutDown()
 	in.start(ctx)
@@ -172,7 +172,7 @@ func (in *Injector) Run(ctx context.Context, workers int) {
 	in.mu.Unlock()
 }
 
-func (in *Injector) forget(key string) {
+func (in *Filler) forget(key string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if st, ok := in.state[key]; ok {
@@ -181,7 +181,7 @@ func (in *Injector) forget(key string) {
 	}
 }
 
-func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, error) {
+func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, error) {
 	in.cfg.Metrics.reconciled("inject")
 	resource, objKey, _ := strings.Cut(key, "|")
 	k := in.kinds[resource]
@@ -274,7 +274,7 @@ func (in *Injector) reconcile(ctx context.Context, key string) (time.Duration, e
 }
 
 // warnOnce records a Warning on the object, once per distinct message.
-func (in *Injector) warnOnce(key string, ref *corev1.ObjectReference, reason, msg string) {
+func (in *Filler) warnOnce(key string, ref *corev1.ObjectReference, reason, msg string) {
 	in.mu.Lock()
 	seen := in.warned[key] == msg
 	in.warned[key] = msg
@@ -311,8 +311,8 @@ func checkInjectSources(k injectKind, sources []contract.Source) (errs field.Err
 	return errs
 }
 
-func (in *Injector) stateFor(ctx context.Context, key string, sources []contract.Source) (*injectState, error) {
-	spec := fmt.Sprintf("%+v", sources)
+func (in *Filler) stateFor(ctx context.Context, key string, sources []contract.Source) (*injectState, error) {
+	spec := specKey(sources)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if st, ok := in.state[key]; ok && st.spec == spec {
@@ -332,7 +332,7 @@ func (in *Injector) stateFor(ctx context.Context, key string, sources []contract
 
 // applyKeys writes the keys into the ConfigMap or Secret, without force: a key
 // another manager owns is reported, not taken.
-func (in *Injector) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
+func (in *Filler) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
 	_, err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, desired{data: data, binary: binary})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", conflictDetail(err))
@@ -343,7 +343,7 @@ func (in *Injector) applyKeys(ctx context.Context, k injectKind, namespace, name
 // applyCABundle sets every caBundle of the object to pem. The annotation hands those
 // fields to trustsync, so it takes them even from another manager (force), and
 // nothing else.
-func (in *Injector) applyCABundle(ctx context.Context, k injectKind, name string, data map[string]string) error {
+func (in *Filler) applyCABundle(ctx context.Context, k injectKind, name string, data map[string]string) error {
 	var pem string
 	for _, v := range data {
 		pem = v

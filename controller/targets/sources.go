@@ -2,6 +2,8 @@ package targets
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
@@ -77,4 +79,15 @@ func (w *watched) render() *render.Rendering {
 	}
 	w.last = render.Render(w.plan, snap, w.last)
 	return w.last
+}
+
+// specKey is what a watch was made for, in one rendering for a TrustTarget's spec and
+// an annotated object's sources: their JSON, which follows pointers (a %+v of a
+// pointer field would be its address, new at every decoding).
+func specKey(v any) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("unencodable %T: %v", v, err)
+	}
+	return string(raw)
 }

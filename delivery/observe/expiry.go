@@ -42,7 +42,7 @@ func NewExpiryWarner(days int, events podevents.OnceRecorder, clk clock.PassiveC
 
 // Wrote looks at the anchors a sync wrote.
 func (w *ExpiryWarner) Wrote(s Written) {
-	if !s.Written() {
+	if !s.Reached() {
 		return
 	}
 	files := map[string][]*tsbundle.Anchor{}

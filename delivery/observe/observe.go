@@ -36,15 +36,15 @@ type Written struct {
 	Took   time.Duration
 }
 
-// Written reports whether the sync reached the directory.
-func (w Written) Written() bool { return !w.FromDisk && w.WriteErr == nil }
+// Reached reports whether the sync reached the directory.
+func (w Written) Reached() bool { return !w.FromDisk && w.WriteErr == nil }
 
 // Err summarises every failure in one line, paths in order.
 func (w Written) Err() error { return render.Summary(w.Failed) }
 
 // Fresh is every path written now; none when nothing was written.
 func (w Written) Fresh() map[string]render.Path {
-	if !w.Written() || w.Now == nil {
+	if !w.Reached() || w.Now == nil {
 		return nil
 	}
 	return w.Now.Fresh()
@@ -68,7 +68,7 @@ func (o metricsObserver) Wrote(w Written) {
 	if w.FromDisk {
 		return
 	}
-	if w.Written() {
+	if w.Reached() {
 		expiries := map[string]time.Time{}
 		for p, path := range w.Fresh() {
 			expiries[p] = path.FirstExpiry

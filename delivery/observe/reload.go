@@ -73,7 +73,7 @@ func NewReloader(targets []Target, events podevents.Recorder, clk clock.Clock, m
 
 // Wrote takes the state a sync wrote, or the one a previous run left on disk.
 func (r *Reloader) Wrote(w Written) {
-	if w.FromDisk || w.Written() {
+	if w.FromDisk || w.Reached() {
 		r.observe(w.Now.State())
 	}
 }

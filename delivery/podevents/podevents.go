@@ -36,8 +36,8 @@ type PodRef struct {
 	Namespace, Name, UID string
 }
 
-// Pod records Events on one pod.
-type Pod struct {
+// PodRecorder records Events on one pod.
+type PodRecorder struct {
 	component string
 	recorder  record.EventRecorder
 	pod       *corev1.ObjectReference
@@ -50,9 +50,9 @@ const Component = "trustsync-sidecar"
 
 // New records on ref through c until the returned stop is called. Without a pod name
 // (run outside a pod) it records nothing.
-func New(ctx context.Context, c rest.Interface, ref PodRef) (*Pod, func()) {
+func New(ctx context.Context, c rest.Interface, ref PodRef) (*PodRecorder, func()) {
 	if ref.Name == "" || ref.Namespace == "" {
-		return &Pod{}, func() {}
+		return &PodRecorder{}, func() {}
 	}
 	b := NewBroadcaster(ctx, c, Component)
 	return b.For(ref), b.Shutdown
@@ -75,8 +75,8 @@ func NewBroadcaster(ctx context.Context, c rest.Interface, component string) *Br
 }
 
 // For records on the pod ref.
-func (b *Broadcaster) For(ref PodRef) *Pod {
-	return &Pod{
+func (b *Broadcaster) For(ref PodRef) *PodRecorder {
+	return &PodRecorder{
 		component: b.component,
 		recorder:  b.recorder,
 		pod:       &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
@@ -93,7 +93,7 @@ func (b *Broadcaster) Shutdown() { b.broadcaster.Shutdown() }
 // second one while the first lasts (an hour, by default), whichever process asks. A
 // restarted sidecar then does not repeat what the pod still shows. It does not wait for
 // the API server.
-func (p *Pod) WarningOnce(key, reason, message string) {
+func (p *PodRecorder) WarningOnce(key, reason, message string) {
 	if p.recorder == nil {
 		return
 	}
@@ -121,14 +121,14 @@ func (p *Pod) WarningOnce(key, reason, message string) {
 }
 
 // Warning records a Warning Event; client-go's recorder aggregates repeats.
-func (p *Pod) Warning(reason, message string) {
+func (p *PodRecorder) Warning(reason, message string) {
 	if p.recorder != nil {
 		p.recorder.Event(p.pod, corev1.EventTypeWarning, reason, message)
 	}
 }
 
 // Normal records a Normal Event.
-func (p *Pod) Normal(reason, message string) {
+func (p *PodRecorder) Normal(reason, message string) {
 	if p.recorder != nil {
 		p.recorder.Event(p.pod, corev1.EventTypeNormal, reason, message)
 	}

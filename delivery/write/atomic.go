@@ -1,4 +1,4 @@
-// Package write is the pipeline's last stage: it puts a pod's files into its directory in
+// Package write is the stage that writes: it puts a volume's files into its directory in
 // one atomic step, as the kubelet's atomic writer does, so the app never reads a partial
 // update.
 package write

@@ -1,7 +1,8 @@
 // Package query answers, from the nodes' reports, the pods and the bundles, the
 // questions kubectl trustsync asks: does each pod hold what its sources select now,
-// and who holds a given anchor. It reads nothing itself: the caller lists, so it is
-// tested without a server.
+// and who holds a given anchor. It reads nothing from the API server: the caller lists,
+// so it is tested without a server (ResolveAnchor alone reads a file, the PEM a user
+// names).
 package query
 
 import (
@@ -98,9 +99,9 @@ type FileStatus struct {
 	Expected   int      `json:"expected"`
 	Missing    []string `json:"missing,omitempty"`
 	Unexpected []string `json:"unexpected,omitempty"`
-	// OnlyBundles: the file also takes anchors from ConfigMaps, Secrets or the public
+	// OnlyBundlesCompared: the file also takes anchors from ConfigMaps, Secrets or the public
 	// roots, which are not compared; it is up to date when it holds every bundle anchor.
-	OnlyBundles bool `json:"onlyBundlesCompared,omitempty"`
+	OnlyBundlesCompared bool `json:"onlyBundlesCompared,omitempty"`
 	// ChangedAt is when the file last changed; BehindSince when the sources last
 	// changed, for a file behind them.
 	ChangedAt   *time.Time `json:"changedAt,omitempty"`
@@ -125,19 +126,14 @@ func (c Cluster) Status() []FileStatus {
 			}
 			fs := FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: string(tf.Delivery), Path: tf.Path()}
 			expected, since, onlyBundles := c.expected(tf)
-			fs.Expected, fs.OnlyBundles = len(expected), onlyBundles
-			held, ok := observed(reports[pod.Spec.NodeName], pod, tf)
-			switch {
-			case pod.Spec.NodeName == "":
-				fs.State, fs.Reason = NotObserved, "not scheduled"
-			case reports[pod.Spec.NodeName] == nil:
-				fs.State, fs.Reason = NotObserved, c.noReport(pod.Spec.NodeName)
-			case !ok:
-				fs.State, fs.Reason = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
-			case held.Error != "":
-				fs.State, fs.Reason = Unreadable, held.Error
-			default:
-				c.compare(&fs, reports[pod.Spec.NodeName], held, expected, since)
+			fs.Expected, fs.OnlyBundlesCompared = len(expected), onlyBundles
+			o := c.observe(reports, pod, tf)
+			if o.held.ChangedAt != nil {
+				t := o.held.ChangedAt.Time
+				fs.ChangedAt = &t
+			}
+			if fs.State, fs.Reason = o.state, o.reason; o.state == "" {
+				c.compare(&fs, o.set, expected, since)
 			}
 			out = append(out, fs)
 		}
@@ -145,23 +141,46 @@ func (c Cluster) Status() []FileStatus {
 	return out
 }
 
-func (c Cluster) compare(fs *FileStatus, r *trustreport.NodeTrustReport, held trustreport.FileHolding, expected []string, since time.Time) {
-	set, _ := r.Set(held.AnchorSet)
-	if held.ChangedAt != nil {
-		t := held.ChangedAt.Time
-		fs.ChangedAt = &t
+// observation is what the reports tell of one trust file of one pod: the file and
+// its anchor set where they can be compared, or the state (NotObserved, Unreadable)
+// that says why not. Status and Progress classify files by it alike.
+type observation struct {
+	held          trustreport.FileHolding
+	set           trustreport.AnchorSet
+	state, reason string
+}
+
+func (c Cluster) observe(reports map[string]*trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) observation {
+	r := reports[pod.Spec.NodeName]
+	held, ok := observed(r, pod, tf)
+	o := observation{held: held}
+	switch {
+	case pod.Spec.NodeName == "":
+		o.state, o.reason = NotObserved, "not scheduled"
+	case r == nil:
+		o.state, o.reason = NotObserved, c.noReport(pod.Spec.NodeName)
+	case !ok:
+		o.state, o.reason = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
+	case held.Error != "":
+		o.state, o.reason = Unreadable, held.Error
+	default:
+		o.set, _ = r.Set(held.AnchorSet)
+		if o.set.Elided {
+			o.state, o.reason = NotObserved, "the node's report left this file's anchors out (too many distinct sets on the node)"
+		}
 	}
-	if set.Elided {
-		fs.State, fs.Reason = NotObserved, "the node's report left this file's anchors out (too many distinct sets on the node)"
-		return
-	}
+	return o
+}
+
+// compare sets the state of a file whose anchors are known: UpToDate or Behind.
+func (c Cluster) compare(fs *FileStatus, set trustreport.AnchorSet, expected []string, since time.Time) {
 	fs.Holds = len(set.Anchors)
 	for _, a := range expected {
 		if !slices.Contains(set.Anchors, a) {
 			fs.Missing = append(fs.Missing, a)
 		}
 	}
-	if !fs.OnlyBundles {
+	if !fs.OnlyBundlesCompared {
 		for _, a := range set.Anchors {
 			if !slices.Contains(expected, a) {
 				fs.Unexpected = append(fs.Unexpected, a)
@@ -441,23 +460,12 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		}
 		p.Expected++
 		s := Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName}
-		r := reports[pod.Spec.NodeName]
 		for _, tf := range files {
-			held, ok := observed(r, pod, tf)
-			var set trustreport.AnchorSet
-			if ok {
-				set, _ = r.Set(held.AnchorSet)
-			}
+			o := c.observe(reports, pod, tf)
 			switch {
-			case r == nil:
-				s.Reason, s.Detail = NotObserved, c.noReport(pod.Spec.NodeName)
-			case !ok:
-				s.Reason, s.Detail = NotObserved, "not in node "+pod.Spec.NodeName+"'s report yet"
-			case held.Error != "":
-				s.Reason, s.Detail = Unreadable, tf.Path()+": "+held.Error
-			case set.Elided:
-				s.Reason, s.Detail = NotObserved, tf.Path()+": anchors left out of the node's report"
-			case !slices.Contains(set.Anchors, anchor):
+			case o.state != "":
+				s.Reason, s.Detail = o.state, tf.Path()+": "+o.reason
+			case !slices.Contains(o.set.Anchors, anchor):
 				s.Reason, s.Detail = Behind, tf.Path()+" does not hold it"
 			default:
 				continue

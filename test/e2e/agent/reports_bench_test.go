@@ -109,7 +109,7 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 	defer stop()
 	for n := range nodes {
 		mine := pods[n*perNode : (n+1)*perNode]
-		observer := &holdings.Observer{PodsDir: root}
+		observer := &holdings.Scanner{PodsDir: root}
 		p := &agent.ReportPublisher{
 			Client: dyn.Resource(trustreport.Resource), Node: fmt.Sprintf("sim-%04d", n),
 			Scan:      func() ([]holdings.Pod, bool) { return observer.Scan(mine) },
