@@ -148,7 +148,7 @@ func (m *Manager) Publish(ctx context.Context, volumeID, targetPath string, attr
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	firstCtx, cancel := context.WithTimeout(ctx, m.cfg.FirstSyncTimeout)
-	err = v.first(firstCtx)
+	err = v.first(firstCtx, m.cfg.FirstSyncTimeout.String()+" (the agent's --first-sync-timeout)")
 	cancel()
 	if err != nil {
 		v.stop()

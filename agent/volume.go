@@ -2,10 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -121,31 +117,8 @@ func (m *Manager) newVolume(rec store.Record) (*volume, error) {
 // sources to list and the certificate to be issued, and fails, saying why, when a
 // required file cannot be written. It runs on the goroutine that will own the
 // pipeline.
-func (v *volume) first(ctx context.Context) error {
-	if !v.sources.WaitSynced(ctx) {
-		return fmt.Errorf("the sources did not list in time: %w", errors.Join(v.sources.NotSynced()...))
-	}
-	if v.cert != nil && v.cert.Files() == nil {
-		install := func(_ context.Context, files map[string]write.File) error { return v.pipeline.Install(files) }
-		if err := v.cert.Obtain(ctx, install); err != nil {
-			return fmt.Errorf("workload certificate: %w", err)
-		}
-	}
-	w := v.pipeline.Sync()
-	if w.WriteErr != nil {
-		return fmt.Errorf("cannot write the files: %w", w.WriteErr)
-	}
-	var missing []string
-	for _, path := range v.plan.Required() {
-		if err, failed := w.Failed[path]; failed {
-			missing = append(missing, fmt.Sprintf("%s: %v", path, err))
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return errors.New(strings.Join(missing, "; "))
-	}
-	return nil
+func (v *volume) first(ctx context.Context, within string) error {
+	return v.pipeline.FirstSync(ctx, v.sources, v.cert, within)
 }
 
 // run keeps the files current until ctx is done.

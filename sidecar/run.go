@@ -5,17 +5,14 @@ package sidecar
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/delivery/metrics"
-	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // Run keeps the trust files current until ctx is done (SIGTERM). While the API server
@@ -68,24 +65,8 @@ func Init(ctx context.Context, o *Options) error {
 		return terminate(o, fmt.Errorf("cannot reach the API server: %w", err))
 	}
 	defer p.close()
-	if !p.sources.WaitSynced(ctx) {
-		return terminate(o, fmt.Errorf("the API server did not answer within %ds", o.InitTimeoutSecs))
-	}
-	if p.cert != nil && p.cert.Files() == nil {
-		install := func(_ context.Context, files map[string]write.File) error { return p.pipeline.Install(files) }
-		if err := p.cert.Obtain(ctx, install); err != nil {
-			return terminate(o, fmt.Errorf("workload certificate: %w", err))
-		}
-	}
-	w := p.pipeline.Sync()
-	var missing []string
-	for _, path := range p.plan.Required() {
-		if err, failed := w.Failed[path]; failed {
-			missing = append(missing, fmt.Sprintf("%s: %v", path, err))
-		}
-	}
-	if len(missing) > 0 {
-		return terminate(o, errors.New(strings.Join(missing, "; ")))
+	if err := p.pipeline.FirstSync(ctx, p.sources, p.cert, fmt.Sprintf("%ds (--init-timeout-seconds)", o.InitTimeoutSecs)); err != nil {
+		return terminate(o, err)
 	}
 	return nil
 }

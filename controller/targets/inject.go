@@ -142,7 +142,7 @@ func metaOf(obj any) (metav1.Object, error) {
 	}
 	m, ok := obj.(metav1.Object)
 	if !ok {
-		return nil, fmt.Errorf("not an object: %T", obj)
+		return nil, fmt.Errorf("the informer delivered a %T, which has no object metadata; it is skipped", obj)
 	}
 	return m, nil
 }

@@ -104,7 +104,7 @@ func selectorKey(sel tsbundle.Selector) (string, error) {
 	if sel.LabelSelector != nil {
 		b, err := json.Marshal(sel.LabelSelector)
 		if err != nil {
-			return "", fmt.Errorf("cannot key the labelSelector: %w", err)
+			return "", fmt.Errorf("the labelSelector %+v of signer %q cannot be encoded to compare it with others: %w", *sel.LabelSelector, sel.SignerName, err)
 		}
 		labels = string(b)
 	}
