@@ -35,7 +35,7 @@ func (m *Manager) Adopt(ctx context.Context) error {
 			removed++
 			continue
 		}
-		v, err := m.newVolume(rec)
+		v, err := m.volumeOf(rec)
 		if err != nil {
 			// What was published once should assemble again; if it cannot, its files
 			// stay as they are (still the pod's last good content) and the kubelet's

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -94,8 +92,7 @@ func NewManager(ctx context.Context, cfg Config, m *Metrics) *Manager {
 // once every required file is written: the pod's first read is complete. A volume
 // already published (the kubelet republishes periodically, requiresRepublish) only
 // takes the pod's renewed token.
-func (m *Manager) Publish(ctx context.Context, volumeID, targetPath string, attributes map[string]string) (err error) {
-	req := publishRequest{VolumeID: volumeID, TargetPath: targetPath, Attributes: attributes}
+func (m *Manager) Publish(ctx context.Context, req csi.PublishRequest) (err error) {
 	m.locks.LockKey(req.VolumeID)
 	defer func() { _ = m.locks.UnlockKey(req.VolumeID) }()
 	start := time.Now()
@@ -104,48 +101,50 @@ func (m *Manager) Publish(ctx context.Context, volumeID, targetPath string, attr
 	pod := store.Pod{Namespace: req.Attributes[AttributePodNamespace], Name: req.Attributes[AttributePodName],
 		UID: req.Attributes[AttributePodUID], ServiceAccount: req.Attributes[AttributeServiceAccount]}
 	if pod.Namespace == "" || pod.Name == "" || pod.UID == "" {
-		return status.Errorf(codes.InvalidArgument, "the request does not name its pod (%s, %s, %s): the CSIDriver %s must have podInfoOnMount: true", AttributePodNamespace, AttributePodName, AttributePodUID, DriverName)
+		return csi.InvalidArgument("the request does not name its pod (%s, %s, %s): the CSIDriver %s must have podInfoOnMount: true", AttributePodNamespace, AttributePodName, AttributePodUID, DriverName)
 	}
 	if v := m.running(req.VolumeID); v != nil {
 		if v.rec.TargetPath != req.TargetPath || v.rec.Pod.UID != pod.UID {
-			return status.Errorf(codes.AlreadyExists, "volume %s is already published at %s for pod %s (uid %s)", req.VolumeID, v.rec.TargetPath, v.rec.Pod, v.rec.Pod.UID)
+			return csi.AlreadyExists("volume %s is already published at %s for pod %s (uid %s)", req.VolumeID, v.rec.TargetPath, v.rec.Pod, v.rec.Pod.UID)
 		}
 		return m.refreshToken(req, v.needsToken)
 	}
+	// The attributes are parsed once, here; the volume is assembled from what this
+	// gives.
 	spec, plan, err := m.spec(req.VolumeID, req.Attributes, pod.Namespace)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return csi.InvalidArgument("%v", err)
 	}
 	p, err := m.cfg.Pods.Get(ctx, pod.Namespace, pod.Name)
 	switch {
 	case err != nil:
-		return status.Errorf(codes.FailedPrecondition, "cannot find pod %s: %v", pod, err)
+		return csi.FailedPrecondition("cannot find pod %s: %v", pod, err)
 	case string(p.UID) != pod.UID:
-		return status.Errorf(codes.FailedPrecondition, "pod %s has uid %s, not %s as the request says", pod, p.UID, pod.UID)
+		return csi.FailedPrecondition("pod %s has uid %s, not %s as the request says", pod, p.UID, pod.UID)
 	case p.Spec.NodeName != m.cfg.NodeName:
-		return status.Errorf(codes.PermissionDenied, "pod %s is on node %q, not this node (%q): the agent publishes volumes of its own node's pods only", pod, p.Spec.NodeName, m.cfg.NodeName)
+		return csi.PermissionDenied("pod %s is on node %q, not this node (%q): the agent publishes volumes of its own node's pods only", pod, p.Spec.NodeName, m.cfg.NodeName)
 	case p.Spec.ServiceAccountName != pod.ServiceAccount && pod.ServiceAccount != "":
-		return status.Errorf(codes.FailedPrecondition, "pod %s runs as ServiceAccount %q, not %q as the request says", pod, p.Spec.ServiceAccountName, pod.ServiceAccount)
+		return csi.FailedPrecondition("pod %s runs as ServiceAccount %q, not %q as the request says", pod, p.Spec.ServiceAccountName, pod.ServiceAccount)
 	}
 	pod.ServiceAccount = p.Spec.ServiceAccountName
-	rec := store.Record{VolumeID: req.VolumeID, TargetPath: req.TargetPath, Pod: pod, Attributes: specAttributes(req.Attributes), Owner: appOwner(p, volumeName(req.TargetPath))}
-	token, err := m.podToken(req.Attributes)
+	rec := store.Record{VolumeID: req.VolumeID, TargetPath: req.TargetPath, Pod: pod, Attributes: req.Attributes, Owner: appOwner(p, volumeName(req.TargetPath))}
+	token, err := m.podToken(req)
 	if err != nil && readsWithPodToken(plan, spec) {
-		return status.Error(codes.InvalidArgument, err.Error())
+		return csi.InvalidArgument("%v", err)
 	}
 	if err := m.store.Create(rec); err != nil {
-		return status.Errorf(codes.Internal, "cannot keep volume %s: %v", req.VolumeID, err)
+		return csi.Internal("cannot keep volume %s: %v", req.VolumeID, err)
 	}
 	if token != "" {
 		if err := m.store.SetToken(req.VolumeID, token); err != nil {
 			m.forget(rec)
-			return status.Errorf(codes.Internal, "cannot keep the pod's token: %v", err)
+			return csi.Internal("cannot keep the pod's token: %v", err)
 		}
 	}
-	v, err := m.newVolume(rec)
+	v, err := m.newVolume(rec, spec, plan)
 	if err != nil {
 		m.forget(rec)
-		return status.Error(codes.InvalidArgument, err.Error())
+		return csi.InvalidArgument("%v", err)
 	}
 	firstCtx, cancel := context.WithTimeout(ctx, m.cfg.FirstSyncTimeout)
 	err = v.first(firstCtx, m.cfg.FirstSyncTimeout.String()+" (the agent's --first-sync-timeout)")
@@ -153,35 +152,29 @@ func (m *Manager) Publish(ctx context.Context, volumeID, targetPath string, attr
 	if err != nil {
 		v.stop()
 		m.forget(rec)
-		return status.Errorf(codes.Unavailable, "pod %s: %v", pod, err)
+		return csi.Unavailable("pod %s: %v", pod, err)
 	}
 	if err := m.mount(rec); err != nil {
 		v.stop()
 		m.forget(rec)
-		return status.Errorf(codes.Internal, "cannot mount the files at %s: %v", req.TargetPath, err)
+		return csi.Internal("cannot mount the files at %s: %v", req.TargetPath, err)
 	}
 	m.start(v)
 	klog.InfoS("Published volume", "pod", klog.KRef(pod.Namespace, pod.Name), "volumeID", req.VolumeID, "paths", len(v.plan.Paths()), "took", time.Since(start))
 	return nil
 }
 
-type publishRequest struct {
-	VolumeID   string
-	TargetPath string
-	Attributes map[string]string
-}
-
 // refreshToken keeps a republished volume's renewed token.
-func (m *Manager) refreshToken(req publishRequest, needed bool) error {
-	token, err := m.podToken(req.Attributes)
+func (m *Manager) refreshToken(req csi.PublishRequest, needed bool) error {
+	token, err := m.podToken(req)
 	if err != nil {
 		if needed {
-			return status.Error(codes.InvalidArgument, err.Error())
+			return csi.InvalidArgument("%v", err)
 		}
 		return nil
 	}
 	if err := m.store.SetToken(req.VolumeID, token); err != nil {
-		return status.Errorf(codes.Internal, "cannot keep the pod's renewed token: %v", err)
+		return csi.Internal("cannot keep the pod's renewed token: %v", err)
 	}
 	return nil
 }
@@ -201,10 +194,10 @@ func (m *Manager) Unpublish(_ context.Context, volumeID, targetPath string) erro
 		m.metrics.volumes.Dec()
 	}
 	if err := m.cfg.Mounter.Unmount(targetPath); err != nil {
-		return status.Errorf(codes.Internal, "cannot unmount %s: %v", targetPath, err)
+		return csi.Internal("cannot unmount %s: %v", targetPath, err)
 	}
 	if err := m.store.Remove(volumeID); err != nil {
-		return status.Errorf(codes.Internal, "cannot remove volume %s's files: %v", volumeID, err)
+		return csi.Internal("cannot remove volume %s's files: %v", volumeID, err)
 	}
 	if v != nil {
 		klog.InfoS("Unpublished volume", "pod", klog.KRef(v.rec.Pod.Namespace, v.rec.Pod.Name), "volumeID", volumeID)
@@ -249,8 +242,8 @@ func (m *Manager) mount(rec store.Record) error {
 }
 
 // podToken is the pod's token for the configured audience, from the request.
-func (m *Manager) podToken(attrs map[string]string) (string, error) {
-	raw, ok := attrs[AttributeTokens]
+func (m *Manager) podToken(req csi.PublishRequest) (string, error) {
+	raw, ok := req.Tokens, req.HasTokens
 	if !ok {
 		return "", fmt.Errorf("the request carries no ServiceAccount token (%s): the CSIDriver %s must have tokenRequests with audience %q, which the chart sets", AttributeTokens, DriverName, m.cfg.TokenAudience)
 	}
@@ -265,17 +258,6 @@ func (m *Manager) podToken(attrs map[string]string) (string, error) {
 		return "", fmt.Errorf("the request carries no token for audience %q (the CSIDriver %s's tokenRequests must name it): ConfigMaps, Secrets and certificates are read and requested with the pod's own token", m.cfg.TokenAudience, DriverName)
 	}
 	return t.Token, nil
-}
-
-// specAttributes are attrs without the kubelet's tokens, which are kept apart.
-func specAttributes(attrs map[string]string) map[string]string {
-	out := make(map[string]string, len(attrs))
-	for k, v := range attrs {
-		if k != AttributeTokens {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // volumeName is the pod's name for the volume, from the kubelet's target path

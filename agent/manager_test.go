@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/agent/csi"
 	"github.com/trustsync/trustsync/agent/store"
 )
 
@@ -26,11 +27,7 @@ func TestPodToken_TakesTheConfiguredAudienceOnly(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Manager{cfg: Config{TokenAudience: tc.audience}}
-			attrs := map[string]string{}
-			if tc.present {
-				attrs[AttributeTokens] = tc.raw
-			}
-			got, err := m.podToken(attrs)
+			got, err := m.podToken(csi.PublishRequest{Tokens: tc.raw, HasTokens: tc.present})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("podToken = %q, %v; want an error containing %q", got, err, tc.wantErr)

@@ -53,13 +53,20 @@ func (m *Manager) spec(volumeID string, attrs map[string]string, namespace strin
 	return spec, plan, err
 }
 
-// newVolume assembles rec's pipeline; nothing runs until first and run.
-func (m *Manager) newVolume(rec store.Record) (*volume, error) {
-	id := rec.VolumeID
-	spec, plan, err := m.spec(id, rec.Attributes, rec.Pod.Namespace)
+// volumeOf assembles the pipeline of a volume a previous agent kept (rec).
+func (m *Manager) volumeOf(rec store.Record) (*volume, error) {
+	spec, plan, err := m.spec(rec.VolumeID, rec.Attributes, rec.Pod.Namespace)
 	if err != nil {
 		return nil, err
 	}
+	return m.newVolume(rec, spec, plan)
+}
+
+// newVolume assembles rec's pipeline from its spec and plan; nothing runs until first
+// and run.
+func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.Plan) (*volume, error) {
+	id := rec.VolumeID
+	var err error
 	v := &volume{rec: rec, plan: plan, needsToken: readsWithPodToken(plan, spec), done: make(chan struct{})}
 	// The pod's own token, read anew from its file as the kubelet renews it: a pod
 	// gets through the agent what its own RBAC allows, and no more.

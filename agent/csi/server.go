@@ -25,8 +25,18 @@ import (
 
 // Volumes publishes and removes volumes.
 type Volumes interface {
-	Publish(ctx context.Context, volumeID, targetPath string, attributes map[string]string) error
+	Publish(ctx context.Context, req PublishRequest) error
 	Unpublish(ctx context.Context, volumeID, targetPath string) error
+}
+
+// PublishRequest is a checked NodePublishVolume: the volume, where the kubelet wants
+// it, the volume's attributes, and apart from them the pod's tokens (the kubelet's
+// JSON map of audience to token; HasTokens false when it passed none).
+type PublishRequest struct {
+	VolumeID, TargetPath string
+	Attributes           map[string]string
+	Tokens               string
+	HasTokens            bool
 }
 
 // Server is the agent's CSI Identity and Node services.
@@ -88,12 +98,17 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	// With the CSIDriver's serviceAccountTokenInSecrets, the kubelet passes the pod's
 	// tokens as a secret, where gRPC loggers know not to look; older kubelets pass
-	// them among the attributes.
-	if tokens, ok := req.GetSecrets()[TokensKey]; ok {
-		attrs = maps.Clone(attrs)
-		attrs[TokensKey] = tokens
+	// them among the attributes. Either way they are kept apart from the attributes.
+	publish := PublishRequest{VolumeID: req.GetVolumeId(), TargetPath: req.GetTargetPath(), Attributes: attrs}
+	if tokens, ok := attrs[TokensKey]; ok {
+		publish.Attributes = maps.Clone(attrs)
+		delete(publish.Attributes, TokensKey)
+		publish.Tokens, publish.HasTokens = tokens, true
 	}
-	if err := s.Volumes.Publish(ctx, req.GetVolumeId(), req.GetTargetPath(), attrs); err != nil {
+	if tokens, ok := req.GetSecrets()[TokensKey]; ok {
+		publish.Tokens, publish.HasTokens = tokens, true
+	}
+	if err := s.Volumes.Publish(ctx, publish); err != nil {
 		return nil, err
 	}
 	return &csi.NodePublishVolumeResponse{}, nil

@@ -12,12 +12,12 @@ import (
 
 type recordingVolumes struct {
 	published, unpublished []string
-	attrs                  map[string]string
+	req                    PublishRequest
 }
 
-func (r *recordingVolumes) Publish(_ context.Context, id, target string, attrs map[string]string) error {
-	r.published = append(r.published, id+" "+target)
-	r.attrs = attrs
+func (r *recordingVolumes) Publish(_ context.Context, req PublishRequest) error {
+	r.published = append(r.published, req.VolumeID+" "+req.TargetPath)
+	r.req = req
 	return nil
 }
 
@@ -73,7 +73,7 @@ func TestNodePublishVolume_HandsAnInlineVolumeOver(t *testing.T) {
 }
 
 // The kubelet passes the pod's tokens as secrets when the CSIDriver says so, and as
-// attributes before: the volume gets them either way.
+// attributes before: the volume gets them either way, apart from its attributes.
 func TestNodePublishVolume_TakesTheTokensFromTheSecretsOrTheAttributes(t *testing.T) {
 	for name, req := range map[string]*csi.NodePublishVolumeRequest{
 		"secrets":    {Secrets: map[string]string{TokensKey: "{}"}, VolumeContext: map[string]string{ephemeralAttribute: "true"}},
@@ -85,8 +85,11 @@ func TestNodePublishVolume_TakesTheTokensFromTheSecretsOrTheAttributes(t *testin
 		if _, err := s.NodePublishVolume(context.Background(), req); err != nil {
 			t.Fatal(err)
 		}
-		if vols.attrs[TokensKey] != "{}" {
-			t.Errorf("tokens as %s: the volume got attributes %v", name, vols.attrs)
+		if !vols.req.HasTokens || vols.req.Tokens != "{}" {
+			t.Errorf("tokens as %s: the volume got tokens %q (%v)", name, vols.req.Tokens, vols.req.HasTokens)
+		}
+		if _, mixed := vols.req.Attributes[TokensKey]; mixed {
+			t.Errorf("tokens as %s: the tokens are among the attributes %v", name, vols.req.Attributes)
 		}
 	}
 }
