@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // failingReader fails the test's expectation if anyone reads it.
@@ -329,8 +330,10 @@ func BenchmarkReview_WhileSlowSendersTrickle(b *testing.B) {
 					_ = c.Close()
 				}
 			}()
-			for budget.arriving.Load() < int64(senders) {
-				time.Sleep(time.Millisecond)
+			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				return budget.arriving.Load() >= int64(senders), nil
+			}); err != nil {
+				b.Fatalf("%d of %d slow senders arriving after 30s: %v", budget.arriving.Load(), senders, err)
 			}
 			client := srv.Client()
 			client.Timeout = 15 * time.Second
