@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/delivery/certificate"
@@ -88,35 +87,24 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 	if o := rec.Owner; o != nil {
 		writer.Owner = &write.Owner{UID: o.UID, GID: o.GID}
 	}
-	onDisk, err := writer.Read()
+	var targets []observe.Target
+	if r := spec.Reload; r != nil && r.URL != "" {
+		podIP := func() (string, error) { return m.cfg.Pods.IP(rec.Pod.Namespace, rec.Pod.Name, rec.Pod.UID) }
+		targets = append(targets, observe.NewPodURLTarget(r.URL, podIP))
+	}
+	var trustDomain string
+	if c := spec.Certificate; c != nil {
+		trustDomain = c.TrustDomain
+	}
+	a, err := pipeline.Assemble(pipeline.Parts{Spec: spec, Plan: v.plan, Sources: v.sources, Writer: writer,
+		Events:   m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID}),
+		Observer: m.metrics.observer(), ReloadTargets: targets, CSRs: csrs,
+		SPIFFEID: policy.SPIFFEID(trustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount), PodName: rec.Pod.Name, PodUID: rec.Pod.UID})
 	if err != nil {
 		v.sources.Close()
 		return nil, err
 	}
-	events := m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID})
-	clk := clock.RealClock{}
-	var observers []observe.Observer
-	if w := observe.NewExpiryWarner(spec.ExpiryWarningDays, events, clk); w != nil {
-		observers = append(observers, w)
-	}
-	if r := spec.Reload; r != nil && r.URL != "" {
-		podIP := func() (string, error) { return m.cfg.Pods.IP(rec.Pod.Namespace, rec.Pod.Name, rec.Pod.UID) }
-		v.reload = observe.NewReloader([]observe.Target{observe.NewPodURLTarget(r.URL, podIP)}, events, clk, nil)
-		observers = append(observers, v.reload)
-	}
-	observers = append(observers, m.metrics.observer(), observe.NewReporter(events, podevents.Throttle{Clock: clk}))
-	var certFiles map[string]write.File
-	if c := spec.Certificate; c != nil {
-		v.cert = certificate.New(certificate.Options{
-			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
-			SPIFFEID: policy.SPIFFEID(c.TrustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount),
-			PodName:  rec.Pod.Name, PodUID: rec.Pod.UID, StateDir: c.StateDir,
-		}, csrs, events, nil)
-		v.cert.Adopt(onDisk)
-		certFiles = v.cert.Files()
-	}
-	v.pipeline = pipeline.New(pipeline.Config{Plan: v.plan, Sources: v.sources, Writer: writer, OnDisk: onDisk, Certificate: certFiles,
-		Observers: observers, Clock: clk})
+	v.pipeline, v.cert, v.reload = a.Pipeline, a.Cert, a.Reload
 	return v, nil
 }
 

@@ -6,8 +6,8 @@ import (
 	"runtime/debug"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/certificate"
@@ -69,50 +69,29 @@ func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
 	}
 	events, stopEvents := podevents.New(ctx, core, podevents.PodRef{Namespace: o.PodNamespace, Name: o.PodName, UID: o.PodUID})
 	p.close = func() { stopEvents(); p.sources.Close() }
-	writer := write.NewAtomicWriter(o.Spec.Dir)
-	onDisk, err := writer.Read()
-	if err != nil {
-		p.close()
-		return nil, err
-	}
-	clk := clock.RealClock{}
-	var observers []observe.Observer
-	if m != nil {
-		observers = append(observers, observe.Metrics(m))
-	}
-	if w := observe.NewExpiryWarner(o.Spec.ExpiryWarningDays, events, clk); w != nil {
-		observers = append(observers, w)
-	}
+	var targets []observe.Target
 	if r := o.Spec.Reload; r != nil {
-		var targets []observe.Target
 		if r.URL != "" {
 			targets = append(targets, observe.NewURLTarget(r.URL))
 		}
 		if r.Signal != "" {
 			targets = append(targets, observe.NewSignalTarget(r.Signal, r.Container))
 		}
-		p.reload = observe.NewReloader(targets, events, clk, m)
-		observers = append(observers, p.reload)
 	}
-	// The reporter goes last: its "Wrote trust files" then follows every other
-	// observer's decision about the same write (the reloader's, say) in the log.
-	observers = append(observers, observe.NewReporter(events, podevents.Throttle{Clock: clk}))
-	var certFiles map[string]write.File
-	if c := o.Spec.Certificate; c != nil {
-		csrs, err := kubeclient.CSRs(cfg)
-		if err != nil {
+	var csrs rest.Interface
+	if o.Spec.Certificate != nil {
+		if csrs, err = kubeclient.CSRs(cfg); err != nil {
 			p.close()
 			return nil, err
 		}
-		p.cert = certificate.New(certificate.Options{
-			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
-			SPIFFEID: o.spiffeID(), PodName: o.PodName, PodUID: o.PodUID, StateDir: c.StateDir,
-		}, csrs, events, m)
-		p.cert.Adopt(onDisk)
-		certFiles = p.cert.Files()
 	}
-	p.pipeline = pipeline.New(pipeline.Config{Plan: p.plan, Sources: p.sources, Writer: writer, OnDisk: onDisk, Certificate: certFiles,
-		Observers: observers, Clock: clk, Settled: startUpDone})
+	a, err := pipeline.Assemble(pipeline.Parts{Spec: o.Spec, Plan: p.plan, Sources: p.sources, Writer: write.NewAtomicWriter(o.Spec.Dir), Events: events,
+		Metrics: m, ReloadTargets: targets, CSRs: csrs, SPIFFEID: o.spiffeID(), PodName: o.PodName, PodUID: o.PodUID, Settled: startUpDone})
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	p.pipeline, p.cert, p.reload = a.Pipeline, a.Cert, a.Reload
 	return p, nil
 }
 

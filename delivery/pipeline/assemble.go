@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/delivery/certificate"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/metrics"
+	"github.com/trustsync/trustsync/delivery/observe"
+	"github.com/trustsync/trustsync/delivery/podevents"
+	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/write"
+)
+
+// Parts are what one volume's pipeline is made of, given the same way by the sidecar
+// (its pod's one volume) and the agent (each volume of its node).
+type Parts struct {
+	Spec    contract.Spec
+	Plan    *render.Plan
+	Sources Sources
+	Writer  write.Writer
+	Events  interface {
+		podevents.Recorder
+		podevents.OnceRecorder
+	}
+	// Metrics, when set, counts the syncs (first of the observers) and the
+	// certificate's and reloads' work; Observer, when set, is told each sync after it
+	// (the agent's own metrics).
+	Metrics  *metrics.Metrics
+	Observer observe.Observer
+	// ReloadTargets tell the app of a change (Spec.Reload says whether to).
+	ReloadTargets []observe.Target
+	// CSRs, SPIFFEID, PodName and PodUID serve the workload certificate, when the
+	// Spec asks for one.
+	CSRs            rest.Interface
+	SPIFFEID        string
+	PodName, PodUID string
+	Clock           clock.Clock
+	Settled         func()
+}
+
+// Assembled is a pipeline and the parts that run beside it: the certificate
+// manager and the reloader, each nil when the Spec asks for none.
+type Assembled struct {
+	*Pipeline
+	Cert   *certificate.Manager
+	Reload *observe.Reloader
+}
+
+// Assemble makes the pipeline of p: the files on disk adopted, the observers in their
+// order (metrics, expiry warnings, the reload, then the report, so that "Wrote trust
+// files" follows every other observer's decision about the same write in the log).
+func Assemble(p Parts) (*Assembled, error) {
+	onDisk, err := p.Writer.Read()
+	if err != nil {
+		return nil, err
+	}
+	if p.Clock == nil {
+		p.Clock = clock.RealClock{}
+	}
+	a := &Assembled{}
+	var observers []observe.Observer
+	if p.Metrics != nil {
+		observers = append(observers, observe.Metrics(p.Metrics))
+	}
+	if w := observe.NewExpiryWarner(p.Spec.ExpiryWarningDays, p.Events, p.Clock); w != nil {
+		observers = append(observers, w)
+	}
+	if p.Spec.Reload != nil && len(p.ReloadTargets) > 0 {
+		a.Reload = observe.NewReloader(p.ReloadTargets, p.Events, p.Clock, p.Metrics)
+		observers = append(observers, a.Reload)
+	}
+	if p.Observer != nil {
+		observers = append(observers, p.Observer)
+	}
+	observers = append(observers, observe.NewReporter(p.Events, podevents.Throttle{Clock: p.Clock}))
+	var certFiles map[string]write.File
+	if c := p.Spec.Certificate; c != nil {
+		a.Cert = certificate.New(certificate.Options{
+			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
+			SPIFFEID: p.SPIFFEID, PodName: p.PodName, PodUID: p.PodUID, StateDir: c.StateDir,
+		}, p.CSRs, p.Events, p.Metrics)
+		a.Cert.Adopt(onDisk)
+		certFiles = a.Cert.Files()
+	}
+	a.Pipeline = New(Config{Plan: p.Plan, Sources: p.Sources, Writer: p.Writer, OnDisk: onDisk, Certificate: certFiles,
+		Observers: observers, Clock: p.Clock, Settled: p.Settled})
+	return a, nil
+}
