@@ -24,7 +24,10 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m
 BENCHTIME ?= 1s
 
-IMAGE ?= ghcr.io/trustsync/trustsync:v0.1.0
+# The one version: VERSION, stamped into every binary, the chart and the image tag.
+VERSION   := $(shell cat VERSION)
+LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
+IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
 .PHONY: image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
 
@@ -36,7 +39,7 @@ help:
 build:
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do \
-		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
 
 demo:

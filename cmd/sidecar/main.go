@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/cmd/internal/cli"
+	"github.com/trustsync/trustsync/cmd/internal/version"
 	"github.com/trustsync/trustsync/sidecar"
 )
 
@@ -23,11 +24,16 @@ Subcommands:
 The trustsync webhook injects it with these flags; see docs/sidecar.md.`
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+	if len(os.Args) < 2 {
 		fmt.Fprintf(os.Stderr, "%s\n\nUsage:\n  trustsync-sidecar run|init|probe [flags]\n  trustsync-sidecar SUBCOMMAND --help\n", about)
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "-h", "--help", "help":
+		fmt.Fprintf(os.Stdout, "%s\n\nUsage:\n  trustsync-sidecar run|init|probe [flags]\n  trustsync-sidecar SUBCOMMAND --help\n  trustsync-sidecar --version\n", about)
+		os.Exit(0)
+	case "--version", "version":
+		fmt.Fprintf(os.Stdout, "trustsync-sidecar %s\n", version.String())
 		os.Exit(0)
 	}
 	sub := os.Args[1]

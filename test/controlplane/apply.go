@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -141,7 +142,11 @@ func BuildBinary(name string) (string, error) {
 	}
 	path := filepath.Join(buildTo, "trustsync-"+name)
 	// Built as `make build` and the image build it: what is measured is what ships.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", path, "./cmd/"+name)
+	version, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {

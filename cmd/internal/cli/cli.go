@@ -9,15 +9,21 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/cmd/internal/version"
 )
 
-// Parse parses args into fs (after adding klog's flags), printing usage for --help.
-// It exits 0 for --help and 2 for a bad flag, as Kubernetes components do.
+// Parse parses args into fs (after adding klog's flags and --version), printing usage
+// on standard output for --help and the release for --version. It exits 0 for those
+// and 2 for a bad flag (with the usage hint on standard error), as Kubernetes
+// components do.
 func Parse(fs *pflag.FlagSet, about string, args []string) {
+	showVersion := fs.Bool("version", false, "Print the release and exit.")
 	// Only the verbosity flags: klog's file-output flags are deprecated, and logs go to
 	// stderr as containers expect.
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -26,7 +32,7 @@ func Parse(fs *pflag.FlagSet, about string, args []string) {
 		fs.AddGoFlag(klogFlags.Lookup(name))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, fs.Name(), fs.FlagUsages())
+		fmt.Fprintf(os.Stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, fs.Name(), fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -34,6 +40,10 @@ func Parse(fs *pflag.FlagSet, about string, args []string) {
 		}
 		fmt.Fprintf(os.Stderr, "%s: %v\nRun '%s --help' for usage.\n", fs.Name(), err, fs.Name())
 		os.Exit(2)
+	}
+	if *showVersion {
+		fmt.Fprintf(os.Stdout, "%s %s\n", strings.Fields(fs.Name())[0], version.String())
+		os.Exit(0)
 	}
 }
 

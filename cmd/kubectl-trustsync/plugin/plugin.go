@@ -24,6 +24,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/cmd/internal/version"
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
@@ -60,6 +61,7 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   who-trusts ANCHOR  which pods hold this anchor?
   rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
   convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
+  version            the plugin's release
 
 Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
@@ -93,7 +95,21 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			return o.rotation(cmd.Context(), signer)
 		},
 	})
-	root.AddCommand(o.convertCommand(os.Stdin, stderr))
+	root.AddCommand(o.convertCommand(os.Stdin, stderr), &cobra.Command{
+		Use:   "version",
+		Short: "The plugin's release (-o json: {\"version\": ...})",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if o.output == "json" {
+				return o.json(map[string]string{"version": version.String()})
+			}
+			if err := o.checkOutput(); err != nil {
+				return err
+			}
+			_, err := fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", version.String())
+			return err
+		},
+	})
 	root.SetArgs(args)
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(stderr, "error:", err)

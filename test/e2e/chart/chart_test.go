@@ -689,3 +689,31 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		}
 	})
 }
+
+// Every binary, built as make build and the image build them, answers --version (the
+// plugin: version) with VERSION, which the chart's version and appVersion say too.
+func TestChart_EveryBinaryAndTheChartAgreeOnTheVersion(t *testing.T) {
+	raw, err := os.ReadFile("../../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(raw))
+	chart := string(helm(t, "show", "chart", "charts/trustsync"))
+	if !strings.Contains(chart, "\nversion: "+want+"\n") || !strings.Contains(chart, "appVersion: "+want) {
+		t.Errorf("the chart is not version %s:\n%s", want, chart)
+	}
+	for _, name := range []string{"webhook", "sidecar", "signer", "controller", "agent", "kubectl-trustsync"} {
+		bin, err := controlplane.BuildBinary(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, prog := []string{"--version"}, "trustsync-"+name
+		if name == "kubectl-trustsync" {
+			args, prog = []string{"version"}, name
+		}
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil || strings.TrimSpace(string(out)) != prog+" "+want {
+			t.Errorf("%s %v says %q (%v); want %q", prog, args, out, err, prog+" "+want)
+		}
+	}
+}
