@@ -47,8 +47,12 @@ func (o *Options) Validate(needAPI bool) error {
 	return nil
 }
 
-// spiffeID is the workload identity the certificate is requested for.
+// spiffeID is the workload identity the certificate is requested for; "" without a
+// certificate.
 func (o *Options) spiffeID() string {
+	if o.Spec.Certificate == nil {
+		return ""
+	}
 	return policy.SPIFFEID(o.Spec.Certificate.TrustDomain, o.PodNamespace, o.ServiceAccount)
 }
 

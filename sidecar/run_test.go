@@ -102,3 +102,15 @@ func parsed(t *testing.T, args ...string) *Options {
 	}
 	return o
 }
+
+func TestSpiffeID_OnlyWithACertificate(t *testing.T) {
+	o := NewOptions()
+	o.PodNamespace, o.ServiceAccount = "apps", "web"
+	if got := o.spiffeID(); got != "" {
+		t.Errorf("without a certificate: %q", got)
+	}
+	o.Spec.Certificate = &contract.Certificate{TrustDomain: "cluster.local"}
+	if got := o.spiffeID(); got != "spiffe://cluster.local/ns/apps/sa/web" {
+		t.Errorf("with a certificate: %q", got)
+	}
+}
