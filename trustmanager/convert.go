@@ -123,7 +123,7 @@ type Refusal struct {
 }
 
 // key is one key of a target object: its name and format.
-type key struct{ path, format, password string }
+type key struct{ path, format string }
 
 // targetPlan is one object a trust-manager object writes in each namespace.
 type targetPlan struct {

@@ -99,7 +99,7 @@ func ownedBy(m metav1.Object, manager string) owned {
 		var fields map[string]map[string]json.RawMessage
 		// Only the maps of two levels are read; a malformed entry owns nothing, and
 		// the comparison then finds the object out of date and applies.
-		_ = json.Unmarshal(e.FieldsV1.Raw, &fields)
+		_ = json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields)
 		for k := range fields["f:data"] {
 			o.keys[strings.TrimPrefix(k, "f:")] = true
 		}

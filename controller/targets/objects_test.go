@@ -13,7 +13,7 @@ import (
 
 // managed is a managedFields entry of manager applying fields.
 func managed(manager, fields string) metav1.ManagedFieldsEntry {
-	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply, FieldsV1: metav1.NewFieldsV1(fields)}
 }
 
 func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
