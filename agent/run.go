@@ -114,7 +114,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	go manager.Reap(ctx, o.ReapEvery)
 	if o.PodsDir != "" {
-		publisher, err := reportPublisher(ctx, o, podsClient, dyn, pods, m)
+		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, m)
 		if err != nil {
 			return err
 		}
@@ -170,8 +170,8 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 	return nil
 }
 
-// reportPublisher observes what the node's pods hold and keeps the node's trustreport.
-func reportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*ReportPublisher, error) {
+// newReportPublisher observes what the node's pods hold and keeps the node's report.
+func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*ReportPublisher, error) {
 	owner, err := NodeOwner(ctx, podsClient, o.NodeName)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,7 @@ import (
 
 // TrustManagerBundle is one object read from a conversion's input: trust-manager's
 // Bundle (trust.cert-manager.io/v1alpha1) or ClusterBundle (trust-manager.io/v1alpha2),
-// whose specs differ; Spec is decoded according to trusttarget.Kind by FromTrustManager.
+// whose specs differ; Spec is decoded according to Kind by FromTrustManager.
 type TrustManagerBundle struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -170,7 +170,7 @@ func FromTrustManager(b *TrustManagerBundle) (Conversion, error) {
 		return Conversion{}, fmt.Errorf("%s %q is not a trust-manager Bundle or ClusterBundle", b.Kind, b.Name)
 	}
 	if len(cv.anchors) == 0 {
-		cv.note("none of its sources is carried over; the trusttarget.TrustTarget has no source until you add one")
+		cv.note("none of its sources is carried over; the TrustTarget has no source until you add one")
 	}
 	for _, p := range plans {
 		cv.target(p, selector, len(plans) > 1)
@@ -278,7 +278,7 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 		plans = append(plans, p)
 	}
 	if len(plans) == 0 {
-		cv.note("it names no target object; the trusttarget.TrustTarget writes a ConfigMap named %q", cv.b.Name)
+		cv.note("it names no target object; the TrustTarget writes a ConfigMap named %q", cv.b.Name)
 		plans = append(plans, targetPlan{keys: keys})
 	}
 	return plans
@@ -330,12 +330,12 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 			}
 		}
 		if m := obj.t.Metadata; m != nil && len(m.Labels)+len(m.Annotations) > 0 {
-			cv.note("target.%s.metadata (labels and annotations for the written objects) is not carried over: a trusttarget.TrustTarget labels its objects trustsync.io/target alone; add them with another tool if readers need them", obj.field)
+			cv.note("target.%s.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone; add them with another tool if readers need them", obj.field)
 		}
 		plans = append(plans, p)
 	}
 	if len(plans) == 0 {
-		cv.note("it names no target object; the trusttarget.TrustTarget writes a ConfigMap named %q", cv.b.Name)
+		cv.note("it names no target object; the TrustTarget writes a ConfigMap named %q", cv.b.Name)
 		plans = append(plans, targetPlan{})
 	}
 	return plans
@@ -354,7 +354,7 @@ func (cv *converter) inLine(pem string) {
 // namespaced notes a source in trust-manager's trust namespace, which does not carry
 // over.
 func (cv *converter) namespaced(what string) {
-	cv.note("%s in trust-manager's trust namespace, is not carried over: trustsync distributes bundles, which anyone may read and only attesters may publish. Publish those anchors as a ClusterTrustBundle (cert-manager's CA as a signer's bundle, or `kubectl create` one from the PEM) and add it to the trusttarget.TrustTarget's sources by name", what)
+	cv.note("%s in trust-manager's trust namespace, is not carried over: trustsync distributes bundles, which anyone may read and only attesters may publish. Publish those anchors as a ClusterTrustBundle (cert-manager's CA as a signer's bundle, or `kubectl create` one from the PEM) and add it to the TrustTarget's sources by name", what)
 }
 
 // store is a truststore key; a password other than trustsync's is noted.
@@ -369,7 +369,7 @@ func (cv *converter) store(path, format string, password *string, def string) ke
 	return key{path: path, format: format}
 }
 
-// target makes the trusttarget.TrustTarget of one plan, refused when the controller would refuse
+// target makes the TrustTarget of one plan, refused when the controller would refuse
 // it. Where the object writes both a ConfigMap and a Secret, the Secret's target is
 // named <name>-secret.
 func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, several bool) {
@@ -409,7 +409,7 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		why = append(why, fmt.Sprintf("metadata.name %q: %s", name, strings.Join(errs, "; ")))
 	} else if len(name) > 63 {
-		why = append(why, fmt.Sprintf("metadata.name %q: a trusttarget.TrustTarget's name has at most 63 characters", name))
+		why = append(why, fmt.Sprintf("metadata.name %q: a TrustTarget's name has at most 63 characters", name))
 	}
 	if errs := t.Spec.Validate(); len(errs) > 0 {
 		why = append(why, errs.ToAggregate().Error())

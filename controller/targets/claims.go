@@ -13,7 +13,7 @@ import (
 	"github.com/trustsync/trustsync/trusttarget"
 )
 
-// claim is one trusttarget.TrustTarget's claim on an object name: the ConfigMap (or Secret)
+// claim is one TrustTarget's claim on an object name: the ConfigMap (or Secret)
 // object in every namespace selector picks.
 type claim struct {
 	target   string
@@ -45,7 +45,7 @@ func claimOf(u *unstructured.Unstructured, secrets bool) (claim, bool) {
 	return cl, true
 }
 
-// claims are every trusttarget.TrustTarget's claims, oldest first (then by name): the order in
+// claims are every TrustTarget's claims, oldest first (then by name): the order in
 // which two claims on one object are settled.
 func claims(store []any, secrets bool) []claim {
 	var out []claim

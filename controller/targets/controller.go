@@ -40,7 +40,7 @@ import (
 )
 
 // FieldManager is the controller's name in the written objects' managedFields: it owns
-// the keys it writes and the trusttarget.TargetLabel, nothing else.
+// the keys it writes and the TargetLabel, nothing else.
 const FieldManager = "trustsync-targets"
 
 // Config is what the controller needs.
@@ -60,7 +60,7 @@ type Config struct {
 	ObjectMeta metadatainformer.SharedInformerFactory
 }
 
-// Controller keeps every trusttarget.TrustTarget's objects current.
+// Controller keeps every TrustTarget's objects current.
 type Controller struct {
 	cfg        Config
 	queue      workqueue.TypedRateLimitingInterface[string]
@@ -329,7 +329,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	}
 	w, others := writer(claimed, ns, kind, object, labelled)
 	if w != target {
-		return false, "", &conflictError{fmt.Sprintf("%sTrustTarget %s: %s %s/%s is written by trusttarget.TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", conflictPrefix, w, kind, ns.Name, object, w)}
+		return false, "", &conflictError{fmt.Sprintf("%sTrustTarget %s: %s %s/%s is written by TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", conflictPrefix, w, kind, ns.Name, object, w)}
 	}
 	if len(others) > 0 {
 		note = fmt.Sprintf("TrustTarget %s also names %s %s/%s", strings.Join(others, ", "), kind, ns.Name, object)
@@ -524,8 +524,8 @@ func (c *Controller) anyWritten(kind, target, name string) *object {
 	return nil
 }
 
-// createdByTargets reports whether a trusttarget.TrustTarget created the object: it carries
-// trusttarget.CreatedAnnotation, set by the targets' field manager.
+// createdByTargets reports whether a TrustTarget created the object: it carries
+// CreatedAnnotation, set by the targets' field manager.
 func createdByTargets(m metav1.Object) bool {
 	return m.GetAnnotations()[trusttarget.CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[trusttarget.CreatedAnnotation]
 }
@@ -682,7 +682,7 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-// setStatus records the status and the trusttarget.Ready condition, and an Event when trusttarget.Ready
+// setStatus records the status and the Ready condition, and an Event when Ready
 // changed.
 func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status trusttarget.Status, reason, message string, ready bool) error {
 	old, _ := trusttarget.FromUnstructured(u)

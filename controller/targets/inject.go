@@ -72,7 +72,7 @@ type FillConfig struct {
 	Resync             time.Duration
 	Metrics            *Metrics
 	// ObjectMeta, when set, is the metadata-only informer factory to watch through
-	// (shared with the trusttarget.TrustTarget controller); otherwise the injector makes its own.
+	// (shared with the TrustTarget controller); otherwise the injector makes its own.
 	ObjectMeta metadatainformer.SharedInformerFactory
 }
 
@@ -206,7 +206,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		return 0, nil
 	}
 	if t := m.Labels[trusttarget.TargetLabel]; t != "" && !k.caBundle {
-		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the trusttarget.TrustTarget name another object", t, k.kind, trusttarget.TargetLabel, injector.AnnotationInject))
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, trusttarget.TargetLabel, injector.AnnotationInject))
 		in.forget(key)
 		return 0, nil
 	}

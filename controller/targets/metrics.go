@@ -2,7 +2,7 @@ package targets
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics count what the trusttarget.TrustTarget and injection controllers send: their cost
+// Metrics count what the TrustTarget and injection controllers send: their cost
 // grows with the objects they write, so it is watched as writes, not guessed.
 type Metrics struct {
 	writes     *prometheus.CounterVec
@@ -18,7 +18,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"controller", "kind", "verb"}),
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_targets_reconciles_total",
-			Help: "Reconciles of a trusttarget.TrustTarget (controller=targets) or an annotated object (controller=inject).",
+			Help: "Reconciles of a TrustTarget (controller=targets) or an annotated object (controller=inject).",
 		}, []string{"controller"}),
 	}
 	reg.MustRegister(m.writes, m.reconciles)

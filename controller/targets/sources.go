@@ -23,7 +23,7 @@ type watched struct {
 	set  *watch.Set
 	last *render.Rendering
 	stop context.CancelFunc
-	// applied is what was last applied per namespace (a trusttarget.TrustTarget's objects), so
+	// applied is what was last applied per namespace (a TrustTarget's objects), so
 	// that a reconcile running before the informer has seen its own write does not
 	// send it again.
 	applied map[string]appliedState

@@ -57,7 +57,7 @@ func (c Cluster) byNode() map[string]*trustreport.NodeTrustReport {
 }
 
 // noReport says why a pod on node is not observed where its node has no usable
-// trustreport.
+// report.
 func (c Cluster) noReport(node string) string {
 	if why, ok := c.Unreadable[node]; ok {
 		return why
@@ -232,7 +232,7 @@ func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.T
 	return slices.Compact(anchors), since, onlyBundles
 }
 
-// observed finds the pod's file in its node's trustreport.
+// observed finds the pod's file in its node's report.
 func observed(r *trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (trustreport.FileHolding, bool) {
 	p, ok := podIn(r, pod)
 	if !ok {
@@ -304,7 +304,7 @@ func podIn(r *trustreport.NodeTrustReport, pod *corev1.Pod) (trustreport.PodHold
 }
 
 // Unseen is what an answer could not see: running pods with trust files on one node
-// that are in no readable trustreport.
+// that are in no readable report.
 type Unseen struct {
 	Node string `json:"node"`
 	// Pods are namespace/name.
