@@ -5,12 +5,15 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/delivery/contract"
@@ -70,21 +73,38 @@ func TestSidecar_TruststoreWaitsForItsPasswordAndReloadsOnlyOnANewSet(t *testing
 			return true
 		}
 	}
+	// The sidecar's log says what it decided, in order: the reloader decides about a
+	// write before the reporter logs "Wrote trust files" for it. So once a write is
+	// logged, whether it asked for a reload is known: no sleep is needed to see that
+	// none came.
+	logged := func(line string) int {
+		data, _ := os.ReadFile(s.Process.LogPath)
+		return strings.Count(string(data), line)
+	}
+	const wrote, decided = "Wrote trust files", "it will be told once the changes settle"
+	waitLogged := func(what, line string, atLeast int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return logged(line) >= atLeast, nil
+		}); err != nil {
+			t.Fatalf("the sidecar never logged %s (%q): %v", what, line, err)
+		}
+	}
 	s.WaitUntil(t, "t.p12", holds("first", a), "the store, under the Secret's password")
-	settle := func() { time.Sleep(4 * time.Second) } // longer than the reload's settle time
-	settle()
-	if n := posts.Load(); n != 0 {
-		t.Fatalf("%d reloads before any change of the set (the first writes)", n)
+	waitLogged("the app's baseline", "The app starts with the files as they are", 1)
+	if n := logged(decided); n != 0 {
+		t.Fatalf("%d reloads decided before any change of the set (the first writes)", n)
 	}
 
+	writes := logged(wrote)
 	secret.Data["password"] = []byte("second")
 	if _, err := secrets.Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	s.WaitUntil(t, "t.p12", holds("second", a), "the store re-encoded under the new password")
-	settle()
-	if n := posts.Load(); n != 0 {
-		t.Fatalf("%d reloads for a store re-encoded with the same set", n)
+	waitLogged("the re-encoded store's write", wrote, writes+1)
+	if n := logged(decided); n != 0 {
+		t.Fatalf("%d reloads decided for a store re-encoded with the same set", n)
 	}
 
 	got, err := primary.Get(ctx, name)
@@ -97,9 +117,9 @@ func TestSidecar_TruststoreWaitsForItsPasswordAndReloadsOnlyOnANewSet(t *testing
 	}
 	s.WaitUntil(t, "t.p12", holds("second", a, b), "the new anchor in the store")
 	s.WaitFor(t, "ca.pem", merged(a, b))
-	settle()
-	if n := posts.Load(); n != 1 {
-		t.Fatalf("%d reloads for one change of the set, want 1", n)
+	waitLogged("the reload told", "Told the app that its trust or certificate changed", 1)
+	if n, d := posts.Load(), logged(decided); n != 1 || d != 1 {
+		t.Fatalf("%d reloads heard (%d decided) for one change of the set, want 1", n, d)
 	}
 	waitForEvent(t, cp, pod, "TrustReloaded", "POST "+app.URL+"/-/reload answered 200 OK")
 }
