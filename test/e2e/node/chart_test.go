@@ -65,11 +65,15 @@ func pendingPod(name string) *corev1.Pod {
 }
 
 // createPodsUntil creates pending annotated pods in a loop until stop is closed and
-// returns how many were created and every failure.
-func createPodsUntil(n *cluster.Node, namespace string, stop <-chan struct{}) (created int64, failures []string) {
+// returns how many were created and every failure; count, when given, is kept
+// current meanwhile, for a caller to wait on.
+func createPodsUntil(n *cluster.Node, namespace string, stop <-chan struct{}, counts ...*atomic.Int64) (created int64, failures []string) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	var count atomic.Int64
+	count := &atomic.Int64{}
+	if len(counts) > 0 {
+		count = counts[0]
+	}
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
 		go func() {
@@ -116,17 +120,22 @@ func TestWebhook_RolloutWhilePodsAreCreatedFailsNoCreation(t *testing.T) {
 		failures []string
 	}
 	done := make(chan result)
+	var created atomic.Int64
 	go func() {
-		c, f := createPodsUntil(n, ns, stop)
+		c, f := createPodsUntil(n, ns, stop, &created)
 		done <- result{c, f}
 	}()
-	time.Sleep(time.Second)
+	waitFor(t, "pods being created before the rollout", func() bool { return created.Load() >= 3 })
 	start := time.Now()
 	_, err := n.Run(ctx, "kubectl", "-n", releaseNamespace, "rollout", "restart", "deployment/trustsync-webhook")
 	if err == nil {
 		_, err = n.Run(ctx, "kubectl", "-n", releaseNamespace, "rollout", "status", "deployment/trustsync-webhook", "--timeout=3m")
 	}
-	time.Sleep(2 * time.Second)
+	if err == nil {
+		// Creations go on against the new replicas, too.
+		rolled := created.Load()
+		waitFor(t, "pods created after the rollout", func() bool { return created.Load() >= rolled+3 })
+	}
 	close(stop)
 	r := <-done
 	if err != nil {

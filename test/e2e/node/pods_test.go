@@ -272,8 +272,14 @@ while true; do
 done`
 	createPod(t, ns, appPod("app", map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "e2e-kill"}, 1000, script))
 	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
+	reads := func() int {
+		logs, _ := n.Logs(context.Background(), ns, "app", "app")
+		return strings.Count(logs, "READS ")
+	}
 	killSidecar(t, n, ns, "app")
-	time.Sleep(2 * time.Second) // reads go on after the restart, too
+	// The reads go on after the restart too: wait for two more reports of them.
+	after := reads()
+	waitFor(t, "the app reading on after the sidecar's restart", func() bool { return reads() >= after+2 })
 	logs, err := n.Logs(context.Background(), ns, "app", "app")
 	if err != nil {
 		t.Fatal(err)
