@@ -218,3 +218,16 @@ func TestFlags_NoSidecarFlagIsSpelledOutsideTheContract(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// pflag reads a backticked word in a usage as the flag's value name: --help would
+// print "--pod-uid kubectl describe pod".
+func TestFlags_NoUsageNamesItsValueByAccident(t *testing.T) {
+	fs := pflag.NewFlagSet("sidecar", pflag.ContinueOnError)
+	var rt Runtime
+	AddFlags(fs, &rt)
+	fs.VisitAll(func(f *pflag.Flag) {
+		if name, _ := pflag.UnquoteUsage(f); strings.Contains(name, " ") {
+			t.Errorf("--%s's usage names its value %q", f.Name, name)
+		}
+	})
+}
