@@ -38,10 +38,7 @@ func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progre
 	}
 	// A report that cannot be read leaves its node's pods not observed; the others
 	// are still counted.
-	c.Reports, c.Unreadable = listing.Reports, map[string]string{}
-	for _, u := range listing.Unreadable {
-		c.Unreadable[u.Node] = u.Err
-	}
+	c.Reports, c.Unreadable = listing.Reports, listing.UnreadableByNode()
 	pods, err := g.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return query.Progress{}, false, fmt.Errorf("list pods: %w", err)

@@ -78,6 +78,16 @@ type Listing struct {
 	Served bool
 }
 
+// UnreadableByNode says, by node, why its report could not be read (what
+// query.Cluster.Unreadable takes).
+func (l Listing) UnreadableByNode() map[string]string {
+	out := make(map[string]string, len(l.Unreadable))
+	for _, u := range l.Unreadable {
+		out[u.Node] = u.Err
+	}
+	return out
+}
+
 // List reads every node's report. One report that cannot be read is skipped and
 // named, never the end of the answer: one bad object must not blind every reader.
 func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {

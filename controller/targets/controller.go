@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,14 +72,14 @@ type Controller struct {
 	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
 	metadata map[string]cache.GenericLister
 
-	mu    sync.Mutex
-	state map[string]*watched // per target, between reconciles
+	state *tended // per target, between reconciles
 }
 
 // New sets up the informers; Run starts them.
 func New(cfg Config) *Controller {
-	c := &Controller{cfg: cfg, state: map[string]*watched{},
+	c := &Controller{cfg: cfg,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_targets"})}
+	c.state = newTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(trusttarget.Resource).Informer()
 	enqueue := func(obj any) {
@@ -163,11 +162,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
 	queue.Work(ctx, c.queue, workers, trusttarget.Kind, c.reconcile)
 	<-ctx.Done()
-	c.mu.Lock()
-	for _, st := range c.state {
-		st.close()
-	}
-	c.mu.Unlock()
+	c.state.closeAll()
 }
 
 func metaPair(o, n any) (metav1.Object, metav1.Object, error) {
@@ -206,7 +201,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, err
 	}
 	if !exists {
-		c.forget(name)
+		c.state.forget(name)
 		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
 	}
 	u := obj.(*unstructured.Unstructured)
@@ -228,7 +223,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 			return 0, c.setStatus(ctx, u, trusttarget.Status{}, "SecretsNotAllowed", msg, false)
 		}
 	}
-	st, err := c.stateFor(ctx, name, t.Spec)
+	st, err := c.state.get(ctx, name, specKey(t.Spec), t.Spec.Sources)
 	if err != nil {
 		return 0, err
 	}
@@ -241,7 +236,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		// objects written before hold the last good content, and a source that
 		// fails now must keep it, not take its key away.
 		if live := c.anyWritten(kind, name, object); live != nil {
-			st.seed(live.files(paths(t.Spec.Sources)))
+			st.seed(live.files(st.plan.Paths()))
 		}
 	}
 	r := st.render()
@@ -260,7 +255,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	status := trusttarget.Status{}
 	selected := map[string]bool{}
 	var shared []string // what this target writes and another claims too
-	failed := 0
+	failed, conflicted := 0, 0
 	for _, ns := range all {
 		if ns.Status.Phase == corev1.NamespaceTerminating || !selector.Matches(labels.Set(ns.Labels)) {
 			continue
@@ -272,6 +267,12 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 			shared = append(shared, note)
 		}
 		switch {
+		case errors.As(err, new(*conflictError)):
+			conflicted++
+			failed++
+		case errors.As(err, new(*conflictError)):
+			conflicted++
+			failed++
 		case err != nil:
 			failed++
 			if len(status.Failures) < 10 {
@@ -293,7 +294,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		reason, msg, ok = "SourceMissing", msg+"; kept the last good content of: "+r.Err().Error(), false
 	case status.Namespaces == 0:
 		reason, msg = "NoNamespaces", "the namespace selector matches no namespace"
-	case len(shared) > 0 || hasConflict(status.Failures):
+	case len(shared) > 0 || conflicted > 0:
 		first := status.Failures
 		reason, ok = "Conflict", false
 		if len(shared) > 0 {
@@ -312,12 +313,6 @@ type conflictError struct{ msg string }
 
 func (e *conflictError) Error() string { return e.msg }
 
-func hasConflict(failures []trusttarget.Failure) bool {
-	return slices.ContainsFunc(failures, func(f trusttarget.Failure) bool { return strings.HasPrefix(f.Message, conflictPrefix) })
-}
-
-const conflictPrefix = "claimed by "
-
 // write brings target's object in namespace ns up to date, and says whether it holds
 // the current content. note names another claimant of an object this target writes;
 // an object another target (or an annotation) writes is left to it: an error.
@@ -329,7 +324,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	}
 	w, others := writer(claimed, ns, kind, object, labelled)
 	if w != target {
-		return false, "", &conflictError{fmt.Sprintf("%sTrustTarget %s: %s %s/%s is written by TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", conflictPrefix, w, kind, ns.Name, object, w)}
+		return false, "", &conflictError{fmt.Sprintf("%s %s/%s is written by TrustTarget %s, which claimed it first; one object has one writer: name another object, or narrow one of the namespace selectors", kind, ns.Name, object, w)}
 	}
 	if len(others) > 0 {
 		note = fmt.Sprintf("TrustTarget %s also names %s %s/%s", strings.Join(others, ", "), kind, ns.Name, object)
@@ -359,7 +354,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	} else {
 		if _, asks := live.meta.GetAnnotations()[injector.AnnotationInject]; asks {
 			if labelled != target {
-				return false, note, &conflictError{fmt.Sprintf("%sits annotations: %s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", conflictPrefix, kind, ns.Name, object, injector.AnnotationInject)}
+				return false, note, &conflictError{fmt.Sprintf("%s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", kind, ns.Name, object, injector.AnnotationInject)}
 			}
 			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, injector.AnnotationInject)
 		}
@@ -371,9 +366,12 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	if len(d.data)+len(d.binary) == 0 {
 		return false, note, nil // nothing to write yet: the status says why
 	}
-	digest := d.digest()
-	if live != nil && (live.holds(d, FieldManager) || last.digest == digest && last.before == live.meta.GetResourceVersion()) {
+	if live != nil && live.holds(d, FieldManager) {
 		return true, note, nil
+	}
+	digest := d.digest()
+	if live != nil && last.digest == digest && last.before == live.meta.GetResourceVersion() {
+		return true, note, nil // the informer has yet to see this controller's write
 	}
 	rv, err := c.apply(ctx, kind, ns.Name, object, d)
 	if err != nil {
@@ -410,35 +408,6 @@ func targetName(t *trusttarget.TrustTarget) string {
 		return t.Spec.Target.Secret.Name
 	}
 	return t.Spec.Target.ConfigMap.Name
-}
-
-// stateFor returns the target's plan and watches, made anew when its spec changed.
-func (c *Controller) stateFor(ctx context.Context, name string, spec trusttarget.Spec) (*watched, error) {
-	raw := specKey(spec)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.state[name]; ok && st.spec == raw {
-		return st, nil
-	}
-	if st, ok := c.state[name]; ok {
-		st.close()
-		delete(c.state, name)
-	}
-	st, err := watchSources(ctx, c.cfg.Registry, raw, spec.Sources, func() { c.queue.Add(name) })
-	if err != nil {
-		return nil, err
-	}
-	c.state[name] = st
-	return st, nil
-}
-
-func (c *Controller) forget(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.state[name]; ok {
-		st.close()
-		delete(c.state, name)
-	}
 }
 
 // written is the object of kind in namespace as the informer holds it, if it carries

@@ -86,21 +86,18 @@ type Filler struct {
 	start  func(context.Context)
 	synced []cache.InformerSynced
 
-	mu     sync.Mutex
-	state  map[string]*injectState
-	warned map[string]string // the last warning recorded per object
-}
+	state *tended
 
-type injectState struct {
-	*watched
-	written string // digest of what was last written
+	mu     sync.Mutex
+	warned map[string]string // the last warning recorded per object
 }
 
 // NewFiller watches the metadata of every object of the allowed kinds (only their
 // annotations are needed to know which ask) and queues those that ask.
 func NewFiller(cfg FillConfig) *Filler {
-	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, state: map[string]*injectState{}, warned: map[string]string{},
+	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, warned: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
+	in.state = newTended(cfg.Registry, func(key string) { in.queue.Add(key) })
 	kinds := []injectKind{kindConfigMap}
 	if cfg.Secrets {
 		kinds = append(kinds, kindSecret)
@@ -122,10 +119,7 @@ func NewFiller(cfg FillConfig) *Filler {
 				return
 			}
 			_, asks := m.GetAnnotations()[injector.AnnotationInject]
-			in.mu.Lock()
-			_, tended := in.state[injectKey(k, m)]
-			in.mu.Unlock()
-			if asks || tended {
+			if asks || in.state.lookup(injectKey(k, m)) != nil {
 				in.queue.Add(injectKey(k, m))
 			}
 		}
@@ -165,20 +159,7 @@ func (in *Filler) Run(ctx context.Context, workers int) {
 	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
 	queue.Work(ctx, in.queue, workers, "annotated object", in.reconcile)
 	<-ctx.Done()
-	in.mu.Lock()
-	for _, st := range in.state {
-		st.close()
-	}
-	in.mu.Unlock()
-}
-
-func (in *Filler) forget(key string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if st, ok := in.state[key]; ok {
-		st.close()
-		delete(in.state, key)
-	}
+	in.state.closeAll()
 }
 
 func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, error) {
@@ -190,14 +171,14 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		return 0, err
 	}
 	if !exists {
-		in.forget(key)
+		in.state.forget(key)
 		return 0, nil
 	}
 	m := obj.(*metav1.PartialObjectMetadata)
 	ref := &corev1.ObjectReference{Kind: k.kind, APIVersion: k.gvr.GroupVersion().String(), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 	sources, asks, errs := injector.ObjectSources(m.Annotations)
 	if !asks {
-		in.forget(key) // no longer asks: what was written stays, untended
+		in.state.forget(key) // no longer asks: what was written stays, untended
 		return 0, nil
 	}
 	errs = append(errs, checkInjectSources(k, sources)...)
@@ -207,10 +188,10 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	}
 	if t := m.Labels[trusttarget.TargetLabel]; t != "" && !k.caBundle {
 		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, trusttarget.TargetLabel, injector.AnnotationInject))
-		in.forget(key)
+		in.state.forget(key)
 		return 0, nil
 	}
-	st, err := in.stateFor(ctx, key, sources)
+	st, err := in.state.get(ctx, key, specKey(sources), sources)
 	if err != nil {
 		return 0, err
 	}
@@ -224,7 +205,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
 			return 0, ignoreNotFound(err)
 		}
-		st.seed(live.files(paths(sources)))
+		st.seed(live.files(st.plan.Paths()))
 	}
 	r := st.render()
 	data, binary := payload(sources, r)
@@ -278,10 +259,10 @@ func (in *Filler) warnOnce(key string, ref *corev1.ObjectReference, reason, msg 
 	in.mu.Lock()
 	seen := in.warned[key] == msg
 	in.warned[key] = msg
-	if st, ok := in.state[key]; ok {
+	in.mu.Unlock()
+	if st := in.state.lookup(key); st != nil {
 		st.written = "" // the next good write is news again
 	}
-	in.mu.Unlock()
 	if !seen {
 		in.cfg.Events.Event(ref, corev1.EventTypeWarning, reason, msg)
 	}
@@ -309,25 +290,6 @@ func checkInjectSources(k injectKind, sources []contract.Source) (errs field.Err
 		errs = append(errs, field.Invalid(path(injector.AnnotationSources), strings.Join(files, ", "), "a caBundle is one PEM file: name sources writing one path"))
 	}
 	return errs
-}
-
-func (in *Filler) stateFor(ctx context.Context, key string, sources []contract.Source) (*injectState, error) {
-	spec := specKey(sources)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if st, ok := in.state[key]; ok && st.spec == spec {
-		return st, nil
-	}
-	if st, ok := in.state[key]; ok {
-		st.close()
-	}
-	w, err := watchSources(ctx, in.cfg.Registry, spec, sources, func() { in.queue.Add(key) })
-	if err != nil {
-		return nil, err
-	}
-	st := &injectState{watched: w}
-	in.state[key] = st
-	return st, nil
 }
 
 // applyKeys writes the keys into the ConfigMap or Secret, without force: a key

@@ -96,26 +96,24 @@ func ownedBy(m metav1.Object, manager string) owned {
 		if e.Manager != manager || e.Operation != metav1.ManagedFieldsOperationApply || e.FieldsV1 == nil {
 			continue
 		}
-		var fields map[string]map[string]json.RawMessage
-		// Only the maps of two levels are read; a malformed entry owns nothing, and
-		// the comparison then finds the object out of date and applies.
+		var fields struct {
+			Data       map[string]json.RawMessage `json:"f:data"`
+			BinaryData map[string]json.RawMessage `json:"f:binaryData"`
+			Metadata   struct {
+				Labels      map[string]json.RawMessage `json:"f:labels"`
+				Annotations map[string]json.RawMessage `json:"f:annotations"`
+			} `json:"f:metadata"`
+		}
+		// A malformed entry owns nothing: the comparison then finds the object out
+		// of date and applies.
 		_ = json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields)
-		for k := range fields["f:data"] {
-			o.keys[strings.TrimPrefix(k, "f:")] = true
-		}
-		for k := range fields["f:binaryData"] {
-			o.keys[strings.TrimPrefix(k, "f:")] = true
-		}
-		var metaFields map[string]map[string]json.RawMessage
-		if raw, ok := fields["f:metadata"]; ok {
-			b, _ := json.Marshal(raw)
-			_ = json.Unmarshal(b, &metaFields)
-		}
-		for k := range metaFields["f:labels"] {
-			o.labels[strings.TrimPrefix(k, "f:")] = true
-		}
-		for k := range metaFields["f:annotations"] {
-			o.annotations[strings.TrimPrefix(k, "f:")] = true
+		for _, set := range []struct {
+			from map[string]json.RawMessage
+			to   map[string]bool
+		}{{fields.Data, o.keys}, {fields.BinaryData, o.keys}, {fields.Metadata.Labels, o.labels}, {fields.Metadata.Annotations, o.annotations}} {
+			for k := range set.from {
+				set.to[strings.TrimPrefix(k, "f:")] = true
+			}
 		}
 	}
 	return o
@@ -169,9 +167,7 @@ func (o object) holds(d desired, manager string) bool {
 // digest identifies what d writes.
 func (d desired) digest() string {
 	h := sha256.New()
-	for _, k := range keysOf(d.data, d.binary) {
-		h.Write([]byte(k + "\x00" + d.data[k] + string(d.binary[k]) + "\x00"))
-	}
+	h.Write([]byte(digestOf(d.data, d.binary)))
 	for _, m := range []map[string]string{d.labels, d.annotations} {
 		keys := slices.Sorted(maps.Keys(m))
 		for _, k := range keys {
@@ -208,15 +204,4 @@ func keepHeld(sources []contract.Source, r *render.Rendering, live *object, data
 			binary[src.Path] = v
 		}
 	}
-}
-
-// paths are the sources' paths, each once.
-func paths(sources []contract.Source) []string {
-	var out []string
-	for _, s := range sources {
-		if !slices.Contains(out, s.Path) {
-			out = append(out, s.Path)
-		}
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
@@ -27,6 +28,9 @@ type watched struct {
 	// that a reconcile running before the informer has seen its own write does not
 	// send it again.
 	applied map[string]appliedState
+	// written is the digest of what was last written (an annotated object's), so
+	// that only a write of something new is news (an Event).
+	written string
 }
 
 // appliedState is one apply: what it wrote, the object's resourceVersion before
@@ -90,4 +94,66 @@ func specKey(v any) string {
 		return fmt.Sprintf("unencodable %T: %v", v, err)
 	}
 	return string(raw)
+}
+
+// tended is the watches of every object a controller keeps, by key, each made anew
+// when what it was made for (its spec) changes. A key is reconciled by one worker at
+// a time, so what a watched holds is that worker's; the map is shared.
+type tended struct {
+	registry *watch.Registry
+	changed  func(key string)
+
+	mu sync.Mutex
+	by map[string]*watched
+}
+
+func newTended(registry *watch.Registry, changed func(key string)) *tended {
+	return &tended{registry: registry, changed: changed, by: map[string]*watched{}}
+}
+
+// get returns key's watches for sources, made for spec (specKey of what the object
+// asks), made anew when spec changed.
+func (t *tended) get(ctx context.Context, key, spec string, sources []contract.Source) (*watched, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, ok := t.by[key]; ok && st.spec == spec {
+		return st, nil
+	}
+	if st, ok := t.by[key]; ok {
+		st.close()
+		delete(t.by, key)
+	}
+	st, err := watchSources(ctx, t.registry, spec, sources, func() { t.changed(key) })
+	if err != nil {
+		return nil, err
+	}
+	t.by[key] = st
+	return st, nil
+}
+
+// lookup is key's watches, nil when it has none.
+func (t *tended) lookup(key string) *watched {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.by[key]
+}
+
+// forget closes key's watches.
+func (t *tended) forget(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st, ok := t.by[key]; ok {
+		st.close()
+		delete(t.by, key)
+	}
+}
+
+// closeAll closes every watch, when the controller stops.
+func (t *tended) closeAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key, st := range t.by {
+		st.close()
+		delete(t.by, key)
+	}
 }

@@ -79,11 +79,13 @@ func started(pod *corev1.Pod) bool {
 	return false
 }
 
-// running reports whether the pod is on a node and may hold trust: not finished,
-// not going, and started.
-func running(pod *corev1.Pod) bool {
-	return pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.DeletionTimestamp == nil && started(pod)
+// alive reports whether the pod is on a node, not finished and not going.
+func alive(pod *corev1.Pod) bool {
+	return pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed && pod.DeletionTimestamp == nil
 }
+
+// running reports whether the pod may hold trust: alive, and started.
+func running(pod *corev1.Pod) bool { return alive(pod) && started(pod) }
 
 // FileStatus is one trust file of one pod: what it holds against what its sources
 // select now.
@@ -442,7 +444,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 	reports := c.byNode()
 	p := Progress{Stragglers: []Straggler{}}
 	for _, pod := range c.Pods {
-		if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.DeletionTimestamp != nil {
+		if !alive(pod) {
 			continue
 		}
 		var files []injector.TrustFile

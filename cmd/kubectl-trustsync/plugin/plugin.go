@@ -164,9 +164,8 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	if err != nil {
 		return c, err
 	}
-	c.Reports, c.Unreadable = listing.Reports, map[string]string{}
+	c.Reports, c.Unreadable = listing.Reports, listing.UnreadableByNode()
 	for _, u := range listing.Unreadable {
-		c.Unreadable[u.Node] = u.Err
 		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
