@@ -267,14 +267,11 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 			shared = append(shared, note)
 		}
 		switch {
-		case errors.As(err, new(*conflictError)):
-			conflicted++
-			failed++
-		case errors.As(err, new(*conflictError)):
-			conflicted++
-			failed++
 		case err != nil:
 			failed++
+			if errors.As(err, new(*conflictError)) {
+				conflicted++
+			}
 			if len(status.Failures) < 10 {
 				status.Failures = append(status.Failures, trusttarget.Failure{Namespace: ns.Name, Message: err.Error()})
 			}
