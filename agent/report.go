@@ -72,6 +72,9 @@ type ReportPublisher struct {
 	Clock       clock.WithTicker
 	// Wrote, when set, is told of each write's outcome.
 	Wrote func(error)
+	// Idle, when set, is told after each scan that leaves nothing to write: the
+	// report in the API says what the pods held at that scan.
+	Idle func()
 
 	last            *trustreport.NodeTrustReport
 	resourceVersion string
@@ -108,6 +111,9 @@ func (p *ReportPublisher) Run(ctx context.Context) {
 					klog.V(4).InfoS("Wrote the node's trust report", "report", p.Node, "pods", len(r.Pods), "anchorSets", len(r.AnchorSets))
 				}
 			}
+		}
+		if !pending && p.Idle != nil {
+			p.Idle()
 		}
 		select {
 		case <-ctx.Done():

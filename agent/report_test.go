@@ -1,12 +1,20 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/bundle"
@@ -102,3 +110,106 @@ func TestSameHoldings_IgnoresWhenTheReportWasWritten(t *testing.T) {
 		t.Error("a pod holding other anchors is the same report")
 	}
 }
+
+// TestReportPublisher_WritesOnChangeAtMostEveryMinIntervalAndSaysWhenIdle drives the
+// publisher scan by scan: each step is how long after the last scan it comes, what
+// that scan finds, and whether it must be written and leave the publisher idle.
+func TestReportPublisher_WritesOnChangeAtMostEveryMinIntervalAndSaysWhenIdle(t *testing.T) {
+	holdsA := node(2, 1, func(int, int) []string { return anchors("a", 1) })
+	holdsB := node(2, 1, func(int, int) []string { return anchors("b", 1) })
+	steps := []struct {
+		name      string
+		after     time.Duration
+		held      []holdings.Pod
+		changed   bool
+		wantWrite bool
+		wantIdle  bool
+	}{
+		{name: "the first scan is written", held: holdsA, changed: true, wantWrite: true, wantIdle: true},
+		{name: "a change within MinInterval waits", after: 500 * time.Millisecond, held: holdsB, changed: true},
+		{name: "and keeps waiting while nothing else changes", after: 500 * time.Millisecond, held: holdsB},
+		{name: "once MinInterval passed it is written", after: time.Second, held: holdsB, wantWrite: true, wantIdle: true},
+		{name: "a change back to what is written waits", after: 500 * time.Millisecond, held: holdsB, changed: true},
+		{name: "and is not written when it equals the report", after: 2 * time.Second, held: holdsB, wantIdle: true},
+		{name: "nothing changed: nothing written", after: 10 * time.Second, held: holdsB, wantIdle: true},
+		{name: "the heartbeat rewrites the same holdings", after: time.Hour, held: holdsB, wantWrite: true, wantIdle: true},
+	}
+
+	clk := &steppedClock{FakeClock: clocktesting.NewFakeClock(time.Unix(1700000000, 0)), tick: make(chan time.Time)}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{trustreport.Resource: "NodeTrustReportList"})
+	type scan struct {
+		held    []holdings.Pod
+		changed bool
+	}
+	scans := make(chan scan)
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	var writes, idles int
+	p := &ReportPublisher{
+		Client: dyn.Resource(trustreport.Resource), Node: "n1", Clock: clk,
+		ScanEvery: 500 * time.Millisecond, MinInterval: 2 * time.Second, Heartbeat: time.Hour,
+		Scan: func() ([]holdings.Pod, bool) {
+			select {
+			case s := <-scans:
+				return s.held, s.changed
+			case <-ctx.Done(): // the test is over
+				return nil, false
+			}
+		},
+		Wrote: func(err error) {
+			if err != nil {
+				t.Errorf("write failed: %v", err)
+			}
+			mu.Lock()
+			writes++
+			mu.Unlock()
+		},
+		Idle: func() { mu.Lock(); idles++; mu.Unlock() },
+	}
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	counts := func() (int, int) { mu.Lock(); defer mu.Unlock(); return writes, idles }
+	w0, i0 := counts()
+	for k, s := range steps {
+		if k > 0 {
+			// The tick is taken only once the loop is done with the scan before.
+			clk.tick <- clk.Now()
+			w, i := counts()
+			if prev := steps[k-1]; (w > w0) != prev.wantWrite || (i > i0) != prev.wantIdle {
+				t.Errorf("%s: wrote %v, idle %v; want %v, %v", prev.name, w > w0, i > i0, prev.wantWrite, prev.wantIdle)
+			}
+			w0, i0 = w, i
+		}
+		clk.Step(s.after)
+		scans <- scan{s.held, s.changed}
+	}
+	clk.tick <- clk.Now()
+	if w, i := counts(); (w > w0) != steps[len(steps)-1].wantWrite || (i > i0) != steps[len(steps)-1].wantIdle {
+		t.Errorf("%s: wrote %v, idle %v", steps[len(steps)-1].name, w > w0, i > i0)
+	}
+	got, err := dyn.Resource(trustreport.Resource).Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the report was not written: %v", err)
+	}
+	r, err := trustreport.FromUnstructured(got)
+	if err != nil || !trustreport.SameHoldings(r, BuildReport("n1", holdsB, clk.Now())) {
+		t.Errorf("the report in the API does not say what the pods hold last (%v)", err)
+	}
+}
+
+// steppedClock ticks when the test says: a tick is sent on an unbuffered channel, so
+// sending it is also the sign that the loop finished what it was doing.
+type steppedClock struct {
+	*clocktesting.FakeClock
+	tick chan time.Time
+}
+
+func (c *steppedClock) NewTicker(time.Duration) clock.Ticker { return steppedTicker(c.tick) }
+
+type steppedTicker chan time.Time
+
+func (t steppedTicker) C() <-chan time.Time { return t }
+func (steppedTicker) Stop()                 {}

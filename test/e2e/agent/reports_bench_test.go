@@ -105,6 +105,8 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 
 	// One observer and publisher per node, as each node's agent runs them.
 	var writes, failures atomic.Int64
+	// idleSince[n] is when node n's publisher last found nothing to write.
+	idleSince := make([]atomic.Int64, nodes)
 	pubCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	for n := range nodes {
@@ -120,6 +122,7 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 				}
 				writes.Add(1)
 			},
+			Idle: func() { idleSince[n].Store(time.Now().UnixNano()) },
 		}
 		go p.Run(pubCtx)
 	}
@@ -156,8 +159,23 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 			b.Fatalf("the reports show %d of %d pods holding %s", holding(anchor), len(pods), anchor.Cert.Subject.CommonName)
 		}
 	}
+	// settled waits until every publisher has scanned since and found nothing to
+	// write: every write the change caused is done and counted.
+	settled := func() {
+		since := time.Now().UnixNano()
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			for n := range idleSince {
+				if idleSince[n].Load() <= since {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			b.Fatal("the publishers still had something to write a minute after the reports showed every pod")
+		}
+	}
 	waitHolding(versions[0])
-	time.Sleep(3 * time.Second) // the last writes of the start settle
+	settled()
 	plugin := controlplane.NewPlugin(b, cp)
 
 	var perEdit []float64
@@ -173,7 +191,7 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 		delivered := time.Now()
 		waitHolding(next)
 		reported = append(reported, time.Since(delivered))
-		time.Sleep(3 * time.Second) // a node whose pods changed across two writes has written both
+		settled()
 		perEdit = append(perEdit, float64(writes.Load()-before))
 
 		t0 := time.Now()
