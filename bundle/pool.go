@@ -59,14 +59,6 @@ func (p *Pool) AddPEM(data []byte) error {
 	return nil
 }
 
-// AddPool adds every anchor of other.
-func (p *Pool) AddPool(other *Pool) {
-	for sum, a := range other.anchors {
-		p.anchors[sum] = a
-	}
-	p.order = nil
-}
-
 // EarliestNotAfter is when the first of the pool's anchors expires (zero when empty).
 func (p *Pool) EarliestNotAfter() time.Time {
 	var earliest time.Time

@@ -105,11 +105,3 @@ func TestPool_AddPEMIsAllOrNothing(t *testing.T) {
 		t.Error("a refused source changed the pool")
 	}
 }
-
-func TestPool_AddPool(t *testing.T) {
-	a, b := poolOf(t, fixtures.Bundle(caA, caB)), poolOf(t, fixtures.Bundle(caB, caC))
-	a.AddPool(b)
-	if !bytes.Equal(a.PEM(), poolOf(t, fixtures.Bundle(caA, caB, caC)).PEM()) {
-		t.Error("AddPool did not give the union")
-	}
-}

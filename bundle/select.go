@@ -92,21 +92,6 @@ func (s Selector) labelSelector() (labels.Selector, error) {
 	return sel, nil
 }
 
-// Select returns the bundles s picks out of bundles, in their given order.
-func Select(bundles []*certificatesv1.ClusterTrustBundle, s Selector) ([]*certificatesv1.ClusterTrustBundle, error) {
-	match, err := s.Matcher()
-	if err != nil {
-		return nil, err
-	}
-	var out []*certificatesv1.ClusterTrustBundle
-	for _, b := range bundles {
-		if match(b) {
-			out = append(out, b)
-		}
-	}
-	return out, nil
-}
-
 // ListOptions returns the server-side selectors that narrow a list or watch to what s
 // can match, so a reader receives only what it needs. Name selection uses a field
 // selector on metadata.name with the name in the form of the API being read. ok is

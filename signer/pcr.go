@@ -50,16 +50,6 @@ type pcrOutcome struct {
 	result, reason string
 }
 
-// issuePCR decides a PodCertificateRequest and, when it may be issued, signs it. The
-// identity comes only from the request's spec, which the API server fills from the
-// pod it names: the SPIFFE ID of the pod's ServiceAccount, nothing the pod's author
-// chose. refreshAt is the fraction of the lifetime after which the kubelet should
-// refresh, drawn per request so that a node's pods do not all renew at once.
-func issuePCR(pcr *certificatesv1.PodCertificateRequest, rules *policy.Signer, ca *CA, now time.Time, refreshAt float64) (pcrOutcome, error) {
-	pub, why := stubRequestKey(pcr.Spec.StubPKCS10Request)
-	return decidePCR(pcr, pub, why, rules, ca, now, refreshAt)
-}
-
 // stubRequestKey is the public key of a v1 request's stub PKCS#10 request, or why it
 // has none.
 func stubRequestKey(stub []byte) (crypto.PublicKey, string) {

@@ -297,9 +297,6 @@ func (cp *ControlPlane) Stop() {
 	})
 }
 
-// APIServerLog returns the path of kube-apiserver's log.
-func (cp *ControlPlane) APIServerLog() string { return cp.apiLogPath }
-
 // CreateNamespace creates a namespace with labels, and its default ServiceAccount
 // (the controller-manager's job in a real cluster), tolerating both already existing.
 func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string, labels map[string]string) error {

@@ -94,9 +94,6 @@ func (cp *ControlPlane) anonymousConfig() *rest.Config {
 	}
 }
 
-// ServingCAPEM returns the CA that signed the API server's serving certificate.
-func (cp *ControlPlane) ServingCAPEM() []byte { return cp.servingCA.CertPEM() }
-
 // WriteKubeconfig writes cfg as a kubeconfig file, for kubectl, helm and the binaries
 // under test.
 func WriteKubeconfig(path string, cfg *rest.Config) error {
