@@ -38,6 +38,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi"
+	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -178,13 +179,18 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	}
 	// Probes must answer while the certificate is still being obtained (the API server
 	// may be unreachable for minutes): liveness must not restart a replica that waits.
+	// The plain-HTTP health address also serves /metrics, so that a scraper needs no
+	// client certificate or trust in the webhook's serving CA. It stays up until Run
+	// returns, through the graceful shutdown.
 	var ready atomic.Pointer[func() bool]
-	if addr := o.HealthBindAddress(); addr != "" {
-		stopHealth, err := serveHealth(addr, &ready)
-		if err != nil {
-			return err
-		}
-		defer stopHealth()
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHealth()
+	readyNow := func() bool { f := ready.Load(); return f != nil && (*f)() }
+	if err := healthserver.Serve(healthCtx, o.HealthBindAddress(), registry,
+		kubeapi.Unless(readyNow, "not ready: the serving certificate or caches are not in place yet, or shutting down")); err != nil {
+		return err
 	}
 	// The serving certificate: the self-managed one in memory, or files (cert-manager's
 	// Secret volume, say) reloaded when they change.
@@ -224,8 +230,6 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return synced() && csiDriversSynced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
 	}
 	ready.Store(&readyFn)
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	handler, err := NewHandler(Config{
 		Policy:     pol,
 		Authorizer: SubjectAccessReviewer{Client: client.AuthorizationV1().SubjectAccessReviews()},
@@ -366,21 +370,4 @@ func campaignForTLS(ctx context.Context, campaign Campaign, o *Options, restCfg 
 			}
 		}
 	}()
-}
-
-// serveHealth serves /healthz (the process is alive) and /readyz (ready holds, once it
-// is set) over plain HTTP on addr until the returned stop is called.
-func serveHealth(addr string, ready *atomic.Pointer[func() bool]) (stop func(), err error) {
-	mux := http.NewServeMux()
-	healthz, readyz := kubeapi.Probes(kubeapi.Unless(func() bool { f := ready.Load(); return f != nil && (*f)() }, "not ready: the serving certificate or caches are not in place yet, or shutting down"))
-	mux.Handle("/healthz", healthz)
-	mux.Handle("/readyz", readyz)
-	listener, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %s for health probes: %w", addr, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(listener) }()
-	klog.InfoS("Serving health probes", "address", listener.Addr().String())
-	return func() { _ = srv.Close() }, nil
 }
