@@ -32,6 +32,11 @@ type Config struct {
 	// Image holds /trustsync-sidecar.
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
+	// ImagePullSecrets name the Secrets (in the pod's namespace) the kubelet pulls
+	// Image with, where trustsync's registry needs credentials. A sidecar pod gets
+	// those it does not list already; its own stay first, and a missing Secret only
+	// makes the kubelet try the pull without it.
+	ImagePullSecrets []string
 	// DefaultMode applies when a pod does not say; empty means ModeRestartableInit.
 	DefaultMode Mode
 	// Namespace is the injector's own; its pods are never touched, so trustsync can

@@ -24,8 +24,10 @@ type goldenInput struct {
 	// NativeAPIs are what the API server serves; unset means both native APIs.
 	NativeAPIs *NativeAPIs `json:"nativeAPIs,omitempty"`
 	// NodeAgent says the agent's CSIDriver is installed; unset means it is.
-	NodeAgent *bool      `json:"nodeAgent,omitempty"`
-	Pod       corev1.Pod `json:"pod"`
+	NodeAgent *bool `json:"nodeAgent,omitempty"`
+	// ImagePullSecrets are the sidecar image's pull Secrets.
+	ImagePullSecrets []string   `json:"imagePullSecrets,omitempty"`
+	Pod              corev1.Pod `json:"pod"`
 }
 
 // config is the injector's configuration for a case.
@@ -35,7 +37,7 @@ func (in goldenInput) config() Config {
 		apis = *in.NativeAPIs
 	}
 	return Config{Image: "registry.example/trustsync:test", Namespace: "trustsync-system", DefaultMode: in.DefaultMode, Policy: goldenPolicy, NativeAPIs: apis,
-		NodeAgent: in.NodeAgent == nil || *in.NodeAgent}
+		NodeAgent: in.NodeAgent == nil || *in.NodeAgent, ImagePullSecrets: in.ImagePullSecrets}
 }
 
 // goldenOutput is what the injector made of it.

@@ -278,6 +278,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 		}
 	}
 	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, volumes...)
+	addPullSecrets(p, pod, cfg.ImagePullSecrets)
 
 	for _, t := range targets {
 		mountInto(p, t, req, volume)
@@ -309,6 +310,18 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 		p.add("/spec/containers/-", s.container(sidecar, "run", false))
 	}
 	return p.ops, warnings
+}
+
+// addPullSecrets lists the sidecar image's pull Secrets the pod does not list yet.
+func addPullSecrets(p *patch, pod *corev1.Pod, names []string) {
+	var missing []corev1.LocalObjectReference
+	for _, n := range names {
+		ref := corev1.LocalObjectReference{Name: n}
+		if !slices.Contains(pod.Spec.ImagePullSecrets, ref) && !slices.Contains(missing, ref) {
+			missing = append(missing, ref)
+		}
+	}
+	appendItems(p, "/spec/imagePullSecrets", pod.Spec.ImagePullSecrets != nil, missing...)
 }
 
 // buildNative gives the pod the projected volume and the same mounts and environment

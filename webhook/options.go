@@ -6,10 +6,12 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/trustsync/trustsync/injector"
 )
@@ -33,8 +35,10 @@ type Options struct {
 	// Injection.
 	SidecarImage           string
 	SidecarImagePullPolicy string
-	DefaultSidecarMode     string
-	Namespace              string
+	// SidecarImagePullSecrets are added to injected sidecar pods that lack them.
+	SidecarImagePullSecrets []string
+	DefaultSidecarMode      string
+	Namespace               string
 	// SidecarEventsClusterRole, when set, is the ClusterRole bound in every served
 	// namespace to that namespace's ServiceAccounts (eventsBinder).
 	SidecarEventsClusterRole string
@@ -109,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file (signers' duration rules, bundle expiry warnings). Empty means: only the 600-second minimum, and warnings for anchors expiring within 30 days.")
 	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "Image of the trust-sync sidecar injected into pods (it holds /trustsync-sidecar).")
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", o.SidecarImagePullPolicy, "Pull policy of the injected sidecar: Always, IfNotPresent or Never.")
+	fs.StringSliceVar(&o.SidecarImagePullSecrets, "sidecar-image-pull-secrets", o.SidecarImagePullSecrets, "Names of Secrets, in each pod's own namespace, to pull the sidecar image with; added to a sidecar pod's imagePullSecrets where it does not list them (comma-separated, or the flag repeated).")
 	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.SidecarEventsClusterRole, "sidecar-events-cluster-role", o.SidecarEventsClusterRole, "A ClusterRole letting sidecars record Events; when set, every namespace the injector serves gets a RoleBinding of that name binding it to the namespace's own ServiceAccounts (group system:serviceaccounts:<namespace>), so a sidecar may write Events in its own namespace only. Empty: none are kept.")
@@ -135,6 +140,11 @@ func (o *Options) Validate() error {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		errs = append(errs, fmt.Errorf("--sidecar-image-pull-policy %q is not one of Always, IfNotPresent, Never", o.SidecarImagePullPolicy))
+	}
+	for _, name := range o.SidecarImagePullSecrets {
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--sidecar-image-pull-secrets: %q is not a Secret name: %s", name, strings.Join(msgs, "; ")))
+		}
 	}
 	if m := injector.Mode(o.DefaultSidecarMode); m != injector.ModeRestartableInit && m != injector.ModeLegacy {
 		errs = append(errs, fmt.Errorf("--default-sidecar-mode %q is not one of native, legacy", o.DefaultSidecarMode))

@@ -1,32 +1,42 @@
 package webhook
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 )
 
-func TestHealthBindAddress_OneFlagAsEveryBinaryWithTheOldPortStillTaken(t *testing.T) {
+// TestOptions_RefuseWhatWouldBreakInjectedPods: flags whose values would only fail
+// later, in every pod the webhook injects, are refused at start with the flag named.
+func TestOptions_RefuseWhatWouldBreakInjectedPods(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		args []string
-		want string
+		name    string
+		args    []string
+		wantErr string
 	}{
-		{name: "the default", want: ":8081"},
-		{name: "an address", args: []string{"--health-bind-address=127.0.0.1:9000"}, want: "127.0.0.1:9000"},
-		{name: "empty serves none", args: []string{"--health-bind-address="}, want: ""},
-		{name: "the deprecated port, on the bind address", args: []string{"--bind-address=10.0.0.1", "--health-port=9001"}, want: "10.0.0.1:9001"},
-		{name: "the deprecated port 0 serves none", args: []string{"--health-port=0"}, want: ""},
+		{name: "defaults with self-managed TLS are accepted", args: nil},
+		{name: "pull secrets by name are accepted", args: []string{"--sidecar-image-pull-secrets=registry-a,registry-b"}},
+		{name: "a pull secret that is no Secret name is refused", args: []string{"--sidecar-image-pull-secrets=Registry_A"},
+			wantErr: `--sidecar-image-pull-secrets: "Registry_A" is not a Secret name`},
+		{name: "an unknown pull policy is refused", args: []string{"--sidecar-image-pull-policy=Sometimes"},
+			wantErr: `--sidecar-image-pull-policy "Sometimes" is not one of`},
+		{name: "an unknown sidecar mode is refused", args: []string{"--default-sidecar-mode=sidecar"},
+			wantErr: `--default-sidecar-mode "sidecar" is not one of`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()
-			fs := pflag.NewFlagSet("trustsync-webhook", pflag.ContinueOnError)
+			fs := pflag.NewFlagSet("webhook", pflag.ContinueOnError)
 			o.AddFlags(fs)
-			if err := fs.Parse(tc.args); err != nil {
+			if err := fs.Parse(append([]string{"--self-managed-tls", "--namespace=trustsync"}, tc.args...)); err != nil {
 				t.Fatal(err)
 			}
-			if got := o.HealthBindAddress(); got != tc.want {
-				t.Errorf("HealthBindAddress() = %q; want %q", got, tc.want)
+			err := o.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("got %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
 	}

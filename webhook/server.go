@@ -237,7 +237,8 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		Ready:      readyFn,
 		Injector: injector.Config{
 			Image: o.SidecarImage, ImagePullPolicy: corev1.PullPolicy(o.SidecarImagePullPolicy),
-			DefaultMode: injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
+			ImagePullSecrets: o.SidecarImagePullSecrets,
+			DefaultMode:      injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
 		},
 		Namespaces:          namespaces,
 		NativeAPIs:          native.get,
