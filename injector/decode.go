@@ -44,6 +44,12 @@ func DecodePod(raw []byte) (*corev1.Pod, error) {
 			pod.Spec.Volumes[i].Name = v.Name
 		}
 	}
+	if in.Spec.ImagePullSecrets != nil {
+		pod.Spec.ImagePullSecrets = make([]corev1.LocalObjectReference, len(in.Spec.ImagePullSecrets))
+		for i, s := range in.Spec.ImagePullSecrets {
+			pod.Spec.ImagePullSecrets[i].Name = s.Name
+		}
+	}
 	if in.Spec.EphemeralContainers != nil {
 		pod.Spec.EphemeralContainers = make([]corev1.EphemeralContainer, len(in.Spec.EphemeralContainers))
 		for i, c := range in.Spec.EphemeralContainers {
@@ -65,6 +71,7 @@ type admittedPod struct {
 		InitContainers               []admittedContainer      `json:"initContainers"`
 		Containers                   []admittedContainer      `json:"containers"`
 		EphemeralContainers          []named                  `json:"ephemeralContainers"`
+		ImagePullSecrets             []named                  `json:"imagePullSecrets"`
 		RestartPolicy                corev1.RestartPolicy     `json:"restartPolicy"`
 		AutomountServiceAccountToken *bool                    `json:"automountServiceAccountToken"`
 		ShareProcessNamespace        *bool                    `json:"shareProcessNamespace"`
