@@ -106,7 +106,7 @@ func (c Config) trustDomain(signer string) string {
 // policy's window, the webhook's for admission warnings.
 func (c Config) expiryWarningDays() int {
 	if c.Policy != nil {
-		return c.Policy.Bundles.ExpiryWarningDays
+		return c.Policy.Bundles.WarningDays()
 	}
 	return contract.DefaultExpiryWarningDays
 }

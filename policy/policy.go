@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -117,8 +118,10 @@ type Approval struct {
 
 // Bundles holds the rules for admitting trust bundles.
 type Bundles struct {
-	// ExpiryWarningDays: an admission warning for each anchor expiring this soon.
-	ExpiryWarningDays int `json:"expiryWarningDays,omitempty"`
+	// ExpiryWarningDays: an admission warning (and a Warning Event on each pod that
+	// trusts it) for each anchor expiring this soon. Unset is 30 days; 0 warns of
+	// nothing, so it is a pointer: read it with WarningDays.
+	ExpiryWarningDays *int `json:"expiryWarningDays,omitempty"`
 	// DenyExpired refuses bundles holding an already expired anchor.
 	DenyExpired bool `json:"denyExpired,omitempty"`
 }
@@ -221,9 +224,17 @@ func (p *Policy) setDefaults() {
 			}
 		}
 	}
-	if p.Bundles.ExpiryWarningDays == 0 {
-		p.Bundles.ExpiryWarningDays = defaultExpiryWarningDays
+	if p.Bundles.ExpiryWarningDays == nil {
+		p.Bundles.ExpiryWarningDays = ptr.To(defaultExpiryWarningDays)
 	}
+}
+
+// WarningDays is how many days ahead of an anchor's expiry to warn; 0 for never.
+func (b Bundles) WarningDays() int {
+	if b.ExpiryWarningDays == nil {
+		return defaultExpiryWarningDays
+	}
+	return *b.ExpiryWarningDays
 }
 
 func (p *Policy) validate() field.ErrorList {
@@ -243,8 +254,8 @@ func (p *Policy) validate() field.ErrorList {
 		seen.Insert(s.SignerName)
 		errs = append(errs, s.validate(path)...)
 	}
-	if p.Bundles.ExpiryWarningDays < 0 {
-		errs = append(errs, field.Invalid(field.NewPath("bundles", "expiryWarningDays"), p.Bundles.ExpiryWarningDays, "must not be negative"))
+	if d := p.Bundles.WarningDays(); d < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("bundles", "expiryWarningDays"), d, "must not be negative; 0 warns of nothing"))
 	}
 	return errs
 }

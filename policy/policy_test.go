@@ -49,7 +49,7 @@ signers:
 	if len(p.Warnings) != 0 {
 		t.Errorf("warnings %q for a policy in the current shape", p.Warnings)
 	}
-	if p.Bundles.ExpiryWarningDays != 30 || p.Bundles.DenyExpired {
+	if p.Bundles.WarningDays() != 30 || p.Bundles.DenyExpired {
 		t.Errorf("bundle defaults = %+v", p.Bundles)
 	}
 	if got := strings.Join(p.SignerNames(), ","); got != "trustsync.io/workload,example.com/short" {
@@ -62,7 +62,7 @@ func TestLoad_NoFileMeansNoSignersAndDefaultBundleRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.Signers) != 0 || p.Bundles.ExpiryWarningDays != 30 {
+	if len(p.Signers) != 0 || p.Bundles.WarningDays() != 30 {
 		t.Errorf("Load(\"\") = %+v", p)
 	}
 }
@@ -210,6 +210,27 @@ func TestParse_TrustDomainIsTheSignersAndTheOldShapeStillWorks(t *testing.T) {
 			}
 			if got := strings.Join(p.Warnings, "; "); (tc.wantWarning == "") != (got == "") || !strings.Contains(got, tc.wantWarning) {
 				t.Errorf("warnings %q, want %q", got, tc.wantWarning)
+			}
+		})
+	}
+}
+
+func TestParse_ExpiryWarningDaysZeroTurnsWarningsOffAndUnsetIsThirty(t *testing.T) {
+	for _, tc := range []struct {
+		name, bundles string
+		want          int
+	}{
+		{name: "unset is the default, 30 days", bundles: "", want: 30},
+		{name: "zero warns of nothing", bundles: "bundles:\n  expiryWarningDays: 0\n", want: 0},
+		{name: "a number of days is kept", bundles: "bundles:\n  expiryWarningDays: 7\n", want: 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\n" + tc.bundles))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Bundles.WarningDays(); got != tc.want {
+				t.Errorf("WarningDays() = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -122,7 +122,7 @@ func (a *bundleAdmission) expiry(b *certificatesv1.ClusterTrustBundle) ([]string
 		return nil, nil
 	}
 	now := a.clock.Now()
-	window := time.Duration(a.bundles.ExpiryWarningDays) * 24 * time.Hour
+	window := time.Duration(a.bundles.WarningDays()) * 24 * time.Hour
 	var warnings []string
 	var expired field.ErrorList
 	for i, cert := range certs {
