@@ -20,6 +20,10 @@ type Metrics struct {
 	heldBackPath prometheus.Counter
 	observed     prometheus.Gauge
 	reports      *prometheus.CounterVec
+	reportedAt   prometheus.Gauge
+	// anchorExpiry is per anchor, never per pod: a node's pods mostly trust the same
+	// few anchors.
+	anchorExpiry *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics; Register adds them to a registry.
@@ -59,12 +63,20 @@ func NewMetrics() *Metrics {
 			Name: "trustsync_agent_report_writes_total",
 			Help: "Writes of the node's NodeTrustReport, by result (ok, error).",
 		}, []string{"result"}),
+		reportedAt: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "trustsync_agent_report_last_written_timestamp_seconds",
+			Help: "When the node's NodeTrustReport was last written, in seconds since the epoch.",
+		}),
+		anchorExpiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_agent_anchor_expiry_timestamp_seconds",
+			Help: "When each anchor that a trust file of the node's pods holds (any delivery) expires, in seconds since the epoch; by anchor (the SHA-256 of its DER, as kubectl trustsync who-trusts takes it) and name (its subject's common name).",
+		}, []string{"anchor", "name"}),
 	}
 }
 
 // Register adds the metrics to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.volumes, m.publishes, m.publishTime, m.syncs, m.syncTime, m.heldBackPath, m.observed, m.reports)
+	reg.MustRegister(m.volumes, m.publishes, m.publishTime, m.syncs, m.syncTime, m.heldBackPath, m.observed, m.reports, m.reportedAt, m.anchorExpiry)
 }
 
 func (m *Metrics) published(err error, took time.Duration) {
@@ -72,7 +84,12 @@ func (m *Metrics) published(err error, took time.Duration) {
 	m.publishTime.Observe(took.Seconds())
 }
 
-func (m *Metrics) reportWritten(err error) { m.reports.WithLabelValues(result(err)).Inc() }
+func (m *Metrics) reportWritten(err error) {
+	m.reports.WithLabelValues(result(err)).Inc()
+	if err == nil {
+		m.reportedAt.SetToCurrentTime()
+	}
+}
 
 func result(err error) string {
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -40,6 +41,9 @@ type Options struct {
 	ObserveEvery    time.Duration
 	ReportInterval  time.Duration
 	ReportHeartbeat time.Duration
+	// ExpiryWarningDays: a Warning Event on each observed pod that trusts an anchor
+	// expiring this soon; 0 for none.
+	ExpiryWarningDays int
 }
 
 // NewOptions returns the defaults, with the node's name from $NODE_NAME.
@@ -62,6 +66,8 @@ func NewOptions() *Options {
 		ObserveEvery:     500 * time.Millisecond,
 		ReportInterval:   2 * time.Second,
 		ReportHeartbeat:  5 * time.Minute,
+
+		ExpiryWarningDays: contract.DefaultExpiryWarningDays,
 	}
 }
 
@@ -86,11 +92,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ObserveEvery, "observe-interval", o.ObserveEvery, "How often to look at the node's trust files for a change. Only a file whose inode, size or modification time changed is read again.")
 	fs.DurationVar(&o.ReportInterval, "report-interval", o.ReportInterval, "The least time between two writes of the node's NodeTrustReport: changes within it are written together.")
 	fs.DurationVar(&o.ReportHeartbeat, "report-heartbeat", o.ReportHeartbeat, "Write the report at least this often even when nothing changed, so that its updatedAt tells a running agent from a stopped one.")
+	fs.IntVar(&o.ExpiryWarningDays, "expiry-warning-days", o.ExpiryWarningDays, "With --pods-dir: record a Warning Event (TrustAnchorExpiring, at most once a day per anchor) on each pod whose trust files, whichever delivery wrote them, hold an anchor expiring within this many days. 0 for none. The chart passes the policy's bundles.expiryWarningDays.")
 }
 
 // Validate checks the options.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.ExpiryWarningDays < 0 {
+		errs = append(errs, fmt.Errorf("--expiry-warning-days %d is negative; use 0 for no warnings", o.ExpiryWarningDays))
+	}
 	if o.NodeName == "" {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required: the agent serves one node's pods"))
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/agent/csi"
 	"github.com/trustsync/trustsync/agent/holdings"
@@ -114,7 +116,7 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	go manager.Reap(ctx, o.ReapEvery)
 	if o.PodsDir != "" {
-		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, m)
+		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, m, events)
 		if err != nil {
 			return err
 		}
@@ -171,12 +173,15 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 }
 
 // newReportPublisher observes what the node's pods hold and keeps the node's report.
-func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics) (*ReportPublisher, error) {
+func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics, events *podevents.Broadcaster) (*ReportPublisher, error) {
 	owner, err := NodeOwner(ctx, podsClient, o.NodeName)
 	if err != nil {
 		return nil, err
 	}
 	observer := &holdings.Scanner{PodsDir: o.PodsDir}
+	recorder := func(ref podevents.PodRef) podevents.OnceRecorder { return events.For(ref) }
+	expiry := &AnchorExpiry{Days: o.ExpiryWarningDays, Events: recorder, Clock: clock.RealClock{}, Gauge: m.anchorExpiry}
+	var expiryChecked time.Time
 	return &ReportPublisher{
 		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {
@@ -186,6 +191,12 @@ func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interfa
 				files += len(p.Files)
 			}
 			m.observed.Set(float64(files))
+			// Anchors come closer to expiry without any file changing: looked at
+			// after each change, and every minute.
+			if changed || time.Since(expiryChecked) >= time.Minute {
+				expiry.Observe(held, observer.Anchor)
+				expiryChecked = time.Now()
+			}
 			return held, changed
 		},
 		ScanEvery: o.ObserveEvery, MinInterval: o.ReportInterval, Heartbeat: o.ReportHeartbeat, Wrote: m.reportWritten,

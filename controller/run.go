@@ -47,9 +47,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := targets.NewMetrics(registry)
-	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
-	registry.MustRegister(leader)
+	m, leader := NewMetrics(registry)
 	var ready atomic.Bool
 	if err := healthserver.Serve(ctx, o.HealthAddress, registry, kubeapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
 		return err
@@ -69,6 +67,14 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return fmt.Errorf("%w; exiting so a restart starts clean", err)
 	}
 	return nil
+}
+
+// NewMetrics registers what trustsync-controller exports: the controllers' metrics,
+// and whether this replica leads.
+func NewMetrics(reg prometheus.Registerer) (*targets.Metrics, prometheus.Gauge) {
+	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
+	reg.MustRegister(leader)
+	return targets.NewMetrics(reg), leader
 }
 
 // run starts the injection into annotated objects, and the TrustTarget controller

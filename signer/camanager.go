@@ -34,7 +34,7 @@ type caManager struct {
 	secrets    corelisters.SecretLister
 	publisher  *publisher
 	clock      clock.PassiveClock
-	metrics    *metrics
+	metrics    *Metrics
 
 	// gate observes propagation (observed mode); events go on the CA Secret.
 	gate   propagationGate

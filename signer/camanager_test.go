@@ -35,7 +35,7 @@ func TestObserve_AnUnreadableProgressIsSaidNotInvented(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := record.NewFakeRecorder(10)
-	m := &caManager{signer: "example.com/s", metrics: newMetrics(prometheus.NewRegistry()), events: events,
+	m := &caManager{signer: "example.com/s", metrics: NewMetrics(prometheus.NewRegistry()), events: events,
 		gate: failingGate{errors.New("list pods: the server is unavailable")}, rotation: rotation{Propagation: PropagationObserved, MaxWait: time.Hour}}
 	st := &caState{Current: current, Next: next, NextPublishedAt: now}
 	secret := &corev1.Secret{}

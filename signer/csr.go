@@ -34,7 +34,7 @@ type csrHandler struct {
 	client  kubernetes.Interface
 	signers map[string]*signerRuntime
 	clock   clock.PassiveClock
-	metrics *metrics
+	metrics *Metrics
 }
 
 var errCANotReady = errors.New("the signing CA is not loaded yet")

@@ -4,8 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the signer's Prometheus metrics.
-type metrics struct {
+// Metrics are the signer's Prometheus metrics.
+type Metrics struct {
 	csrs         *prometheus.CounterVec
 	signLatency  *prometheus.HistogramVec
 	requested    *prometheus.CounterVec
@@ -21,8 +21,9 @@ type metrics struct {
 	pcrLatency         *prometheus.HistogramVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics registers the signer's metrics with reg, once per process.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		csrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_signer_csrs_total",
 			Help: "CertificateSigningRequests handled, by signer, result (approved, denied, signed, failed) and reason.",
@@ -74,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) setPhase(signer string, p Phase) {
+func (m *Metrics) setPhase(signer string, p Phase) {
 	for _, each := range []Phase{PhaseStable, PhasePublishing, PhaseWaiting} {
 		v := 0.0
 		if each == p {

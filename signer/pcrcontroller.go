@@ -43,7 +43,7 @@ type pcrHandler struct {
 	client  kubernetes.Interface
 	signers map[string]*pcrSigner
 	clock   clock.PassiveClock
-	metrics *metrics
+	metrics *Metrics
 	// refreshAt draws the fraction of a certificate's lifetime after which the kubelet
 	// refreshes it: spread over [0.6, 0.8) so a node's pods, started together, do not
 	// all renew together.

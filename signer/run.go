@@ -76,7 +76,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newMetrics(registry)
+	m := NewMetrics(registry)
 	var ready atomic.Bool
 	// /readyz: it leads and its caches are synced; a standby replica is not ready,
 	// which is what a Service wants.
@@ -102,7 +102,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
-func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *metrics, ready *atomic.Bool) error {
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *Metrics, ready *atomic.Bool) error {
 	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -112,4 +114,35 @@ func (r boundedRecorder) MeasureValidatingWebhookReviewOp(ctx context.Context, d
 func (r boundedRecorder) MeasureMutatingWebhookReviewOp(ctx context.Context, d kwhwebhook.MeasureMutatingOpData) {
 	d.MeasureOpCommonData = bounded(d.MeasureOpCommonData)
 	r.next.MeasureMutatingWebhookReviewOp(ctx, d)
+}
+
+// ServingCertificateCollector exports when the certificate the webhook serves now
+// expires, read at each scrape from get (the same source the TLS handshake uses), so
+// that a certificate that stopped being renewed is alerted on before the API server
+// refuses it. Nothing is exported while there is no certificate yet.
+func ServingCertificateCollector(get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) prometheus.Collector {
+	return servingCertificate{get: get}
+}
+
+var servingCertificateDesc = prometheus.NewDesc("trustsync_webhook_serving_certificate_not_after_timestamp_seconds",
+	"When the serving certificate this replica presents expires, in seconds since the epoch.", nil, nil)
+
+type servingCertificate struct {
+	get func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+}
+
+func (servingCertificate) Describe(ch chan<- *prometheus.Desc) { ch <- servingCertificateDesc }
+
+func (s servingCertificate) Collect(ch chan<- prometheus.Metric) {
+	c, err := s.get(&tls.ClientHelloInfo{})
+	if err != nil || c == nil || len(c.Certificate) == 0 {
+		return
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(servingCertificateDesc, prometheus.GaugeValue, float64(leaf.NotAfter.Unix()))
 }

@@ -2,11 +2,17 @@ package webhook
 
 import (
 	"bytes"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/trustsync/trustsync/test/fixtures"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,5 +63,26 @@ func TestMetrics_ForgedReviewsAddNoSeries(t *testing.T) {
 	}
 	if got := s.counter(t, "trustsync_webhook_pod_injections_total", map[string]string{"outcome": "injected"}); got < 1000 {
 		t.Errorf("injections counted %v, want every injected pod (the reviews did reach the injector)", got)
+	}
+}
+
+func TestServingCertificateCollector_ExportsTheServedCertificatesExpiryOnceThereIsOne(t *testing.T) {
+	var current *tls.Certificate
+	get := func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if current == nil {
+			return nil, errors.New("no serving certificate yet")
+		}
+		return current, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ServingCertificateCollector(get))
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 0 {
+		t.Fatalf("before any certificate: %d series (%v), want none: an absent certificate is not an expired one", n, err)
+	}
+	ca := fixtures.CA("serving")
+	current = &tls.Certificate{Certificate: [][]byte{ca.Cert.Raw}}
+	want := fmt.Sprintf("# HELP trustsync_webhook_serving_certificate_not_after_timestamp_seconds When the serving certificate this replica presents expires, in seconds since the epoch.\n# TYPE trustsync_webhook_serving_certificate_not_after_timestamp_seconds gauge\ntrustsync_webhook_serving_certificate_not_after_timestamp_seconds %g\n", float64(ca.Cert.NotAfter.Unix()))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }

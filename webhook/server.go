@@ -206,6 +206,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	} else if serving, err = newCertReloader(o.TLSCertFile, o.TLSPrivateKeyFile, time.Second, clock.RealClock{}); err != nil {
 		return err
 	}
+	registry.MustRegister(ServingCertificateCollector(serving.GetCertificate))
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	namespaces, synced := namespaceAnnotations(factory, client)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +58,10 @@ type Scanner struct {
 	// read from: reading them back parses the sidecar's arguments or the volume's
 	// attributes, which change only with the pod.
 	files map[types.UID]podFiles
+	// anchors are the anchors the files held at the last scan, by identity: parsed
+	// once however many files hold one, for what the identity alone does not say
+	// (when it expires, what it is called).
+	anchors map[string]*bundle.Anchor
 }
 
 type podFiles struct {
@@ -83,6 +88,7 @@ func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 	defer o.mu.Unlock()
 	if o.seen == nil {
 		o.seen = map[string]seenFile{}
+		o.anchors = map[string]*bundle.Anchor{}
 	}
 	now := map[string]seenFile{}
 	cached := map[types.UID]podFiles{}
@@ -118,7 +124,28 @@ func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 		changed = true
 	}
 	o.seen, o.files = now, cached
+	if changed {
+		held := map[string]bool{}
+		for _, f := range now {
+			for _, id := range f.anchors {
+				held[id] = true
+			}
+		}
+		for id := range o.anchors {
+			if !held[id] {
+				delete(o.anchors, id)
+			}
+		}
+	}
 	return held, changed
+}
+
+// Anchor is the anchor of identity id that a file held at the last scan.
+func (o *Scanner) Anchor(id string) (*bundle.Anchor, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, ok := o.anchors[id]
+	return a, ok
 }
 
 // read observes one file, reusing prev's anchors when the file is the same one.
@@ -145,11 +172,20 @@ func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFil
 	if err != nil {
 		return seenFile{stamp: st, err: err.Error()}
 	}
-	anchors, err := bundle.AnchorIDs(data)
+	ders, err := bundle.DecodeCertificates(data)
 	if err != nil {
 		return seenFile{stamp: st, err: "not a PEM trust file: " + err.Error()}
 	}
-	return seenFile{stamp: st, anchors: anchors}
+	anchors := make([]string, 0, len(ders))
+	for _, der := range ders {
+		id := bundle.AnchorID(der)
+		if _, ok := o.anchors[id]; !ok {
+			o.anchors[id] = bundle.NewAnchor(der)
+		}
+		anchors = append(anchors, id)
+	}
+	slices.Sort(anchors)
+	return seenFile{stamp: st, anchors: slices.Compact(anchors)}
 }
 
 func describe(err error) string {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -150,5 +151,28 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestScan_KeepsEachHeldAnchorParsedAndForgetsWhatNoFileHolds(t *testing.T) {
+	podsDir := t.TempDir()
+	one, two := fixtures.CA("one"), fixtures.CA("two")
+	a, b := projectedPod("a", "ca.pem"), projectedPod("b", "ca.pem")
+	writeAtomic(t, volume(t, podsDir, a), "ca.pem", []byte(fixtures.Bundle(one, two)), "1")
+	writeAtomic(t, volume(t, podsDir, b), "ca.pem", []byte(fixtures.Bundle(one)), "1")
+	o := &Scanner{PodsDir: podsDir}
+	o.Scan([]*corev1.Pod{a, b})
+	for _, c := range []*fixtures.Cert{one, two} {
+		got, ok := o.Anchor(bundle.AnchorID(c.Cert.Raw))
+		if !ok || !got.NotAfter.Equal(c.Cert.NotAfter) || got.Name != c.Cert.Subject.CommonName {
+			t.Errorf("anchor %s: %+v, %v; want it parsed, with its NotAfter and name", c.Cert.Subject.CommonName, got, ok)
+		}
+	}
+	o.Scan([]*corev1.Pod{b})
+	if _, ok := o.Anchor(bundle.AnchorID(two.Cert.Raw)); ok {
+		t.Error("an anchor no file holds any more is still kept")
+	}
+	if _, ok := o.Anchor(bundle.AnchorID(one.Cert.Raw)); !ok {
+		t.Error("an anchor a file still holds was forgotten")
 	}
 }

@@ -202,6 +202,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	if !exists {
 		c.state.forget(name)
+		c.cfg.Metrics.targetGone(name)
 		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
 	}
 	u := obj.(*unstructured.Unstructured)
@@ -661,6 +662,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 		status.Conditions = slices.Clone(old.Status.Conditions)
 	}
 	changed := meta.SetStatusCondition(&status.Conditions, cond)
+	c.cfg.Metrics.targetReady(u.GetName(), ready)
 	if old != nil && equalStatus(old.Status, status) {
 		return nil
 	}

@@ -7,6 +7,9 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	writes     *prometheus.CounterVec
 	reconciles *prometheus.CounterVec
+	// ready is each TrustTarget's Ready condition, so that a target failing for
+	// long can be alerted on by name.
+	ready *prometheus.GaugeVec
 }
 
 // NewMetrics registers the controllers' metrics with reg, once per process.
@@ -20,8 +23,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "trustsync_targets_reconciles_total",
 			Help: "Reconciles of a TrustTarget (controller=targets) or an annotated object (controller=inject).",
 		}, []string{"controller"}),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_targets_ready",
+			Help: "1 while the TrustTarget's Ready condition is True, 0 while it is False; gone with the target.",
+		}, []string{"target"}),
 	}
-	reg.MustRegister(m.writes, m.reconciles)
+	reg.MustRegister(m.writes, m.reconciles, m.ready)
 	return m
 }
 
@@ -34,5 +41,22 @@ func (m *Metrics) wrote(controller, kind, verb string) {
 func (m *Metrics) reconciled(controller string) {
 	if m != nil {
 		m.reconciles.WithLabelValues(controller).Inc()
+	}
+}
+
+func (m *Metrics) targetReady(target string, ready bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if ready {
+		v = 1
+	}
+	m.ready.WithLabelValues(target).Set(v)
+}
+
+func (m *Metrics) targetGone(target string) {
+	if m != nil {
+		m.ready.DeleteLabelValues(target)
 	}
 }

@@ -49,11 +49,12 @@ func (w *ExpiryWarner) Wrote(s Written) {
 	for p, path := range s.Fresh() {
 		files[p] = path.Anchors
 	}
-	w.check(files)
+	w.Check(files)
 }
 
-// check looks at the anchors just written, by path.
-func (w *ExpiryWarner) check(files map[string][]*tsbundle.Anchor) {
+// Check looks at anchors, by the path of the file that holds them: the anchors just
+// written, or what an observer found in a pod's files.
+func (w *ExpiryWarner) Check(files map[string][]*tsbundle.Anchor) {
 	now := w.clock.Now()
 	for sum, at := range w.warned {
 		if now.Sub(at) >= expiryWarningEvery {

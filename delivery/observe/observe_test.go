@@ -63,7 +63,7 @@ func TestExpiryWarner_OncePerAnchorPerDay(t *testing.T) {
 	expired := tsbundle.NewAnchor(fixtures.MustNew(fixtures.Options{CommonName: "gone root", NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}).Cert.Raw)
 	files := map[string][]*tsbundle.Anchor{"ca.pem": {soon, later}, "other/ca.pem": {soon}}
 
-	w.check(files)
+	w.Check(files)
 	if len(events.Events()) != 1 {
 		t.Fatalf("events %q, want one for the one anchor expiring within 30 days", events.Events())
 	}
@@ -73,13 +73,13 @@ func TestExpiryWarner_OncePerAnchorPerDay(t *testing.T) {
 	}
 	for range 100 { // a sync every few minutes for most of a day
 		clk.Step(10 * time.Minute)
-		w.check(files)
+		w.Check(files)
 	}
 	if len(events.Events()) != 1 {
 		t.Fatalf("%d events within a day, want 1", len(events.Events()))
 	}
 	clk.Step(24*time.Hour - 100*10*time.Minute)
-	w.check(files)
+	w.Check(files)
 	if len(events.Events()) != 2 || !strings.Contains(events.Events()[1], "in 4 days") {
 		t.Fatalf("a day later: events %q, want a second warning", events.Events())
 	}
@@ -89,7 +89,7 @@ func TestExpiryWarner_OncePerAnchorPerDay(t *testing.T) {
 	if want := []string{"expiry-" + sum + "-20261123", "expiry-" + sum + "-20261124"}; strings.Join(events.Keys(), " ") != strings.Join(want, " ") {
 		t.Errorf("event keys %q, want %q", events.Keys(), want)
 	}
-	w.check(map[string][]*tsbundle.Anchor{"ca.pem": {expired}})
+	w.Check(map[string][]*tsbundle.Anchor{"ca.pem": {expired}})
 	if got := events.Events()[len(events.Events())-1]; !strings.Contains(got, `"CN=gone root"`) || !strings.Contains(got, "expired at") {
 		t.Errorf("an expired anchor: %q", got)
 	}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/observe"
+	"github.com/trustsync/trustsync/delivery/podevents"
+)
+
+// AnchorExpiry watches the expiry of what the node's pods trust, whichever delivery
+// wrote their files: sidecars warn only of what they write, and the kubelet's
+// projected volumes warn of nothing. It exports each anchor's expiry once (a gauge
+// per anchor, not per pod), and records on each pod that trusts an anchor expiring
+// within the window the same TrustAnchorExpiring Event a sidecar records, under the
+// same name, so a pod that a sidecar or the agent's own volume already warned gets no
+// second one.
+type AnchorExpiry struct {
+	// Days is the warning window; 0 records no Events (the gauge is kept).
+	Days int
+	// Events gives the recorder of a pod's Events.
+	Events func(podevents.PodRef) podevents.OnceRecorder
+	Clock  clock.PassiveClock
+	Gauge  *prometheus.GaugeVec
+	warner map[types.UID]*observe.ExpiryWarner
+	named  map[string]string // the gauge's series: anchor id to name
+}
+
+// Observe looks at what a scan found; anchor resolves an identity to its anchor.
+func (e *AnchorExpiry) Observe(held []holdings.Pod, anchor func(string) (*bundle.Anchor, bool)) {
+	if e.warner == nil {
+		e.warner, e.named = map[types.UID]*observe.ExpiryWarner{}, map[string]string{}
+	}
+	named := map[string]string{}
+	pods := map[types.UID]bool{}
+	for _, p := range held {
+		files := map[string][]*bundle.Anchor{}
+		for _, f := range p.Files {
+			for _, id := range f.Anchors {
+				a, ok := anchor(id)
+				if !ok || a.NotAfter.IsZero() {
+					continue
+				}
+				if _, ok := named[id]; !ok {
+					named[id] = a.Name
+					e.Gauge.WithLabelValues(id, a.Name).Set(float64(a.NotAfter.Unix()))
+				}
+				files[fileName(f)] = append(files[fileName(f)], a)
+			}
+		}
+		pods[p.UID] = true
+		if e.Days <= 0 || e.Events == nil || len(files) == 0 {
+			continue
+		}
+		w, ok := e.warner[p.UID]
+		if !ok {
+			w = observe.NewExpiryWarner(e.Days, e.Events(podevents.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}), e.Clock)
+			e.warner[p.UID] = w
+		}
+		w.Check(files)
+	}
+	for id, name := range e.named {
+		if n, ok := named[id]; !ok || n != name {
+			e.Gauge.DeleteLabelValues(id, name)
+		}
+	}
+	e.named = named
+	for uid := range maps.Keys(e.warner) {
+		if !pods[uid] {
+			delete(e.warner, uid)
+		}
+	}
+}
+
+// fileName is how the pod's author knows the file: where it is mounted.
+func fileName(f holdings.File) string {
+	if len(f.MountPaths) > 0 {
+		return slices.Min(f.MountPaths)
+	}
+	return f.File
+}
