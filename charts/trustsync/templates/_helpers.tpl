@@ -52,9 +52,87 @@ and as a YAML flow sequence (RBAC resourceNames).
 [{{ range $i, $s := .Values.policy.signers }}{{ if $i }}, {{ end }}{{ $s.signerName | squote }}{{ end }}]
 {{- end }}
 
-{{/* The image, tag defaulting to the chart's appVersion. */}}
+{{/* The image: by digest when one is given, else by tag (default: the chart's appVersion). */}}
 {{- define "trustsync.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where a component's pods run and what they pull with: the pod spec fields every
+workload shares. Takes a dict with "root" (the chart context), "values" (the
+component's values), "component" and "spread" (spread replicas over nodes when the
+user gives no affinity). Linux nodes only: the image is built for Linux.
+*/}}
+{{- define "trustsync.placement" -}}
+{{- $v := .values -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+nodeSelector:
+  {{- toYaml (merge (deepCopy ($v.nodeSelector | default dict)) (dict "kubernetes.io/os" "linux")) | nindent 2 }}
+{{- if $v.affinity }}
+affinity:
+  {{- toYaml $v.affinity | nindent 2 }}
+{{- else if .spread }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            app.kubernetes.io/instance: {{ .root.Release.Name }}
+            app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The arguments every component takes from the chart: its log level, then its
+extraArgs (last, so that they win over the chart's own). Takes a dict with "root"
+and "values".
+*/}}
+{{- define "trustsync.commonArgs" -}}
+- --v={{ .root.Values.logLevel }}
+{{- range .values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+A PodDisruptionBudget for a component. Takes a dict with "root", "values" (with
+podDisruptionBudget) and "component".
+*/}}
+{{- define "trustsync.pdb" -}}
+{{- if .values.podDisruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "trustsync.fullname" .root }}-{{ .component }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "trustsync.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+spec:
+  minAvailable: {{ .values.podDisruptionBudget.minAvailable }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/instance: {{ .root.Release.Name }}
+      app.kubernetes.io/component: {{ .component }}
+{{- end }}
 {{- end }}
 
 {{/* The webhook's TLS Secret name. */}}

@@ -1,0 +1,175 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/trustsync/trustsync/test/controlplane"
+)
+
+// workloads are the chart's four workloads, by component, as typed pod templates.
+func workloads(t *testing.T, objs []*unstructured.Unstructured) map[string]corev1.PodTemplateSpec {
+	t.Helper()
+	out := map[string]corev1.PodTemplateSpec{}
+	for _, o := range objs {
+		var tmpl corev1.PodTemplateSpec
+		switch o.GetKind() {
+		case "Deployment":
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			tmpl = d.Spec.Template
+		case "DaemonSet":
+			var d appsv1.DaemonSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			tmpl = d.Spec.Template
+		default:
+			continue
+		}
+		out[o.GetLabels()["app.kubernetes.io/component"]] = tmpl
+	}
+	if len(out) != 4 {
+		t.Fatalf("rendered workloads %v, want webhook, signer, controller and agent", slices.Sorted(func(yield func(string) bool) {
+			for k := range out {
+				if !yield(k) {
+					return
+				}
+			}
+		}))
+	}
+	return out
+}
+
+// What a platform team sets for production reaches every workload it is meant for.
+func TestChart_ProductionSettingsReachEveryWorkload(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "production.yaml")
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	if err := os.WriteFile(values, []byte(`
+image: {digest: `+digest+`}
+imagePullSecrets: [{name: registry-credentials}]
+logLevel: 2
+webhook:
+  replicas: 1
+  podDisruptionBudget: {enabled: false}
+  hostNetwork: true
+  sidecarImagePullSecrets: [app-registry]
+  priorityClassName: system-cluster-critical
+  extraArgs: [--kube-api-qps=50]
+  nodeSelector: {pool: system}
+  tolerations: [{key: dedicated, operator: Equal, value: system, effect: NoSchedule}]
+signer:
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [secure]}]}]}}}
+controller:
+  resources: {requests: {cpu: 10m, memory: 32Mi}}
+agent:
+  extraArgs: [--observe-interval=1s]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns, "-f", values))
+	w := workloads(t, objs)
+	for component, tmpl := range w {
+		spec := tmpl.Spec
+		if !slices.Contains(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: "registry-credentials"}) {
+			t.Errorf("%s: imagePullSecrets %v lack the chart's", component, spec.ImagePullSecrets)
+		}
+		if spec.NodeSelector["kubernetes.io/os"] != "linux" {
+			t.Errorf("%s: nodeSelector %v does not keep it to Linux nodes", component, spec.NodeSelector)
+		}
+		c := spec.Containers[0]
+		if c.Image != "ghcr.io/trustsync/trustsync@"+digest {
+			t.Errorf("%s: image %s, want it pinned by digest", component, c.Image)
+		}
+		if !slices.Contains(c.Args, "--v=2") {
+			t.Errorf("%s: args %v lack the log level", component, c.Args)
+		}
+	}
+	webhook := w["webhook"].Spec
+	if !webhook.HostNetwork || webhook.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("webhook: hostNetwork %v, dnsPolicy %q", webhook.HostNetwork, webhook.DNSPolicy)
+	}
+	if webhook.PriorityClassName != "system-cluster-critical" || webhook.NodeSelector["pool"] != "system" || len(webhook.Tolerations) != 1 {
+		t.Errorf("webhook: placement not applied: %q %v %v", webhook.PriorityClassName, webhook.NodeSelector, webhook.Tolerations)
+	}
+	if args := webhook.Containers[0].Args; args[len(args)-1] != "--kube-api-qps=50" || !slices.Contains(args, "--sidecar-image-pull-secrets=app-registry") ||
+		!slices.Contains(args, "--sidecar-image=ghcr.io/trustsync/trustsync@"+digest) {
+		t.Errorf("webhook args %v: want the extra flag last, the sidecars' pull Secret and the sidecar image by digest", args)
+	}
+	if a := w["signer"].Spec.Affinity; a == nil || a.NodeAffinity == nil || a.PodAntiAffinity != nil {
+		t.Errorf("signer: affinity %+v, want the user's in place of the default spread", a)
+	}
+	if r := w["controller"].Spec.Containers[0].Resources; r.Requests.Cpu().String() != "10m" {
+		t.Errorf("controller: resources %v", r)
+	}
+	if args := w["agent"].Spec.Containers[0].Args; args[len(args)-1] != "--observe-interval=1s" {
+		t.Errorf("agent args %v: want the extra flag last", args)
+	}
+	var pdbs []string
+	for _, o := range objs {
+		if o.GetKind() == "PodDisruptionBudget" {
+			pdbs = append(pdbs, o.GetName())
+		}
+	}
+	if !slices.Equal(pdbs, []string{"trustsync-signer"}) {
+		t.Errorf("PodDisruptionBudgets %v: want the signer's alone, the one-replica webhook's disabled", pdbs)
+	}
+
+	// The defaults: both PDBs, replicas spread over nodes.
+	w = workloads(t, objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns)))
+	for _, c := range []string{"webhook", "signer"} {
+		if a := w[c].Spec.Affinity; a == nil || a.PodAntiAffinity == nil {
+			t.Errorf("%s: replicas not spread over nodes by default", c)
+		}
+	}
+}
+
+// The schema refuses any key it does not know, wherever it is: a typo must fail the
+// install, not install a webhook and a signer that crash-loop on the policy.
+func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ set, want string }{
+		{"webhook.replicsa=2", "replicsa"},
+		{"policy.signers[0].signerName=example.com/x", ""},
+		{"policy.signers[0].trustDomian=example.org", "trustDomian"},
+		{"policy.signers[0].approval.dnsName={a}", "dnsName"},
+		{"policy.bundles.denyExpird=true", "denyExpird"},
+		{"agent.reports.intervall=1s", "intervall"},
+		{"prometheus.servicemonitor.enabled=true", "servicemonitor"},
+		{"imagePullSecrets[0].nme=x", "nme"},
+		{"webhook.podDisruptionBudget.maxUnavailable=1", "maxUnavailable"},
+		{"signer.resources.limit.memory=1Gi", "limit"},
+		{"certManager.issuerRef.nam=x", "nam"},
+		{"image.digest=latest", "digest"},
+		{"logLevel=-1", "logLevel"},
+		{"webhook.extraArgs={kube-api-qps=5}", "extraArgs"},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", tc.set)
+			cmd.Dir, _ = filepath.Abs("../../..")
+			out, err := cmd.CombinedOutput()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %s", out)
+			case tc.want != "" && err == nil:
+				t.Errorf("--set %s rendered; want it refused", tc.set)
+			case tc.want != "" && !strings.Contains(string(out), tc.want):
+				t.Errorf("the refusal does not name %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
