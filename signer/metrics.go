@@ -34,12 +34,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"signer"}),
 		requested: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "trustsync_signer_csr_requested_duration_total",
-			Help: "Signed CSRs that asked for a duration, by signer (upstream's csr_requested_duration_total).",
+			Name: "trustsync_signer_csr_requested_duration_seconds_total",
+			Help: "Signed CSRs that asked for a duration, by signer (upstream's csr_requested_duration_seconds_total).",
 		}, []string{"signer"}),
 		honored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "trustsync_signer_csr_honored_duration_total",
-			Help: "Of those, signed with the duration asked for, by signer (upstream's csr_honored_duration_total).",
+			Name: "trustsync_signer_csr_honored_duration_seconds_total",
+			Help: "Of those, signed with the duration asked for, by signer (upstream's csr_honored_duration_seconds_total).",
 		}, []string{"signer"}),
 		caNotAfter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "trustsync_signer_ca_not_after_timestamp_seconds",

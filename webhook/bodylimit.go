@@ -89,7 +89,7 @@ func newBodyBudget(bytesInFlight int64) *bodyBudget {
 func (b *bodyBudget) register(reg prometheus.Registerer) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "trustsync_webhook_review_bytes_arriving",
+			Name: "trustsync_webhook_arriving_review_bytes",
 			Help: "Bytes of admission review bodies still arriving, or arrived and waiting to be decoded, charged against the receiving budget.",
 		}, func() float64 { return float64(b.arriving.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -214,7 +214,7 @@ func TestBodyBudget_ABodySlowerThanItsTimeoutIsCutOff(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "did not arrive within 1s") {
 		t.Fatalf("HTTP %d %q; want 408 saying the body did not arrive within 1s", resp.StatusCode, body)
 	}
-	if got := gauge(t, s.registry, "trustsync_webhook_review_bytes_arriving"); got != 0 {
+	if got := gauge(t, s.registry, "trustsync_webhook_arriving_review_bytes"); got != 0 {
 		t.Errorf("%v bytes still charged after the body was cut off", got)
 	}
 }

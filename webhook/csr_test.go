@@ -197,10 +197,10 @@ func TestCSRAdmission_DurationMetrics(t *testing.T) {
 	s.review(t, csrReq(routeMutateCSR, csrObject("example.com/clamped", ptr.To[int32](86400), nil)))
 	s.review(t, csrReq(routeMutateCSR, csrObject("example.com/clamped", nil, nil)))
 	signer := map[string]string{"signer": "example.com/clamped"}
-	if got := s.counter(t, "trustsync_webhook_csr_requested_duration_total", signer); got != 2 {
+	if got := s.counter(t, "trustsync_webhook_csr_requested_duration_seconds_total", signer); got != 2 {
 		t.Errorf("requested = %v, want 2 (the defaulted one asked for nothing)", got)
 	}
-	if got := s.counter(t, "trustsync_webhook_csr_honored_duration_total", signer); got != 1 {
+	if got := s.counter(t, "trustsync_webhook_csr_honored_duration_seconds_total", signer); got != 1 {
 		t.Errorf("honored = %v, want 1 (the clamped one was not)", got)
 	}
 	if got := s.counter(t, "trustsync_webhook_admission_requests_total", map[string]string{"route": routeMutateCSR, "outcome": "clamped"}); got != 1 {

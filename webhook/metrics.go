@@ -50,11 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Attest checks on mirror ClusterTrustBundles, by decision (allowed, denied, error; an error denies).",
 		}, []string{"decision"}),
 		requested: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "trustsync_webhook_csr_requested_duration_total",
+			Name: "trustsync_webhook_csr_requested_duration_seconds_total",
 			Help: "CertificateSigningRequests that asked for a duration, by signer.",
 		}, []string{"signer"}),
 		honored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "trustsync_webhook_csr_honored_duration_total",
+			Name: "trustsync_webhook_csr_honored_duration_seconds_total",
 			Help: "CertificateSigningRequests whose requested duration was admitted unchanged, by signer.",
 		}, []string{"signer"}),
 		injections: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -172,12 +172,12 @@ func (m *Metrics) write(w io.Writer) {
 	for _, p := range sortedKeys(m.expiries) {
 		fmt.Fprintf(w, "trustsync_sidecar_anchor_expiry_timestamp_seconds{path=%s} %d\n", quote(p), m.expiries[p].Unix())
 	}
-	header(w, "trustsync_sidecar_seconds_since_last_success", "gauge", "Seconds since every trust file was last synced without error (-1 before the first success); alert when it grows.")
-	since := -1.0
+	header(w, "trustsync_sidecar_last_success_timestamp_seconds", "gauge", "When every trust file was last synced without error (Unix seconds; 0 before the first success); alert on time() minus it.")
+	last := int64(0)
 	if !m.lastSuccess.IsZero() {
-		since = m.now().Sub(m.lastSuccess).Seconds()
+		last = m.lastSuccess.Unix()
 	}
-	fmt.Fprintf(w, "trustsync_sidecar_seconds_since_last_success %g\n", since)
+	fmt.Fprintf(w, "trustsync_sidecar_last_success_timestamp_seconds %d\n", last)
 	if !m.certExpiry.IsZero() {
 		header(w, "trustsync_sidecar_certificate_expiration_seconds", "gauge", "Seconds until the workload certificate expires (as the kubelet's certificate_manager_client_expiration_seconds).")
 		fmt.Fprintf(w, "trustsync_sidecar_certificate_expiration_seconds %g\n", m.certExpiry.Sub(m.now()).Seconds())

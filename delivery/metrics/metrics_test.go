@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -32,6 +33,10 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	families, err := parser.TextToMetricFamilies(strings.NewReader(out.String()))
 	if err != nil {
 		t.Fatalf("not the text format: %v\n%s", err, out.String())
+	}
+	// Prometheus's own linter: units in the name, _total on counters, snake case.
+	if problems, err := promlint.New(strings.NewReader(out.String())).Lint(); err != nil || len(problems) > 0 {
+		t.Errorf("the names break Prometheus's conventions: %v %+v", err, problems)
 	}
 	count := func(name, label, value string) float64 {
 		for _, metric := range families[name].GetMetric() {
@@ -87,8 +92,8 @@ func TestMetrics_ParseAsPrometheusTextFormat(t *testing.T) {
 	if got := families["trustsync_sidecar_certificate_not_after_timestamp_seconds"].GetMetric()[0].GetGauge().GetValue(); got != float64(certExpires.Unix()) {
 		t.Errorf("certificate notAfter = %v, want %d", got, certExpires.Unix())
 	}
-	if got := families["trustsync_sidecar_seconds_since_last_success"].GetMetric()[0].GetGauge().GetValue(); got != 90 {
-		t.Errorf("seconds since last success = %v, want 90", got)
+	if got, want := families["trustsync_sidecar_last_success_timestamp_seconds"].GetMetric()[0].GetGauge().GetValue(), time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC).Unix(); got != float64(want) {
+		t.Errorf("last success = %v, want the first sync's time %d (the second failed)", got, want)
 	}
 }
 

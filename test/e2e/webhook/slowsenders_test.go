@@ -50,7 +50,7 @@ func TestWebhook_SlowSendersDoNotStopAdmission(t *testing.T) {
 	}
 	// Every sender is being received: each has had its first bytes charged.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return w.metric(t, "trustsync_webhook_review_bytes_arriving", nil) >= senders, nil
+		return w.metric(t, "trustsync_webhook_arriving_review_bytes", nil) >= senders, nil
 	}); err != nil {
 		t.Fatalf("the webhook is not receiving the %d slow senders: %v", senders, err)
 	}
