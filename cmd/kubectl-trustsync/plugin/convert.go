@@ -31,6 +31,11 @@ same namespaces: a TrustTarget each, and a ClusterTrustBundle for each inline so
 What cannot be carried over is printed as comments and on standard error, and the
 exit code is 3. Nothing is applied: review, then kubectl apply -f. See
 docs/migrate-from-trust-manager.md.`,
+		Example: `  # Convert what trust-manager runs now, review, then apply
+  kubectl get bundles.trust.cert-manager.io -o yaml | yq '.items[]' | kubectl trustsync convert -f - > trust.yaml
+  kubectl apply -f trust.yaml
+  # One List, as JSON (what would be refused is left out and named on standard error)
+  kubectl trustsync convert -f bundles.yaml -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if len(files) == 0 {
@@ -46,6 +51,9 @@ docs/migrate-from-trust-manager.md.`,
 func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) error {
 	var out bytes.Buffer
 	var notes []string
+	// With -o json: the objects ready to apply as one List; what would be refused
+	// is left out (it cannot be commented out in JSON) and named on standard error.
+	var items []any
 	converted := 0
 	for _, f := range files {
 		r := stdin
@@ -78,11 +86,13 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 			}
 			notes = append(notes, c.Notes...)
 			for _, bundle := range c.Bundles {
+				items = append(items, bundle)
 				if err := writeDoc(&out, bundle, ""); err != nil {
 					return err
 				}
 			}
 			for _, t := range c.Targets {
+				items = append(items, t)
 				if err := writeDoc(&out, t, ""); err != nil {
 					return err
 				}
@@ -101,33 +111,53 @@ func (o *options) convert(files []string, stdin io.Reader, stderr io.Writer) err
 	if converted == 0 {
 		return errors.New("no trust-manager Bundle or ClusterBundle found")
 	}
+	if len(notes) > 0 {
+		o.code = ExitNotAll
+	}
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "not carried over: "+oneLine(n))
+	}
+	if o.output == "json" {
+		for i, item := range items {
+			m, err := applyable(item)
+			if err != nil {
+				return err
+			}
+			items[i] = m
+		}
+		return o.print(map[string]any{"apiVersion": "v1", "kind": "List", "items": nonNil(items)})
+	}
 	for _, n := range notes {
 		// One line each, whatever the input held: a note is a comment, never YAML.
 		fmt.Fprintln(o.stdout, "# NOT CARRIED OVER: "+oneLine(n))
-		fmt.Fprintln(stderr, "not carried over: "+oneLine(n))
-	}
-	if len(notes) > 0 {
-		o.code = ExitNotAll
 	}
 	_, err := o.stdout.Write(out.Bytes())
 	return err
 }
 
-// writeDoc prints obj as a YAML document, as one would apply it (no status, no
-// server-set metadata), produced by a YAML encoder; each line after prefix ("# "
-// comments the document out).
-func writeDoc(w io.Writer, obj any, prefix string) error {
+// applyable is obj as one would apply it: no status, no server-set metadata.
+func applyable(obj any) (map[string]any, error) {
 	raw, err := json.Marshal(obj)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return err
+		return nil, err
 	}
 	delete(m, "status")
 	if meta, ok := m["metadata"].(map[string]any); ok {
 		delete(meta, "creationTimestamp")
+	}
+	return m, nil
+}
+
+// writeDoc prints obj as a YAML document (applyable), produced by a YAML encoder;
+// each line after prefix ("# " comments the document out).
+func writeDoc(w io.Writer, obj any, prefix string) error {
+	m, err := applyable(obj)
+	if err != nil {
+		return err
 	}
 	data, err := yaml.Marshal(m)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
@@ -67,26 +68,48 @@ Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
 		SilenceUsage: true, SilenceErrors: true,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// kubectl trustsync completion bash|zsh|fish|powershell; kubectl itself completes a
+	// plugin through a kubectl_complete-trustsync on the PATH (docs/cli.md).
+	root.CompletionOptions.HiddenDefaultCmd = false
+	// -o is checked before anything is read, so a typo costs no API call.
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		switch o.output {
+		case "", "json", "yaml":
+			return nil
+		}
+		return fmt.Errorf("--output %q is not supported: give json or yaml, or nothing for a table", o.output)
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	o.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Every namespace, not only the current one.")
-	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "Output format: empty for a table, or json.")
+	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "Output format: empty for a table, json or yaml.")
 	root.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Each pod's trust files: up to date with their sources, behind since when, or not observed",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return o.status(cmd.Context()) },
+		Example: `  # The pods of the current namespace
+  kubectl trustsync status
+  # Every namespace, as JSON, for a script (exit 3: some file behind or not observed)
+  kubectl trustsync status -A -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.status(cmd.Context()) },
 	}, &cobra.Command{
 		Use:   "who-trusts ANCHOR",
 		Short: "Every pod and file holding ANCHOR: a PEM file, or a SHA-256 in hex (or its first 12 digits or more)",
-		Args:  cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
+		Example: `  # Who still trusts the CA in old-ca.pem, in every namespace?
+  kubectl trustsync who-trusts old-ca.pem -A
+  # By the anchor's SHA-256 (of its DER), as status and the alerts print it
+  kubectl trustsync who-trusts 3f2a9c0d41be -A -o yaml`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
 	}, &cobra.Command{
 		Use:   "rotation [SIGNER]",
 		Short: "trustsync's signers' CA rotation: its phase, the new CA, how many pods selecting the signer's bundle hold it, and who does not yet",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  # Every signer's rotation
+  kubectl trustsync rotation
+  # One signer's, and the pods that do not hold its new CA yet
+  kubectl trustsync rotation trustsync.io/workload -o json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			signer := ""
 			if len(args) == 1 {
@@ -98,13 +121,12 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 	root.AddCommand(o.convertCommand(os.Stdin, stderr), &cobra.Command{
 		Use:   "version",
 		Short: "The plugin's release (-o json: {\"version\": ...})",
-		Args:  cobra.NoArgs,
+		Example: `  kubectl trustsync version
+  kubectl trustsync version -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if o.output == "json" {
-				return o.json(map[string]string{"version": version.String()})
-			}
-			if err := o.checkOutput(); err != nil {
-				return err
+			if o.structured() {
+				return o.print(map[string]string{"version": version.String()})
 			}
 			_, err := fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", version.String())
 			return err
@@ -217,11 +239,8 @@ func (o *options) status(ctx context.Context) error {
 			o.code = ExitNotAll
 		}
 	}
-	if o.output == "json" {
-		return o.json(map[string]any{"items": nonNil(files)})
-	}
-	if err := o.checkOutput(); err != nil {
-		return err
+	if o.structured() {
+		return o.print(map[string]any{"items": nonNil(files)})
 	}
 	if len(files) == 0 {
 		fmt.Fprintln(o.stdout, "No pod here receives trust from trustsync or the kubelet.")
@@ -264,22 +283,15 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	// "Nobody holds it" is an answer only where every running pod with trust files
 	// was seen; otherwise what could not be seen is named.
 	unseen := c.Unseen(ns)
-	type answer struct {
-		Anchor string         `json:"anchor"`
-		Items  []query.Holder `json:"items"`
-		// NotSeen: running pods with trust files no readable report covers, by
-		// node; empty when every one was seen.
-		NotSeen []query.Unseen `json:"notSeen"`
-	}
-	var answers []answer
+	var answers []trustAnswer
 	for _, a := range anchors {
 		holders := c.WhoTrusts(a, ns)
 		if len(holders) == 0 || len(unseen) > 0 {
 			o.code = ExitNotAll
 		}
-		answers = append(answers, answer{Anchor: a, Items: nonNil(holders), NotSeen: nonNil(unseen)})
+		answers = append(answers, trustAnswer{Anchor: a, Items: nonNil(holders), NotSeen: nonNil(unseen)})
 	}
-	if printed, err := printJSON(o, answers); printed || err != nil {
+	if printed, err := printStructured(o, answers); printed || err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
@@ -300,6 +312,15 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	}
 	printUnseen(o.stdout, unseen)
 	return nil
+}
+
+// trustAnswer is who-trusts' answer for one anchor.
+type trustAnswer struct {
+	Anchor string         `json:"anchor"`
+	Items  []query.Holder `json:"items"`
+	// NotSeen: running pods with trust files no readable report covers, by node;
+	// empty when every one was seen.
+	NotSeen []query.Unseen `json:"notSeen"`
 }
 
 // printUnseen says, under a table, which pods the answer could not see.
@@ -330,27 +351,32 @@ func short(id string) string {
 	return id
 }
 
-// printJSON prints items as JSON when -o json asks: one alone, several as
-// {"items": [...]}. It reports whether it printed; otherwise the output must be the
-// table's.
-func printJSON[T any](o *options, items []T) (bool, error) {
-	if o.output == "json" {
-		if len(items) == 1 {
-			return true, o.json(items[0])
+// printStructured prints items as -o json or yaml asks: one alone, several as
+// {"items": [...]}. It reports whether it printed; otherwise the output is a table.
+func printStructured[T any](o *options, items []T) (bool, error) {
+	if !o.structured() {
+		return false, nil
+	}
+	if len(items) == 1 {
+		return true, o.print(items[0])
+	}
+	return true, o.print(map[string]any{"items": items})
+}
+
+// structured says -o asked for json or yaml rather than a table.
+func (o *options) structured() bool { return o.output == "json" || o.output == "yaml" }
+
+// print writes v as -o asks; YAML is made from the JSON, so both have the same
+// field names.
+func (o *options) print(v any) error {
+	if o.output == "yaml" {
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return err
 		}
-		return true, o.json(map[string]any{"items": items})
+		_, err = o.stdout.Write(data)
+		return err
 	}
-	return false, o.checkOutput()
-}
-
-func (o *options) checkOutput() error {
-	if o.output != "" {
-		return fmt.Errorf("--output %q is not supported: give json, or nothing for a table", o.output)
-	}
-	return nil
-}
-
-func (o *options) json(v any) error {
 	enc := json.NewEncoder(o.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -407,7 +433,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		return fmt.Errorf("no live bundle of a trustsync signer found (annotation %s)", bundle.RotationAnnotation)
 	}
-	if printed, err := printJSON(o, out); printed || err != nil {
+	if printed, err := printStructured(o, out); printed || err != nil {
 		return err
 	}
 	for _, r := range out {

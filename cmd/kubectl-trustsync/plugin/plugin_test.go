@@ -1,0 +1,182 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustreport/query"
+	"sigs.k8s.io/yaml"
+)
+
+// run is Main with args, and what it printed.
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	code = Main(args, &out, &errs)
+	return out.String(), errs.String(), code
+}
+
+// An unknown -o is refused before anything is read: the server given here does not
+// exist, and the error must be about -o, not about reaching it.
+func TestMain_AnUnknownOutputIsRefusedBeforeAnyAPICall(t *testing.T) {
+	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"version"}, {"convert", "-f", "-"}} {
+		_, stderr, code := run(t, append(cmd, "-o", "xml", "--server", "https://127.0.0.1:1")...)
+		if code != ExitError || !strings.Contains(stderr, `--output "xml" is not supported: give json or yaml`) {
+			t.Errorf("%s -o xml: exit %d, %q", cmd[0], code, stderr)
+		}
+	}
+}
+
+func TestMain_VersionPrintsTheSameInEveryFormat(t *testing.T) {
+	var fromJSON, fromYAML map[string]string
+	out, _, code := run(t, "version", "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &fromJSON) != nil {
+		t.Fatalf("version -o json: exit %d, %q", code, out)
+	}
+	out, _, code = run(t, "version", "-o", "yaml")
+	if code != 0 || yaml.UnmarshalStrict([]byte(out), &fromYAML) != nil {
+		t.Fatalf("version -o yaml: exit %d, %q", code, out)
+	}
+	if fromJSON["version"] == "" || fromJSON["version"] != fromYAML["version"] {
+		t.Errorf("json says %v, yaml %v", fromJSON, fromYAML)
+	}
+}
+
+func TestMain_CompletesInEveryShell(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		out, stderr, code := run(t, "completion", shell)
+		if code != 0 || !strings.Contains(out, "trustsync") {
+			t.Errorf("completion %s: exit %d, %d bytes, %s", shell, code, len(out), stderr)
+		}
+	}
+	// What the shell asks for: the commands, then a command's flags.
+	out, _, _ := run(t, "__complete", "")
+	for _, want := range []string{"status", "who-trusts", "rotation", "convert", "version"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("completing a command offers no %s:\n%s", want, out)
+		}
+	}
+	if out, _, _ := run(t, "__complete", "status", "--all-"); !strings.Contains(out, "--all-namespaces") {
+		t.Errorf("completing status --all- offers:\n%s", out)
+	}
+}
+
+func TestMain_EveryCommandHelpHasExamples(t *testing.T) {
+	for _, cmd := range []string{"status", "who-trusts", "rotation", "convert", "version"} {
+		out, _, code := run(t, cmd, "--help")
+		if code != 0 || !strings.Contains(out, "Examples:\n") || !strings.Contains(out, "kubectl trustsync "+cmd) {
+			t.Errorf("%s --help (exit %d) has no examples of itself:\n%s", cmd, code, out)
+		}
+	}
+}
+
+// convert -o json prints one List that kubectl apply -f takes: the objects ready to
+// apply, never what would be refused, which is named on standard error.
+func TestConvert_JSONIsOneListOfWhatIsReadyToApply(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bundles.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: corp}
+spec:
+  sources: [{useDefaultCAs: true}, {inLine: "`+strings.ReplaceAll(fixtures.Bundle(fixtures.CA("corp")), "\n", `\n`)+`"}]
+  target: {configMap: {key: ca.crt}}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: `+strings.Repeat("x", 70)+`}
+spec:
+  sources: [{useDefaultCAs: true}]
+  target: {configMap: {key: ca.crt}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, code := run(t, "convert", "-f", file, "-o", "json")
+	var list struct {
+		APIVersion, Kind string
+		Items            []struct {
+			Kind     string
+			Metadata struct{ Name string }
+			Status   any
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("not JSON (%v):\n%s", err, out)
+	}
+	var kinds []string
+	for _, item := range list.Items {
+		kinds = append(kinds, item.Kind+"/"+item.Metadata.Name)
+		if item.Status != nil {
+			t.Errorf("%s carries a status", item.Metadata.Name)
+		}
+	}
+	if list.Kind != "List" || list.APIVersion != "v1" || len(kinds) != 2 || !strings.HasPrefix(kinds[0], "ClusterTrustBundle/") || kinds[1] != "TrustTarget/corp" {
+		t.Errorf("printed %s %s %v; want a v1 List of corp's bundle and TrustTarget alone", list.APIVersion, list.Kind, kinds)
+	}
+	if code != ExitNotAll || !strings.Contains(stderr, "would be refused: metadata.name") {
+		t.Errorf("exit %d, stderr %q: want 3 and the refused target named", code, stderr)
+	}
+}
+
+// docs/cli.md's JSON examples are what the plugin prints: each decodes into the type
+// printed with no field the type lacks, and names every field the type has.
+func TestDocs_JSONExamplesMatchWhatIsPrinted(t *testing.T) {
+	data, err := os.ReadFile("../../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(string(data), -1)
+	examples := []struct {
+		name string
+		into any
+		// fields every printed field name, as JSON names it
+		fields []string
+	}{
+		{"status", &struct {
+			Items []query.FileStatus `json:"items"`
+		}{}, append([]string{"items"}, jsonFields(reflect.TypeFor[query.FileStatus]())...)},
+		{"who-trusts", &trustAnswer{}, append(append(jsonFields(reflect.TypeFor[trustAnswer]()), jsonFields(reflect.TypeFor[query.Holder]())...), jsonFields(reflect.TypeFor[query.Unseen]())...)},
+		{"rotation", &Rotation{}, append(jsonFields(reflect.TypeFor[Rotation]()), jsonFields(reflect.TypeFor[query.Straggler]())...)},
+	}
+	if len(blocks) != len(examples) {
+		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation)", len(blocks), len(examples))
+	}
+	for i, ex := range examples {
+		text := strings.ReplaceAll(blocks[i][1], `"<sha256>"`, `"`+strings.Repeat("ab", 32)+`"`)
+		dec := json.NewDecoder(strings.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(ex.into); err != nil {
+			t.Errorf("the %s example is not what the plugin prints: %v", ex.name, err)
+		}
+		for _, f := range ex.fields {
+			if !strings.Contains(text, `"`+f+`"`) {
+				t.Errorf("the %s example leaves out the printed field %q", ex.name, f)
+			}
+		}
+	}
+}
+
+// jsonFields are the JSON names of t's fields, embedded structs' included.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
