@@ -34,7 +34,7 @@ case "$verb" in
     make -s -C "$root" build
     cluster_bin
     mkdir -p "$dir/images"
-    ref=$("$root/bin/helm" template trustsync "$root/charts/trustsync" | sed -n 's/^ *image: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | head -1)
+    ref=$("$root/bin/helm" template trustsync "$root/charts/trustsync" --kube-version 1.37.1 | sed -n 's/^ *image: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | head -1)
     [[ -n "$ref" ]] || { echo "could not find the image the chart renders by default" >&2; exit 1; }
     log "building images ($ref, trustsync.test/shell:1, trustsync.test/pause:1)"
     (

@@ -96,6 +96,10 @@ func Apply(ctx context.Context, cfg *rest.Config, manifests []byte) ([]*unstruct
 	}
 }
 
+// TemplateKubeVersion is the Kubernetes release helm template renders for: the one the
+// tests run. Without it helm assumes an old one, which the chart's kubeVersion refuses.
+const TemplateKubeVersion = "--kube-version=1.37.1"
+
 // RenderChart runs `helm template` on the trustsync chart with the given arguments
 // (--set, --show-only, ...) using the pinned helm binary.
 func RenderChart(args ...string) ([]byte, error) {
@@ -107,7 +111,7 @@ func RenderChart(args ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "helm"), append([]string{"template", "trustsync", filepath.Join(root, "charts", "trustsync")}, args...)...)
+	cmd := exec.Command(filepath.Join(bin, "helm"), append([]string{"template", "trustsync", filepath.Join(root, "charts", "trustsync"), TemplateKubeVersion}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -59,6 +59,9 @@ func helm(t *testing.T, args ...string) []byte {
 		t.Fatal(err)
 	}
 	root, _ := filepath.Abs("../../..")
+	if len(args) > 0 && args[0] == "template" {
+		args = append(args, controlplane.TemplateKubeVersion)
+	}
 	cmd := exec.Command(filepath.Join(bin, "helm"), args...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
@@ -243,7 +246,7 @@ func TestChart_Renders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin, _ := controlplane.BinDir()
-			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", tc.set)
+			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", controlplane.TemplateKubeVersion, "--set", tc.set)
 			cmd.Dir, _ = filepath.Abs("../../..")
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tc.want) {

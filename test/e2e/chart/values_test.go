@@ -159,7 +159,7 @@ func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
 		{"webhook.extraArgs={kube-api-qps=5}", "extraArgs"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
-			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", "--set", tc.set)
+			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", controlplane.TemplateKubeVersion, "--set", tc.set)
 			cmd.Dir, _ = filepath.Abs("../../..")
 			out, err := cmd.CombinedOutput()
 			switch {
