@@ -2,9 +2,13 @@
 // what `make demo` runs (TestDemo, with TRUSTSYNC_DEMO=1; `go test ./...` skips it). It
 // starts the node (hack/cluster.sh up), installs the chart with helm as a user would,
 // publishes a bundle, creates an annotated pod, shows what the webhook injected, reads
-// the trust file and the workload certificate from inside the running app container,
-// forces a CA rotation and shows the app's file follow it. It exits non-zero if any step
-// fails, and stops the node either way (hack/cluster.sh down).
+// the trust file and the workload certificate from inside the running app container;
+// beside it a node-delivery pod with no added container and a hand-written native
+// projection, which kubectl trustsync status and who-trusts answer for; then forces a
+// CA rotation that visibly waits for the pod that has not caught up (the kubelet's
+// projection) before the new CA signs, while the app's file and a TrustTarget's
+// ConfigMap follow within seconds. It exits non-zero if any step fails, and stops the
+// node either way (hack/cluster.sh down).
 package demo
 
 import (
@@ -17,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -56,13 +61,13 @@ func run(t *testing.T) {
 	show("node %s Ready in %s", cluster.NodeName, time.Since(start).Round(100*time.Millisecond))
 	d := &demo{t: t, node: node}
 
-	say("Installing the chart as a user would (a 5-second CA propagation window, for the demo)")
+	say("Installing the chart as a user would (a rotation waits at most %s for every pod, for the demo)", maxWait)
 	show("$ helm install trustsync charts/trustsync -n trustsync-system --create-namespace \\")
-	show("      --set signer.caPropagationWindow=5s --wait \\")
+	show("      --set signer.caPropagationMaxWait=%s --wait \\", maxWait)
 	show("      --set agent.kubeletDir=... --set agent.dataDir=...   # this kubelet's --root-dir")
 	start = time.Now()
 	d.run(ctx, "helm", append([]string{"install", "trustsync", "charts/trustsync", "-n", "trustsync-system", "--create-namespace",
-		"--set", "signer.caPropagationWindow=5s", "--wait", "--timeout", "3m"}, node.ChartValues()...)...)
+		"--set", "signer.caPropagationMaxWait=" + maxWait, "--set", "agent.reports.interval=500ms", "--wait", "--timeout", "3m"}, node.ChartValues()...)...)
 	show("installed in %s:", time.Since(start).Round(100*time.Millisecond))
 	d.kubectl(ctx, "get", "pods", "-n", "trustsync-system")
 	live := d.liveBundle(ctx, 1)
@@ -98,16 +103,48 @@ func run(t *testing.T) {
 	show("verified tls.crt against it: %s, issued by %q, valid until %s", leaf.URIs[0], leaf.Issuer.CommonName, leaf.NotAfter.Format(time.RFC3339))
 	show("and the app opened tls.key itself")
 
+	say("Beside it, the same trust two other ways: pod demo/api with trustsync.io/delivery: node")
+	show("(the node agent writes its files: no container added), and pod demo/legacy with a")
+	show("hand-written clusterTrustBundle projection (the kubelet writes it)")
+	api := d.createAPIPods(ctx)
+	show("demo/api's containers: %s; its volume: CSI driver %s", containerNames(api), api.Spec.Volumes[len(api.Spec.Volumes)-1].CSI.Driver)
+	d.waitPlugin(ctx, 4)
+	show("$ kubectl trustsync status -n demo     # what each pod holds, as the node agent sees it")
+	d.plugin(ctx, "status", "-n", namespace)
+	corp := d.corpRootID(ctx)
+	show("$ kubectl trustsync who-trusts %s -n demo     # the corporate root", corp[:12])
+	d.plugin(ctx, "who-trusts", corp[:12], "-n", namespace)
+
+	say("A TrustTarget writes the signer's bundle into ConfigMap trust in namespace demo")
+	d.createTrustTarget(ctx)
+	show("ConfigMap demo/trust holds %d CA", d.waitConfigMap(ctx, 1))
+
 	say("Forcing a CA rotation (annotating the signer's CA Secret trustsync.io/rotate-requested-at)")
+	show("The new CA is published first and signs only once every pod selecting the bundle holds it")
 	requested := time.Now()
 	d.rotate(ctx)
 	rotated := d.waitForAnchors(ctx, 3)
-	show("%s after the request, the app's trust file holds the old and the new CA,", time.Since(requested).Round(time.Millisecond))
-	show("before the new one signs anything:")
+	show("%s after the request, web's trust file holds the old and the new CA:", time.Since(requested).Round(time.Millisecond))
 	showAnchors(rotated)
+	show("and ConfigMap demo/trust holds %d (%s after the request)", d.waitConfigMap(ctx, 2), time.Since(requested).Round(time.Millisecond))
+	d.waitRotation(ctx, func(out string) bool { return strings.Contains(out, "legacy") })
+	show("$ kubectl trustsync rotation     # %s after the request: it waits for the kubelet's projection", time.Since(requested).Round(time.Second))
+	d.plugin(ctx, "rotation")
+	d.waitRotation(ctx, func(out string) bool { return strings.Contains(out, "Stable") })
+	show("%s after the request the new CA signs: the kubelet refreshes its projection only every", time.Since(requested).Round(time.Second))
+	show("minute or so, and the demo's caPropagationMaxWait (%s; an hour by default) ran out first.", maxWait)
+	show("The signer says so on its CA Secret:")
+	var event string
+	poll(d.t, "the signer's Event", func(ctx context.Context) (bool, error) {
+		event, _ = d.node.Run(ctx, "kubectl", "get", "events", "-n", "trustsync-system", "--field-selector", "reason=RotationProceededWithoutAllPods", "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+		return strings.Contains(event, "RotationProceededWithoutAllPods"), nil
+	})
+	fmt.Println(indent(event, "      "))
 	d.verify(ctx, rotated)
-	show("the certificate issued by the old CA still verifies against it")
+	show("and web's certificate, from the old CA, still verifies against its trust file")
 }
+
+const maxWait = "20s"
 
 // showAnchors prints each certificate of a PEM bundle: subject, expiry, fingerprint.
 func showAnchors(pemText string) {
@@ -120,6 +157,14 @@ func showAnchors(pemText string) {
 		sum := sha256.Sum256(c.Raw)
 		show("  - %-45s until %s  sha256 %s…", c.Subject.String(), c.NotAfter.Format("2006-01-02"), hex.EncodeToString(sum[:])[:16])
 	}
+}
+
+func containerNames(p *corev1.Pod) string {
+	var names []string
+	for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 func indent(s, prefix string) string {

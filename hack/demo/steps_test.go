@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -204,4 +206,126 @@ func (d *demo) waitForAnchors(ctx context.Context, n int) string {
 		return len(certs) == n, nil
 	})
 	return text
+}
+
+// createAPIPods creates demo/api (delivery node) and demo/legacy (the kubelet's own
+// projection, written by hand), trusting what web trusts, and waits until both run.
+func (d *demo) createAPIPods(ctx context.Context) *corev1.Pod {
+	core := d.node.Client.CoreV1()
+	app := func(name string) corev1.PodSpec {
+		return corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000), RunAsNonRoot: ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "app", Image: cluster.ShellImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			}},
+		}
+	}
+	api := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api", Annotations: map[string]string{
+		"trustsync.io/inject":   "true",
+		"trustsync.io/delivery": "node",
+		"trustsync.io/sources":  `[{"signerName": "trustsync.io/workload", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}, "path": "ca_certificates.pem"}, {"name": "corp-root", "path": "ca_certificates.pem"}]`,
+	}}, Spec: app("api")}
+	legacy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: app("legacy")}
+	legacy.Spec.Volumes = []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+		{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("trustsync.io/workload"),
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}}, Path: "workload.pem"}},
+		{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp-root"), Path: "corp.pem"}},
+	}}}}}
+	legacy.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots", ReadOnly: true}}
+	var created *corev1.Pod
+	for _, p := range []*corev1.Pod{api, legacy} {
+		out, err := core.Pods(namespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if p == api {
+			created = out
+		}
+	}
+	for _, name := range []string{"api", "legacy"} {
+		d.node.WaitPod(d.t, namespace, name, 2*time.Minute, "Ready", cluster.PodReady)
+	}
+	return created
+}
+
+// plugin runs kubectl trustsync and prints what it answered; exit 3 (answered, not
+// everywhere) is an answer.
+func (d *demo) plugin(ctx context.Context, args ...string) string {
+	d.t.Helper()
+	out, err := d.node.Run(ctx, "kubectl", append([]string{"trustsync"}, args...)...)
+	if err != nil && !strings.Contains(err.Error(), "exit status 3") {
+		d.t.Fatal(err)
+	}
+	fmt.Println(indent(out, "      "))
+	return out
+}
+
+// waitPlugin waits until kubectl trustsync status shows n files of namespace demo up to date.
+func (d *demo) waitPlugin(ctx context.Context, n int) {
+	poll(d.t, "the agent to report the demo's pods", func(ctx context.Context) (bool, error) {
+		out, _ := d.node.Run(ctx, "kubectl", "trustsync", "status", "-n", namespace)
+		return strings.Count(out, "UpToDate") >= n, nil
+	})
+}
+
+// waitRotation waits until kubectl trustsync rotation's answer satisfies done.
+func (d *demo) waitRotation(ctx context.Context, done func(string) bool) {
+	poll(d.t, "the rotation", func(ctx context.Context) (bool, error) {
+		out, _ := d.node.Run(ctx, "kubectl", "trustsync", "rotation")
+		return done(out), nil
+	})
+}
+
+// corpRootID is the corporate root's anchor id.
+func (d *demo) corpRootID(ctx context.Context) string {
+	b, err := d.node.Client.CertificatesV1().ClusterTrustBundles().Get(ctx, "corp-root", metav1.GetOptions{})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	certs, err := bundle.ParseCertificates([]byte(b.Spec.TrustBundle))
+	if err != nil || len(certs) != 1 {
+		d.t.Fatalf("corp-root: %v", err)
+	}
+	return bundle.AnchorID(certs[0].Raw)
+}
+
+// createTrustTarget has trustsync-controller keep the signer's live bundle as
+// ConfigMap trust in namespace demo.
+func (d *demo) createTrustTarget(ctx context.Context) {
+	target := `apiVersion: trustsync.io/v1alpha1
+kind: TrustTarget
+metadata: {name: workload-ca}
+spec:
+  sources:
+  - signerName: trustsync.io/workload
+    labelSelector: {matchLabels: {kubernetes.io/cluster-trust-bundle-version: live}}
+    path: ca.crt
+  target:
+    configMap: {name: trust}
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: demo}}
+`
+	fmt.Println(indent(target, "      "))
+	file := filepath.Join(d.t.TempDir(), "target.yaml")
+	if err := os.WriteFile(file, []byte(target), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	d.run(ctx, "kubectl", "apply", "-f", file)
+}
+
+// waitConfigMap waits until ConfigMap demo/trust holds n certificates.
+func (d *demo) waitConfigMap(ctx context.Context, n int) int {
+	poll(d.t, "ConfigMap demo/trust", func(ctx context.Context) (bool, error) {
+		cm, err := d.node.Client.CoreV1().ConfigMaps(namespace).Get(ctx, "trust", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		certs, _ := bundle.ParseCertificates([]byte(cm.Data["ca.crt"]))
+		return len(certs) == n, nil
+	})
+	return n
 }
