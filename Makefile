@@ -15,6 +15,10 @@
 #                      (root; about 10 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
 #   make image         the container image as a tarball in _output/, without a daemon
+#   make release       dist/: the chart package, the image (linux/amd64 and arm64) as an
+#                      OCI layout tarball, the plugin, SBOMs, SHA256SUMS; reproducible
+#   make push REGISTRY=host[:port]/path
+#                      the release's image and chart (OCI) to a registry
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -29,7 +33,7 @@ VERSION   := $(shell cat VERSION)
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
-.PHONY: image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
+.PHONY: release push image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -111,6 +115,13 @@ image: build
 	@mkdir -p _output
 	cd hack/tools/image && $(GO) run . trustsync --bin $(BIN) --ref $(IMAGE) --out $(CURDIR)/_output/trustsync-image.tar
 	@echo "wrote _output/trustsync-image.tar ($(IMAGE))"
+
+release:
+	@hack/release.sh
+
+push: release controlplane
+	@test -n "$(REGISTRY)" || { echo "give REGISTRY=host[:port]/path, e.g. make push REGISTRY=ghcr.io/trustsync" >&2; exit 1; }
+	@hack/push.sh $(REGISTRY)
 
 clean:
 	rm -rf $(BIN)

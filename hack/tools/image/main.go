@@ -1,11 +1,18 @@
 // Command image writes the container images trustsync's real-node tests and demo use,
-// as tarballs that `ctr images import` takes, without a container engine:
+// as tarballs that `ctr images import` takes, and a release's image and chart, without
+// a container engine:
 //
-//	image trustsync --bin DIR --ref REF --out FILE   the four binaries, as the Dockerfile
+//	image trustsync --bin DIR --ref REF --out FILE   the five binaries, as the Dockerfile
 //	image shell --busybox FILE --ref REF --out FILE  a static busybox shell, any uid
 //	image pause --pause FILE --ref REF --out FILE    the pod sandbox process
+//	image layout --bin DIR --version V --revision R --ref REF --out FILE
+//	                                                 a release's image: DIR/linux_<arch>/ for
+//	                                                 each platform, one OCI index, tarred
+//	image chart --chart DIR --out DIR                the chart as NAME-VERSION.tgz
+//	image push --layout FILE --ref REF               a layout's index to a registry
 //
-// Layers carry fixed timestamps and owners, so the same inputs give the same image ID.
+// Layers, layouts and chart packages carry fixed timestamps and owners, so the same
+// inputs give the same digests.
 package main
 
 import (
@@ -26,6 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // The Dockerfile's final stage, stated once for the image built here; image_test.go
@@ -56,6 +64,14 @@ func main() {
 		os.Exit(2)
 	}
 	kind := os.Args[1]
+	switch kind {
+	case "layout", "chart", "push":
+		if err := release(kind, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "image:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	fs := flag.NewFlagSet(kind, flag.ExitOnError)
 	ref := fs.String("ref", "", "image reference to tag the tarball with (required)")
 	out := fs.String("out", "", "tarball to write (required)")
@@ -165,29 +181,8 @@ func write(ref, out string, files []entry, cfg v1.Config) error {
 	if err != nil {
 		return fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	layerTar, err := tarOf(files)
+	img, err := image(files, cfg, "amd64", false)
 	if err != nil {
-		return err
-	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
-	if err != nil {
-		return err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Created = v1.Time{Time: epoch}
-	cf.Config = cfg
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
 	tmp := out + ".tmp"
@@ -195,6 +190,39 @@ func write(ref, out string, files []entry, cfg v1.Config) error {
 		return fmt.Errorf("write %s: %w", out, err)
 	}
 	return os.Rename(tmp, out)
+}
+
+// image is files as a one-layer image for linux/arch; oci gives it OCI media types
+// (for a release's index) rather than Docker's (which every containerd imports).
+func image(files []entry, cfg v1.Config, arch string, oci bool) (v1.Image, error) {
+	layerTar, err := tarOf(files)
+	if err != nil {
+		return nil, err
+	}
+	base, layerType := empty.Image, types.DockerLayer
+	if oci {
+		base = mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+		layerType = types.OCILayer
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(layerType))
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", arch
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = cfg
+	return mutate.ConfigFile(img, cf)
 }
 
 func tarOf(files []entry) ([]byte, error) {

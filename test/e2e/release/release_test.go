@@ -1,0 +1,306 @@
+// Package release tests a release as users receive it: `make release`'s dist/ is the
+// same bytes for the same commit, every artifact agrees on the version, and `make
+// push` puts the image (every platform, one index) and the chart (OCI) into a real
+// registry, from which helm installs the chart into a real API server.
+package release
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+var planes controlplane.Shared
+
+func TestMain(m *testing.M) { planes.Main(m) }
+
+var root, _ = filepath.Abs("../../..")
+
+func version(t *testing.T) string {
+	t.Helper()
+	v, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(v))
+}
+
+// release runs hack/release.sh (what make release runs) into dist.
+func release(t *testing.T, dist string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(root, "hack", "release.sh"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "DIST="+dist)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make release: %v\n%s", err, out)
+	}
+}
+
+var (
+	once    sync.Once
+	shared  string
+	sharedT error
+)
+
+// dist is one release of the tree, made once for the package's tests.
+func dist(t *testing.T) string {
+	t.Helper()
+	once.Do(func() {
+		dir, err := os.MkdirTemp("", "trustsync-dist-")
+		if err != nil {
+			sharedT = err
+			return
+		}
+		release(t, dir)
+		shared = dir
+	})
+	if sharedT != nil || shared == "" {
+		t.Fatalf("no release: %v", sharedT)
+	}
+	return shared
+}
+
+func TestRelease_TheSameCommitGivesTheSameBytesAndSumsThemAll(t *testing.T) {
+	first := dist(t)
+	second := t.TempDir()
+	release(t, second)
+	a, err := os.ReadFile(filepath.Join(first, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(second, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Errorf("two releases of one tree differ:\n%s\n---\n%s", a, b)
+	}
+	v := version(t)
+	want := []string{"kubectl-trustsync-linux-amd64", "kubectl-trustsync-linux-arm64",
+		"sbom/trustsync-agent.cdx.json", "sbom/trustsync-controller.cdx.json", "sbom/trustsync-sidecar.cdx.json",
+		"sbom/trustsync-signer.cdx.json", "sbom/trustsync-webhook.cdx.json",
+		"trustsync-" + v + ".tgz", "trustsync-image-v" + v + ".oci.tar"}
+	var listed []string
+	for _, line := range strings.Split(strings.TrimSpace(string(a)), "\n") {
+		sum, file, _ := strings.Cut(line, "  ")
+		listed = append(listed, file)
+		data, err := os.ReadFile(filepath.Join(first, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != sum {
+			t.Errorf("SHA256SUMS says %s for %s, which sums to %x", sum, file, got)
+		}
+	}
+	if !slices.Equal(listed, want) {
+		t.Errorf("SHA256SUMS lists %v, want %v", listed, want)
+	}
+}
+
+// Every artifact says the release's version: the chart, the image's index and
+// reference, the plugin, each SBOM.
+func TestRelease_EveryArtifactAgreesOnTheVersion(t *testing.T) {
+	d, v := dist(t), version(t)
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := exec.Command(filepath.Join(bin, "helm"), "show", "chart", filepath.Join(d, "trustsync-"+v+".tgz")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(chart), "\nversion: "+v+"\n") || !strings.Contains(string(chart), "appVersion: "+v+"\n") {
+		t.Errorf("the packaged chart is not version %s:\n%s", v, chart)
+	}
+	if out, err := exec.Command(filepath.Join(bin, "helm"), "lint", "--strict", filepath.Join(d, "trustsync-"+v+".tgz")).CombinedOutput(); err != nil {
+		t.Errorf("helm lint of the package: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(d, "kubectl-trustsync-linux-amd64"), "version").Output(); err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
+		t.Errorf("the released plugin says %q (%v), want kubectl-trustsync %s", out, err, v)
+	}
+
+	idx, ref := readLayout(t, filepath.Join(d, "trustsync-image-v"+v+".oci.tar"))
+	if ref != "ghcr.io/trustsync/trustsync:v"+v {
+		t.Errorf("the layout names the image %q, want the chart's default ghcr.io/trustsync/trustsync:v%s", ref, v)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Annotations["org.opencontainers.image.version"] != v {
+		t.Errorf("the index's version annotation is %q", m.Annotations["org.opencontainers.image.version"])
+	}
+	var platforms []string
+	for _, desc := range m.Manifests {
+		platforms = append(platforms, desc.Platform.String())
+		img, err := idx.Image(desc.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Architecture != desc.Platform.Architecture || cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/trustsync-webhook"}) {
+			t.Errorf("image for %s: architecture %s, user %q, entrypoint %v", desc.Platform, cf.Architecture, cf.Config.User, cf.Config.Entrypoint)
+		}
+	}
+	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("the index holds %v, want linux/amd64 and linux/arm64", platforms)
+	}
+
+	for _, b := range []string{"agent", "controller", "sidecar", "signer", "webhook"} {
+		data, err := os.ReadFile(filepath.Join(d, "sbom", "trustsync-"+b+".cdx.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sbom struct {
+			BOMFormat string `json:"bomFormat"`
+			Metadata  struct {
+				Component struct{ Version string }
+			}
+			Components []struct{ Name, Version string }
+		}
+		if err := json.Unmarshal(data, &sbom); err != nil || sbom.BOMFormat != "CycloneDX" {
+			t.Fatalf("sbom of %s: %v", b, err)
+		}
+		if sbom.Metadata.Component.Version != "v"+v || !slices.ContainsFunc(sbom.Components, func(c struct{ Name, Version string }) bool {
+			return c.Name == "k8s.io/client-go"
+		}) {
+			t.Errorf("sbom of %s: version %q, %d components, want v%s listing k8s.io/client-go", b, sbom.Metadata.Component.Version, len(sbom.Components), v)
+		}
+	}
+}
+
+// readLayout opens a layout tarball: its one index, and the reference it is named by.
+func readLayout(t *testing.T, archive string) (v1.ImageIndex, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xf", archive, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("untar %s: %v %s", archive, err, out)
+	}
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := outer.IndexManifest()
+	if err != nil || len(m.Manifests) != 1 {
+		t.Fatalf("the layout holds %d entries (%v), want one index", len(m.Manifests), err)
+	}
+	idx, err := outer.ImageIndex(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return idx, m.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+}
+
+// make push puts the release into a real registry (go-containerregistry's, over TLS
+// with a CA of its own, as a private registry is); the chart installs from it with
+// helm install oci://, naming the pushed image.
+func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
+	d, v := dist(t), version(t)
+	ca := fixtures.CA("registry CA")
+	leaf, err := fixtures.New(fixtures.Options{CommonName: "registry", Leaf: true, Parent: ca,
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(leaf.CertPEM(), leaf.KeyPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(registry.New())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "DIST="+d, "SSL_CERT_FILE="+caFile,
+		"HELM_REGISTRY_CONFIG="+filepath.Join(t.TempDir(), "registry.json"), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir())
+
+	push := exec.Command(filepath.Join(root, "hack", "push.sh"), host+"/trustsync")
+	push.Dir, push.Env = root, env
+	if out, err := push.CombinedOutput(); err != nil {
+		t.Fatalf("make push: %v\n%s", err, out)
+	}
+
+	// The registry holds the release's index, byte for byte.
+	local, _ := readLayout(t, filepath.Join(d, "trustsync-image-v"+v+".oci.tar"))
+	want, _ := local.Digest()
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	ref, err := name.ParseReference(host + "/trustsync/trustsync:v" + v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Index(ref, remote.WithTransport(tr))
+	if err != nil {
+		t.Fatalf("the registry has no %s: %v", ref, err)
+	}
+	if got, _ := pushed.Digest(); got != want {
+		t.Errorf("the registry's index is %s, the release's %s", got, want)
+	}
+
+	// helm install from the registry, as a user of a private registry would. This API
+	// server has no node: the pods are the real-node suite's; here the objects are.
+	cp := planes.Get(t, true)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	install := exec.Command(filepath.Join(bin, "helm"), "install", "trustsync", "oci://"+host+"/trustsync/charts/trustsync", "--version", v,
+		"--kubeconfig", kubeconfig, "-n", "trustsync-system", "--create-namespace",
+		"--set", "image.repository="+host+"/trustsync/trustsync")
+	install.Env = env
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("helm install oci://: %v\n%s", err, out)
+	}
+	client := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	deploys, err := client.AppsV1().Deployments("trustsync-system").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(deploys.Items) == 0 {
+		t.Fatalf("no Deployments installed: %v", err)
+	}
+	for _, dep := range deploys.Items {
+		if img := dep.Spec.Template.Spec.Containers[0].Image; img != host+"/trustsync/trustsync:v"+v {
+			t.Errorf("%s runs %s, want the pushed %s/trustsync/trustsync:v%s", dep.Name, img, host, v)
+		}
+	}
+}
