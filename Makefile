@@ -19,6 +19,9 @@
 #                      OCI layout tarball, the plugin, SBOMs, SHA256SUMS; reproducible
 #   make push REGISTRY=host[:port]/path
 #                      the release's image and chart (OCI) to a registry
+#   make test-upgrade [FROM=commit]
+#                      on the real node, upgrade the release of commit FROM (default: the
+#                      first commit CHANGELOG.md names) with live pods to the tree (root)
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -33,7 +36,7 @@ VERSION   := $(shell cat VERSION)
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
-.PHONY: release push image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
+.PHONY: release push test-upgrade image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -118,6 +121,9 @@ image: build
 
 release:
 	@hack/release.sh
+
+test-upgrade: controlplane node build
+	TRUSTSYNC_UPGRADE_FROM=$(FROM) $(GO) test -count=1 -v -timeout 40m -run TestUpgrade ./test/e2e/upgrade/
 
 push: release controlplane
 	@test -n "$(REGISTRY)" || { echo "give REGISTRY=host[:port]/path, e.g. make push REGISTRY=ghcr.io/trustsync" >&2; exit 1; }

@@ -7,6 +7,9 @@
 #   kubectl-trustsync-linux-{amd64,arm64}   the plugin
 #   sbom/<binary>.cdx.json                  a CycloneDX SBOM of each Go binary in the image
 #   SHA256SUMS                              of every file above
+#   *.sig                                   with COSIGN_KEY=cosign.key (password in
+#                                           COSIGN_PASSWORD): cosign's signatures of
+#                                           SHA256SUMS, the chart and the image archive
 #
 # Reproducible: the same commit gives the same bytes (binaries built with -trimpath and
 # the version stamped from VERSION; tarballs with fixed times and owners; SBOMs without
@@ -49,5 +52,11 @@ for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controll
 done
 
 (cd "$dist" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+if [[ -n "${COSIGN_KEY:-}" ]]; then
+  # Signatures are not reproducible (ECDSA draws a nonce), so SHA256SUMS leaves them out.
+  (cd hack/tools/image && go run . sign-blob --key "$COSIGN_KEY" "$dist/SHA256SUMS" \
+    "$dist/trustsync-$version.tgz" "$dist/trustsync-image-v$version.oci.tar")
+  log "signed with $COSIGN_KEY"
+fi
 log "release v$version of $revision in $dist:"
 cat "$dist/SHA256SUMS" >&2

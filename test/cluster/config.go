@@ -12,7 +12,9 @@ const shimSocketDir = "/run/trustsync-shims"
 
 // containerdConfig keeps every piece of containerd's state under dir (root, state,
 // sockets, network namespaces, runc's state) and works around the machine's quirks:
-// runc cannot lower oom_score_adj here (no CAP_SYS_RESOURCE), and nothing is pulled.
+// runc cannot lower oom_score_adj here (no CAP_SYS_RESOURCE). Images are imported; a
+// test that pulls from a registry of its own says how to reach it in
+// RegistryHostsDir (containerd's hosts.toml, read at each pull).
 func containerdConfig(dir, bin string) string {
 	d := func(p string) string { return filepath.Join(dir, "containerd", p) }
 	return fmt.Sprintf(`version = 3
@@ -30,6 +32,8 @@ temp = %q
   [plugins.'io.containerd.cri.v1.images']
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = %q
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = %q
 
   [plugins.'io.containerd.cri.v1.runtime']
     restrict_oom_score_adj = true
@@ -57,12 +61,16 @@ temp = %q
 `,
 		d("root"), d("state"), d("tmp"),
 		d("containerd.sock"), d("containerd.sock.ttrpc"),
-		PauseImage,
+		PauseImage, RegistryHostsDir(dir),
 		filepath.Join(bin, "cni"), filepath.Join(dir, "cni", "net.d"),
 		filepath.Join(bin, "runc"), d("runc"),
 		d("opt"),
 		shimSocketDir)
 }
+
+// RegistryHostsDir is where the node's containerd looks for how to reach a registry:
+// <dir>/<host:port>/hosts.toml (a CA to trust, say).
+func RegistryHostsDir(dir string) string { return filepath.Join(dir, "containerd", "certs.d") }
 
 // cniConfig puts pods on the pre-made bridge. The bridge already has the node's
 // address, so the plugin is no gateway (it would turn on IP forwarding); pods route

@@ -10,6 +10,9 @@
 //	                                                 each platform, one OCI index, tarred
 //	image chart --chart DIR --out DIR                the chart as NAME-VERSION.tgz
 //	image push --layout FILE --ref REF               a layout's index to a registry
+//	image keygen --out DIR                           cosign.key and cosign.pub, cosign's format
+//	image sign --key KEY --ref REPO@DIGEST           a signature in the registry, cosign's format
+//	image sign-blob --key KEY FILE...                FILE.sig, as cosign sign-blob writes it
 //
 // Layers, layouts and chart packages carry fixed timestamps and owners, so the same
 // inputs give the same digests.
@@ -65,7 +68,7 @@ func main() {
 	}
 	kind := os.Args[1]
 	switch kind {
-	case "layout", "chart", "push":
+	case "layout", "chart", "push", "keygen", "sign", "sign-blob":
 		if err := release(kind, os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "image:", err)
 			os.Exit(1)

@@ -30,11 +30,31 @@ func release(kind string, args []string) error {
 	version := fs.String("version", "", "layout: the release's version")
 	revision := fs.String("revision", "", "layout: the commit it is built from")
 	ref := fs.String("ref", "", "layout: the reference to name the image by; push: where to push it")
-	out := fs.String("out", "", "layout: the tarball to write; chart: the directory to write into")
+	out := fs.String("out", "", "layout: the tarball to write; chart, keygen: the directory to write into")
 	chart := fs.String("chart", "", "chart: the chart's directory")
 	archive := fs.String("layout", "", "push: a tarball written by layout")
+	key := fs.String("key", "", "sign, sign-blob: the private key (cosign's, password in $COSIGN_PASSWORD)")
 	_ = fs.Parse(args)
 	switch kind {
+	case "keygen":
+		if *out == "" {
+			return fmt.Errorf("keygen needs --out DIR")
+		}
+		return keygen(*out)
+	case "sign":
+		if *key == "" || *ref == "" {
+			return fmt.Errorf("sign needs --key and --ref REPO@DIGEST")
+		}
+		return signImage(*key, *ref)
+	case "sign-blob":
+		if *key == "" || fs.NArg() == 0 {
+			return fmt.Errorf("sign-blob needs --key and the files to sign")
+		}
+		for _, f := range fs.Args() {
+			if err := signBlob(*key, f); err != nil {
+				return err
+			}
+		}
 	case "layout":
 		if *bin == "" || *version == "" || *ref == "" || *out == "" {
 			return fmt.Errorf("layout needs --bin, --version, --ref and --out")

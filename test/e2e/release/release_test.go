@@ -249,7 +249,19 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "DIST="+d, "SSL_CERT_FILE="+caFile,
+	keys := t.TempDir()
+	image := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("go", append([]string{"run", "."}, args...)...)
+		cmd.Dir, cmd.Env = filepath.Join(root, "hack", "tools", "image"), append(os.Environ(), "COSIGN_PASSWORD=release-test")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("image %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	image("keygen", "--out", keys)
+	env := append(os.Environ(), "DIST="+d, "SSL_CERT_FILE="+caFile, "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "COSIGN_PASSWORD=release-test",
 		"HELM_REGISTRY_CONFIG="+filepath.Join(t.TempDir(), "registry.json"), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir())
 
 	push := exec.Command(filepath.Join(root, "hack", "push.sh"), host+"/trustsync")
@@ -277,6 +289,38 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 		t.Errorf("the registry's index is %s, the release's %s", got, want)
 	}
 
+	// cosign itself verifies the image's and the chart's signatures with the public
+	// key, and refuses them with another.
+	other := t.TempDir()
+	image("keygen", "--out", other)
+	for _, signed := range []string{host + "/trustsync/trustsync:v" + v, host + "/trustsync/charts/trustsync:" + v} {
+		verify := func(pub string) ([]byte, error) {
+			cmd := exec.Command(filepath.Join(bin(t), "cosign"), "verify", "--key", pub, "--insecure-ignore-tlog=true", signed)
+			cmd.Env = env
+			return cmd.CombinedOutput()
+		}
+		if out, err := verify(filepath.Join(keys, "cosign.pub")); err != nil {
+			t.Errorf("cosign verify %s: %v\n%s", signed, err, out)
+		}
+		if _, err := verify(filepath.Join(other, "cosign.pub")); err == nil {
+			t.Errorf("cosign verify %s with another key succeeded", signed)
+		}
+	}
+	// And a release's files, signed as cosign sign-blob signs them.
+	sums := filepath.Join(t.TempDir(), "SHA256SUMS")
+	data, err := os.ReadFile(filepath.Join(d, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sums, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	image("sign-blob", "--key", filepath.Join(keys, "cosign.key"), sums)
+	if out, err := exec.Command(filepath.Join(bin(t), "cosign"), "verify-blob", "--key", filepath.Join(keys, "cosign.pub"),
+		"--signature", sums+".sig", "--insecure-ignore-tlog=true", sums).CombinedOutput(); err != nil {
+		t.Errorf("cosign verify-blob SHA256SUMS: %v\n%s", err, out)
+	}
+
 	// helm install from the registry, as a user of a private registry would. This API
 	// server has no node: the pods are the real-node suite's; here the objects are.
 	cp := planes.Get(t, true)
@@ -284,11 +328,7 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := controlplane.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	install := exec.Command(filepath.Join(bin, "helm"), "install", "trustsync", "oci://"+host+"/trustsync/charts/trustsync", "--version", v,
+	install := exec.Command(filepath.Join(bin(t), "helm"), "install", "trustsync", "oci://"+host+"/trustsync/charts/trustsync", "--version", v,
 		"--kubeconfig", kubeconfig, "-n", "trustsync-system", "--create-namespace",
 		"--set", "image.repository="+host+"/trustsync/trustsync")
 	install.Env = env
@@ -305,4 +345,13 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 			t.Errorf("%s runs %s, want the pushed %s/trustsync/trustsync:v%s", dep.Name, img, host, v)
 		}
 	}
+}
+
+func bin(t *testing.T) string {
+	t.Helper()
+	dir, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
