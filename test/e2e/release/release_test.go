@@ -12,11 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"io"
-	"log"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +22,6 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -34,7 +29,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/test/controlplane"
-	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 var planes controlplane.Shared
@@ -230,25 +224,8 @@ func readLayout(t *testing.T, archive string) (v1.ImageIndex, string) {
 // helm install oci://, naming the pushed image.
 func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 	d, v := dist(t), version(t)
-	ca := fixtures.CA("registry CA")
-	leaf, err := fixtures.New(fixtures.Options{CommonName: "registry", Leaf: true, Parent: ca,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(leaf.CertPEM(), leaf.KeyPEM())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	srv.StartTLS()
-	defer srv.Close()
-	host := srv.Listener.Addr().String()
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	reg := controlplane.StartRegistry(t)
+	host, caFile, ca := reg.Host, reg.CAFile, reg.CA
 	keys := t.TempDir()
 	image := func(args ...string) string {
 		t.Helper()

@@ -11,14 +11,8 @@ package upgrade
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
-	"net"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -43,6 +36,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -110,25 +104,8 @@ func previous(t *testing.T, n *cluster.Node, commit string) (chart, version stri
 // containerd to trust its CA; it returns host:port and the CA's file.
 func startRegistry(t *testing.T, n *cluster.Node) (string, string) {
 	t.Helper()
-	ca := fixtures.CA("upgrade registry CA")
-	leaf, err := fixtures.New(fixtures.Options{CommonName: "registry", Leaf: true, Parent: ca,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(leaf.CertPEM(), leaf.KeyPEM())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := srv.Listener.Addr().String()
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(caFile, ca.CertPEM(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	reg := controlplane.StartRegistry(t)
+	host, caFile := reg.Host, reg.CAFile
 	hosts := filepath.Join(cluster.RegistryHostsDir(n.Dir), host)
 	if err := os.MkdirAll(hosts, 0o755); err != nil {
 		t.Fatal(err)
@@ -312,24 +289,31 @@ func waitHolding(t *testing.T, n *cluster.Node, ids []string, timeout time.Durat
 		got, err := bundle.AnchorIDs([]byte(text))
 		return err == nil && strings.Join(got, ",") == want
 	}
-	lagging := ""
+	lagging, pod := "", ""
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, p := range live {
 			out, err := n.Exec(ctx, appsNS, p.name, "app", "cat", p.file)
 			if err != nil || !holds(out) {
-				lagging = p.name + " (delivery " + p.delivery + ")"
+				lagging, pod = p.name+" (delivery "+p.delivery+")", p.name
 				return false, nil
 			}
 		}
 		cm, err := n.Client.CoreV1().ConfigMaps(appsNS).Get(ctx, "upgrade-trust", metav1.GetOptions{})
 		if err != nil || !holds(cm.Data["ca.crt"]) {
-			lagging = "the TrustTarget's ConfigMap"
+			lagging, pod = "the TrustTarget's ConfigMap", ""
 			return false, nil
 		}
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("%s does not hold %d anchors within %s", lagging, len(ids), timeout)
+		why := ""
+		if pod != "" {
+			ctx := context.Background()
+			describe, _ := n.Run(ctx, "kubectl", "describe", "pod", "-n", appsNS, pod)
+			logs, _ := n.Run(ctx, "kubectl", "logs", "-n", appsNS, pod, "--all-containers", "--tail", "40")
+			why = "\n" + describe + "\n" + logs
+		}
+		t.Fatalf("%s does not hold %d anchors within %s%s", lagging, len(ids), timeout, why)
 	}
 }
 
