@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,7 +285,7 @@ func TestUpgrade_FromThePreviousReleaseWithLivePodsOfEveryDelivery(t *testing.T)
 // exactly ids.
 func waitHolding(t *testing.T, n *cluster.Node, ids []string, timeout time.Duration) {
 	t.Helper()
-	want := strings.Join(ids, ",")
+	want := strings.Join(slices.Sorted(slices.Values(ids)), ",") // as AnchorIDs gives them
 	holds := func(text string) bool {
 		got, err := bundle.AnchorIDs([]byte(text))
 		return err == nil && strings.Join(got, ",") == want
