@@ -232,6 +232,7 @@ func TestUpgrade_FromThePreviousReleaseWithLivePodsOfEveryDelivery(t *testing.T)
 		"--set", "image.repository="+host+"/trustsync/trustsync", "--wait", "--timeout", "5m")
 	close(stop)
 	loop.Wait()
+	t.Logf("%d annotated pods created during the upgrade, %d refused", created.Load(), len(refusals))
 	if len(refusals) > 0 || created.Load() < 10 {
 		t.Errorf("%d pods created during the upgrade, %d refused: %q", created.Load(), len(refusals), first(refusals, 5))
 	}
