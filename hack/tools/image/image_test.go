@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The image built here and the Dockerfile's must be the same image for a user: the
@@ -53,5 +56,87 @@ func TestTarOf_FixedTimesAndOwnersGiveTheSameBytes(t *testing.T) {
 	}
 	if string(one) != string(two) {
 		t.Fatal("the same files gave different layers")
+	}
+}
+
+func TestPackageChart_TheSameChartGivesTheSameBytesUnderItsName(t *testing.T) {
+	chart := t.TempDir()
+	for name, data := range map[string]string{
+		"Chart.yaml":             "apiVersion: v2\nname: demo\nversion: 1.2.3\n",
+		"values.yaml":            "a: 1\n",
+		"templates/a.yaml":       "kind: ConfigMap\n",
+		"crds/b.yaml":            "kind: CustomResourceDefinition\n",
+		"files/rules/rules.yaml": "groups: []\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(chart, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(chart, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	one, two := t.TempDir(), t.TempDir()
+	a, err := packageChart(chart, one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other times and modes on disk change nothing in the package.
+	if err := os.Chtimes(filepath.Join(chart, "values.yaml"), time.Now(), time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := packageChart(chart, two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(a) != "demo-1.2.3.tgz" {
+		t.Errorf("packaged as %s, want demo-1.2.3.tgz", filepath.Base(a))
+	}
+	x, _ := os.ReadFile(a)
+	y, _ := os.ReadFile(b)
+	if !bytes.Equal(x, y) {
+		t.Error("two packagings of one chart differ")
+	}
+	if err := os.WriteFile(filepath.Join(chart, ".helmignore"), []byte("*.md\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := packageChart(chart, one); err == nil || !strings.Contains(err.Error(), ".helmignore") {
+		t.Errorf("a .helmignore was not refused: %v", err)
+	}
+}
+
+func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
+	bins := map[string]string{}
+	for _, arch := range Platforms {
+		dir := t.TempDir()
+		for _, b := range Binaries {
+			if err := os.WriteFile(filepath.Join(dir, b), []byte(b+" for "+arch), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bins[arch] = dir
+	}
+	first, err := releaseIndex(bins, "1.2.3", "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := releaseIndex(bins, "1.2.3", "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _ := first.Digest()
+	d2, _ := again.Digest()
+	if d1 != d2 {
+		t.Errorf("the same binaries gave indexes %s and %s", d1, d2)
+	}
+	m, err := first.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var platforms []string
+	for _, desc := range m.Manifests {
+		platforms = append(platforms, desc.Platform.String())
+	}
+	if strings.Join(platforms, " ") != "linux/amd64 linux/arm64" || m.Annotations["org.opencontainers.image.version"] != "1.2.3" {
+		t.Errorf("index of %v, annotations %v", platforms, m.Annotations)
 	}
 }
