@@ -73,6 +73,20 @@ func helm(t *testing.T, args ...string) []byte {
 	return out
 }
 
+// renderSet renders the chart with one --set, returning helm's output and error, for a
+// value that may be refused.
+func renderSet(t *testing.T, set string) (string, error) {
+	t.Helper()
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", controlplane.TemplateKubeVersion, "--set", set)
+	cmd.Dir, _ = filepath.Abs("../../..")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // objects decodes a rendered manifest.
 func objects(t *testing.T, manifest []byte) []*unstructured.Unstructured {
 	t.Helper()
@@ -245,11 +259,8 @@ func TestChart_Renders(t *testing.T) {
 		{"a NetworkPolicy without the API server's addresses is refused", "webhook.networkPolicy.enabled=true", "webhook.networkPolicy.apiServerCIDRs must list the API server's addresses"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bin, _ := controlplane.BinDir()
-			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", controlplane.TemplateKubeVersion, "--set", tc.set)
-			cmd.Dir, _ = filepath.Abs("../../..")
-			out, err := cmd.CombinedOutput()
-			if err == nil || !strings.Contains(string(out), tc.want) {
+			out, err := renderSet(t, tc.set)
+			if err == nil || !strings.Contains(out, tc.want) {
 				t.Errorf("err = %v, output %s", err, out)
 			}
 		})

@@ -2,7 +2,6 @@ package chart
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/trustsync/trustsync/test/controlplane"
 )
 
 // workloads are the chart's four workloads, by component, as typed pod templates.
@@ -138,10 +135,6 @@ agent:
 // The schema refuses any key it does not know, wherever it is: a typo must fail the
 // install, not install a webhook and a signer that crash-loop on the policy.
 func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
-	bin, err := controlplane.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct{ set, want string }{
 		{"webhook.replicsa=2", "replicsa"},
 		{"policy.signers[0].signerName=example.com/x", ""},
@@ -159,15 +152,13 @@ func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
 		{"webhook.extraArgs={kube-api-qps=5}", "extraArgs"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
-			cmd := exec.Command(filepath.Join(bin, "helm"), "template", release, "charts/trustsync", controlplane.TemplateKubeVersion, "--set", tc.set)
-			cmd.Dir, _ = filepath.Abs("../../..")
-			out, err := cmd.CombinedOutput()
+			out, err := renderSet(t, tc.set)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %s", out)
 			case tc.want != "" && err == nil:
 				t.Errorf("--set %s rendered; want it refused", tc.set)
-			case tc.want != "" && !strings.Contains(string(out), tc.want):
+			case tc.want != "" && !strings.Contains(out, tc.want):
 				t.Errorf("the refusal does not name %q:\n%s", tc.want, out)
 			}
 		})
