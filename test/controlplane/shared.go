@@ -56,9 +56,13 @@ func (s *Shared) StopAll() {
 	}
 }
 
-// Main is TestMain for an e2e package: run the tests, stop the control planes, exit.
-func (s *Shared) Main(m *testing.M) {
+// Main is TestMain for an e2e package: run the tests, stop the control planes, run
+// each cleanup, exit.
+func (s *Shared) Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
 	s.StopAll()
+	for _, c := range cleanups {
+		c()
+	}
 	os.Exit(code)
 }

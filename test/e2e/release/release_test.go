@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,7 +34,14 @@ import (
 
 var planes controlplane.Shared
 
-func TestMain(m *testing.M) { planes.Main(m) }
+func TestMain(m *testing.M) {
+	planes.Main(m, func() {
+		// The shared release is some hundred MB: not left behind.
+		if sharedDir != "" {
+			_ = os.RemoveAll(sharedDir)
+		}
+	})
+}
 
 var root, _ = filepath.Abs("../../..")
 
@@ -47,44 +55,45 @@ func version(t *testing.T) string {
 }
 
 // release runs hack/release.sh (what make release runs) into dist.
-func release(t *testing.T, dist string) {
-	t.Helper()
+func release(dist string) error {
 	cmd := exec.Command(filepath.Join(root, "hack", "release.sh"))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "DIST="+dist)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make release: %v\n%s", err, out)
+		return fmt.Errorf("make release: %w\n%s", err, out)
 	}
+	return nil
 }
 
-var (
-	once    sync.Once
-	shared  string
-	sharedT error
-)
+// shared is one release of the tree, made once for the package's tests; every test
+// that needs it sees the same error when it could not be made.
+var shared = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "trustsync-dist-")
+	if err != nil {
+		return "", err
+	}
+	sharedDir = dir
+	return dir, release(dir)
+})
 
-// dist is one release of the tree, made once for the package's tests.
+// sharedDir is where shared made the release, once it did: TestMain removes it.
+var sharedDir string
+
 func dist(t *testing.T) string {
 	t.Helper()
-	once.Do(func() {
-		dir, err := os.MkdirTemp("", "trustsync-dist-")
-		if err != nil {
-			sharedT = err
-			return
-		}
-		release(t, dir)
-		shared = dir
-	})
-	if sharedT != nil || shared == "" {
-		t.Fatalf("no release: %v", sharedT)
+	dir, err := shared()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return shared
+	return dir
 }
 
 func TestRelease_TheSameCommitGivesTheSameBytesAndSumsThemAll(t *testing.T) {
 	first := dist(t)
 	second := t.TempDir()
-	release(t, second)
+	if err := release(second); err != nil {
+		t.Fatal(err)
+	}
 	a, err := os.ReadFile(filepath.Join(first, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
