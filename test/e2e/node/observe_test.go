@@ -14,6 +14,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -318,4 +319,57 @@ func issuer(t *testing.T, n *cluster.Node, ns string) string {
 	}
 	t.Fatal("the certificate verifies against no anchor of the live bundle")
 	return ""
+}
+
+// The kubelet's own projection warns of nothing; the agent, which sees every pod's
+// files, exports the anchor's expiry once and records the Warning on the native pod.
+func TestObservation_TheAgentWarnsOfAnExpiringAnchorInANativePod(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "observe-expiry", restricted)
+	ctx := context.Background()
+	expiring := fixtures.MustNew(fixtures.Options{CommonName: "observe-expiry soon", NotAfter: time.Now().Add(72 * time.Hour)})
+	ctb := createBundle(t, "e2e-observe-expiry", fixtures.CA("observe-expiry lasting"), expiring)
+	createPod(t, ns, appPod("native", map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "native", "trustsync.io/bundle-name": ctb.Name}, 1000, "exec sleep 3600"))
+	n.WaitPod(t, ns, "native", 2*time.Minute, "Ready", cluster.PodReady)
+
+	waitFor(t, "a TrustAnchorExpiring Warning from the agent on the native pod", func() bool {
+		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=native,reason=TrustAnchorExpiring"})
+		if err != nil {
+			return false
+		}
+		return slices.ContainsFunc(events.Items, func(e corev1.Event) bool {
+			return e.Type == corev1.EventTypeWarning && e.Source.Component == "trustsync-agent" && strings.Contains(e.Message, "observe-expiry soon")
+		})
+	})
+	agents, err := n.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("the node's agent pod: %v, %v", agents, err)
+	}
+	series := fmt.Sprintf(`trustsync_agent_anchor_expiry_timestamp_seconds{anchor=%q,name="observe-expiry soon"} %d`, bundle.AnchorID(expiring.Cert.Raw), expiring.Cert.NotAfter.Unix())
+	var metrics []byte
+	waitFor(t, "the anchor's expiry among the agent's metrics", func() bool {
+		metrics, err = n.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", releaseNamespace, "pods", agents.Items[0].Name+":9809", "proxy", "metrics").DoRaw(ctx)
+		return err == nil && containsSeries(string(metrics), series)
+	})
+}
+
+// containsSeries says whether a text exposition holds the line, its value written
+// either as an integer or in the exponent form the Prometheus client uses.
+func containsSeries(exposition, line string) bool {
+	name, value, _ := strings.Cut(line, "} ")
+	for _, l := range strings.Split(exposition, "\n") {
+		got, v, ok := strings.Cut(l, "} ")
+		if !ok || got != name {
+			continue
+		}
+		var a, b float64
+		if _, err := fmt.Sscan(v, &a); err != nil {
+			return false
+		}
+		if _, err := fmt.Sscan(value, &b); err != nil {
+			return false
+		}
+		return a == b
+	}
+	return false
 }
