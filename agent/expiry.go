@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,7 +70,7 @@ func (e *AnchorExpiry) Observe(held []holdings.Pod, anchor func(string) (*bundle
 		}
 	}
 	e.named = named
-	for uid := range maps.Keys(e.warner) {
+	for uid := range e.warner {
 		if !pods[uid] {
 			delete(e.warner, uid)
 		}
