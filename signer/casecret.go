@@ -28,6 +28,7 @@ const (
 	AnnotationRotateRequested = "trustsync.io/rotate-requested-at"
 	AnnotationRotateHandled   = "trustsync.io/rotate-handled"
 	AnnotationPhase           = "trustsync.io/rotation-phase"
+	AnnotationAnchorsChanged  = "trustsync.io/anchors-changed-at"
 )
 
 // secretName is the CA Secret of signerName.
@@ -56,6 +57,11 @@ func stateFromSecret(s *corev1.Secret) (*caState, error) {
 		Managed:         s.Annotations[AnnotationManaged] == "true",
 		RotateRequested: s.Annotations[AnnotationRotateRequested],
 		RotateHandled:   s.Annotations[AnnotationRotateHandled],
+	}
+	if v := s.Annotations[AnnotationAnchorsChanged]; v != "" {
+		if st.AnchorsChangedAt, err = time.Parse(time.RFC3339, v); err != nil {
+			return nil, fmt.Errorf("in CA Secret %s/%s: annotation %s: %w", s.Namespace, s.Name, AnnotationAnchorsChanged, err)
+		}
 	}
 	if len(s.Data[keyNextCert]) > 0 {
 		if st.Next, err = decodeCA(s.Data[keyNextCert], s.Data[keyNextKey]); err != nil {
@@ -128,6 +134,9 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		s.Annotations[AnnotationRotateHandled] = st.RotateHandled
 	}
 	s.Annotations[AnnotationPhase] = string(st.phase())
+	if !st.AnchorsChangedAt.IsZero() {
+		s.Annotations[AnnotationAnchorsChanged] = st.AnchorsChangedAt.UTC().Format(time.RFC3339)
+	}
 	return nil
 }
 

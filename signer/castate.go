@@ -26,6 +26,10 @@ type caState struct {
 	// RotateRequested is the operator's trustsync.io/rotate-requested-at; RotateHandled
 	// the last such request acted on.
 	RotateRequested, RotateHandled string
+	// AnchorsChangedAt is when anchors() last changed (a next CA created, a retired
+	// one dropped): the bundle endpoint's sequence, the same on every replica and
+	// after a restart. Zero in a Secret written before it was kept.
+	AnchorsChangedAt time.Time
 }
 
 // retiredAnchor is a former CA that signs nothing but is still trusted until Until,
@@ -47,6 +51,10 @@ type rotation struct {
 	// or once MaxWait has passed since it was published.
 	Propagation Propagation
 	MaxWait     time.Duration
+	// MinWait is the least a new CA waits even when every pod was seen holding it:
+	// peers importing the bundle from the bundle endpoint are not observed, only
+	// given time to fetch (zero without an endpoint).
+	MinWait time.Duration
 	// Validity is a generated CA's lifetime.
 	Validity time.Duration
 	// MaxLeafLifetime is the longest certificate the signer issues (policy maximum),
@@ -100,7 +108,7 @@ func (s *caState) anchors() []*x509.Certificate {
 
 // propagated says whether a next CA published at publishedAt may sign at now.
 func (r rotation) propagated(publishedAt, now time.Time, observed bool) bool {
-	if r.Propagation == PropagationObserved && observed {
+	if r.Propagation == PropagationObserved && observed && !now.Before(publishedAt.Add(r.MinWait)) {
 		return true
 	}
 	return !now.Before(publishedAt.Add(r.wait()))
@@ -132,6 +140,7 @@ func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func
 			kept = append(kept, ra)
 		} else {
 			changed = true
+			s.anchorsChanged(now)
 		}
 	}
 	s.Retired = kept
@@ -146,6 +155,7 @@ func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func
 			return changed, time.Time{}, err
 		}
 		s.NextPublishedAt, s.RotateHandled, changed = time.Time{}, s.RotateRequested, true
+		s.anchorsChanged(now)
 	}
 
 	if s.Next != nil && !s.NextPublishedAt.IsZero() && r.propagated(s.NextPublishedAt, now, propagated) {
@@ -158,6 +168,30 @@ func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func
 		changed = true
 	}
 	return changed, s.nextDeadline(r), nil
+}
+
+// anchorsChanged records that anchors() changed at now, keeping the record strictly
+// increasing in whole seconds (a sequence number must move on every change).
+func (s *caState) anchorsChanged(now time.Time) {
+	at := now.Truncate(time.Second)
+	if !at.After(s.AnchorsChangedAt) {
+		at = s.AnchorsChangedAt.Truncate(time.Second).Add(time.Second)
+	}
+	s.AnchorsChangedAt = at
+}
+
+// sequence is the bundle endpoint's spiffe_sequence for these anchors: when they last
+// changed, in seconds since the epoch. A brought-in CA (whose owner replaces it in the
+// Secret) or a Secret without the record counts from its anchors' NotBefore, which a
+// new CA moves forward.
+func (s *caState) sequence() uint64 {
+	at := s.AnchorsChangedAt
+	for _, a := range s.anchors() {
+		if a.NotBefore.After(at) {
+			at = a.NotBefore
+		}
+	}
+	return uint64(max(at.Unix(), 0))
 }
 
 // markPublished records that anchors() has been published at now, which starts the

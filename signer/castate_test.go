@@ -252,3 +252,71 @@ func TestRotation_ObservedPropagationSignsOnceEveryPodHoldsTheNewCA(t *testing.T
 		})
 	}
 }
+
+// The bundle endpoint's sequence moves exactly when the published anchors change (a
+// next CA created, a retired one dropped), never when they do not (publishing, the
+// switch to the new CA), and survives every save and reload: a peer never sees it go
+// back, whichever replica serves it.
+func TestSequence_MovesExactlyWhenTheAnchorsChange(t *testing.T) {
+	first, _ := genAt(t0)
+	st := &caState{Current: first, Managed: true, AnchorsChangedAt: t0}
+	seq := st.sequence()
+	step := func(name string, at time.Time, wantMove bool) {
+		t.Helper()
+		before := anchorSerials(st)
+		if _, _, err := st.advance(at, testRotation, false, genAt); err != nil {
+			t.Fatal(err)
+		}
+		st.markPublished(at)
+		st = roundTrip(t, st)
+		changed := len(before) != len(anchorSerials(st))
+		for s := range before {
+			changed = changed || !anchorSerials(st)[s]
+		}
+		got := st.sequence()
+		switch {
+		case changed != wantMove:
+			t.Fatalf("%s: anchors changed %v, the test expected %v", name, changed, wantMove)
+		case wantMove && got <= seq:
+			t.Errorf("%s: the anchors changed but the sequence went %d -> %d", name, seq, got)
+		case !wantMove && got != seq:
+			t.Errorf("%s: the anchors did not change but the sequence went %d -> %d", name, seq, got)
+		}
+		seq = got
+	}
+	rotate := t0.Add(51 * time.Hour)
+	step("before the rotation point", t0.Add(49*time.Hour), false)
+	step("next CA created and published", rotate, true)
+	step("inside the window", rotate.Add(5*time.Minute), false)
+	step("the new CA signs", rotate.Add(11*time.Minute), false)
+	step("the retired anchor dropped", rotate.Add(11*time.Minute+testRotation.MaxLeafLifetime+backdate), true)
+
+	// Two changes within one second still move it.
+	st.anchorsChanged(time.Unix(int64(seq), 0))
+	if st.sequence() <= seq {
+		t.Errorf("a second change in the same second left the sequence at %d", st.sequence())
+	}
+}
+
+// With the bundle endpoint on, a new CA every pod was seen holding still waits the
+// peers' minimum: peers are not observed, only given time to fetch it.
+func TestRotation_ObservedWaitsThePeersMinimum(t *testing.T) {
+	r := testRotation
+	r.Propagation, r.MaxWait, r.MinWait = PropagationObserved, time.Hour, 3*time.Minute
+	published := t0
+	for _, tc := range []struct {
+		name     string
+		at       time.Time
+		observed bool
+		want     bool
+	}{
+		{"observed before the minimum: waits", published.Add(time.Minute), true, false},
+		{"observed at the minimum: signs", published.Add(3 * time.Minute), true, true},
+		{"not observed after the minimum: waits", published.Add(10 * time.Minute), false, false},
+		{"not observed at the maximum: signs", published.Add(time.Hour), false, true},
+	} {
+		if got := r.propagated(published, tc.at, tc.observed); got != tc.want {
+			t.Errorf("%s: propagated = %v", tc.name, got)
+		}
+	}
+}

@@ -30,6 +30,11 @@ type Options struct {
 	CAPropagationWindow  time.Duration
 	CAPropagation        string
 	CAPropagationMaxWait time.Duration
+
+	// BundleEndpointAddress serves the trust domains' SPIFFE bundles (empty: none);
+	// BundleEndpointRefreshHint is the spiffe_refresh_hint they carry.
+	BundleEndpointAddress     string
+	BundleEndpointRefreshHint time.Duration
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -49,6 +54,8 @@ func NewOptions() *Options {
 		CAPropagationWindow:  10 * time.Minute,
 		CAPropagation:        string(PropagationObserved),
 		CAPropagationMaxWait: time.Hour,
+
+		BundleEndpointRefreshHint: time.Minute,
 	}
 }
 
@@ -76,6 +83,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.CARotateAt, "ca-rotate-at", o.CARotateAt, "Fraction of a generated CA's lifetime at which its successor is created and published.")
 	fs.DurationVar(&o.CAPropagationWindow, "ca-propagation-window", o.CAPropagationWindow, "With --ca-propagation=timed (or where no node reports are served): how long a new CA is published before it signs anything: trust before use.")
 	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
+	fs.StringVar(&o.BundleEndpointAddress, "bundle-endpoint-bind-address", o.BundleEndpointAddress, "Address (HOST:PORT) serving each signer's trust domain TD's SPIFFE bundle at https://HOST:PORT/TD (profile https_spiffe: the endpoint presents spiffe://TD/trustsync/bundle-endpoint, issued by the first signer's CA), for other clusters to federate with; empty serves none. Served only while this replica leads.")
+	fs.DurationVar(&o.BundleEndpointRefreshHint, "bundle-endpoint-refresh-hint", o.BundleEndpointRefreshHint, "The refresh hint the bundles carry: how often peers fetch them. With the endpoint on, a new CA waits at least "+fmt.Sprint(peerPolls)+" refresh hints after it is published before it signs, so that peers have it too; keep it well below --ca-propagation-window and --ca-propagation-max-wait.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
@@ -121,6 +130,20 @@ func Moved(fs *pflag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
+// peerPolls is how many refresh hints a new CA waits, with the bundle endpoint on,
+// before it signs: a peer polling at the hint has had that many chances to fetch it
+// (one missed or failed fetch is absorbed).
+const peerPolls = 3
+
+// PeerWait is the least a new CA waits after it is published when the bundle endpoint
+// serves it to peers; zero without an endpoint.
+func (o *Options) PeerWait() time.Duration {
+	if o.BundleEndpointAddress == "" {
+		return 0
+	}
+	return peerPolls * o.BundleEndpointRefreshHint
+}
+
 // Validate reports flag values that cannot work.
 func (o *Options) Validate() error {
 	var errs []error
@@ -141,6 +164,18 @@ func (o *Options) Validate() error {
 	}
 	if o.CAPropagationMaxWait <= 0 {
 		errs = append(errs, fmt.Errorf("--ca-propagation-max-wait %s must be positive", o.CAPropagationMaxWait))
+	}
+	if o.BundleEndpointAddress != "" {
+		if o.BundleEndpointRefreshHint < time.Second {
+			errs = append(errs, fmt.Errorf("--bundle-endpoint-refresh-hint %s is too short; peers fetch at most once a second", o.BundleEndpointRefreshHint))
+		}
+		longest := o.CAPropagationWindow
+		if o.CAPropagation == string(PropagationObserved) {
+			longest = o.CAPropagationMaxWait
+		}
+		if floor := o.PeerWait(); floor > longest {
+			errs = append(errs, fmt.Errorf("a new CA waits %d refresh hints (%s) for peers to fetch it, longer than the rotation's longest wait %s: lower --bundle-endpoint-refresh-hint or raise the wait", peerPolls, floor, longest))
+		}
 	}
 	return errors.Join(errs...)
 }

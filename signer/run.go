@@ -139,7 +139,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second,
-				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait},
+				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait()},
 			client: client, clock: clock.RealClock{}, metrics: m,
 			publisher: &publisher{signer: name}, events: recorder,
 		}
@@ -234,6 +234,19 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		caQueue.Add(name)
 	}
 
+	if o.BundleEndpointAddress != "" {
+		trustDomains := map[string]string{}
+		for _, s := range pol.Signers {
+			trustDomains[s.SignerName] = s.TrustDomain
+		}
+		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, managers, o.BundleEndpointRefreshHint)
+		if err != nil {
+			return err
+		}
+		if err := endpoint.serve(ctx, o.BundleEndpointAddress); err != nil {
+			return err
+		}
+	}
 	queue.Work(ctx, caQueue, 1, "CA", func(ctx context.Context, name string) (time.Duration, error) { return managers[name].reconcile(ctx) })
 	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waitingForCA(h.handle))
 	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waitingForCA(pcrs.handle))

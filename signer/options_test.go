@@ -3,6 +3,7 @@ package signer
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -38,5 +39,28 @@ func TestMoved_TheTargetsFlagsSayWhereTheyWent(t *testing.T) {
 	NewOptions().AddFlags(fs)
 	if usage := fs.FlagUsages(); strings.Contains(usage, "--targets") {
 		t.Errorf("--help still lists the moved flags:\n%s", usage)
+	}
+}
+
+// The bundle endpoint's refresh hint must leave peers time within the rotation's
+// longest wait; without the endpoint it does not matter.
+func TestOptions_RefreshHintFitsTheRotationsWait(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		address  string
+		hint     time.Duration
+		maxWait  time.Duration
+		wantFail bool
+	}{
+		{"default hint, default wait", ":8443", time.Minute, time.Hour, false},
+		{"three hints beyond the wait", ":8443", 30 * time.Minute, time.Hour, true},
+		{"a hint under a second", ":8443", 100 * time.Millisecond, time.Hour, true},
+		{"no endpoint: the hint is not used", "", 30 * time.Minute, time.Hour, false},
+	} {
+		o := NewOptions()
+		o.Namespace, o.BundleEndpointAddress, o.BundleEndpointRefreshHint, o.CAPropagationMaxWait = "ns", tc.address, tc.hint, tc.maxWait
+		if err := o.Validate(); (err != nil) != tc.wantFail {
+			t.Errorf("%s: Validate() = %v", tc.name, err)
+		}
 	}
 }

@@ -1,0 +1,74 @@
+package federation
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/trustsync/trustsync/bundle"
+)
+
+// ParseBundle reads a trust domain's bundle given as a SPIFFE bundle (JWKS, as an
+// endpoint serves it) or as PEM certificates (as a ClusterTrustBundle holds them), and
+// checks that it can be imported (Check).
+func ParseBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, error) {
+	var b *spiffebundle.Bundle
+	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' {
+		var err error
+		if b, err = spiffebundle.Parse(td, trimmed); err != nil {
+			return nil, err
+		}
+	} else {
+		certs, err := bundle.ParseCertificates(data)
+		if err != nil {
+			return nil, fmt.Errorf("neither a SPIFFE bundle (JSON) nor PEM certificates: %w", err)
+		}
+		b = spiffebundle.FromX509Authorities(td, certs)
+	}
+	return b, Check(b)
+}
+
+// Check refuses a bundle that cannot become a ClusterTrustBundle holding the domain's
+// X.509 authorities: none at all (an import never empties what pods trust), or PEM
+// that the API server would refuse (too large, not CA certificates).
+func Check(b *spiffebundle.Bundle) error {
+	authorities := b.X509Authorities()
+	if len(authorities) == 0 {
+		return errors.New("the bundle holds no X.509 authority (x509-svid key); an empty bundle is never imported")
+	}
+	pem := PEM(b)
+	if errs := bundle.ValidateTrustBundle(field.NewPath("x509Authorities"), pem); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	return nil
+}
+
+// PEM is the bundle's X.509 authorities as a ClusterTrustBundle's trustBundle holds
+// them: deduplicated and in a stable order, so an unchanged bundle is an unchanged
+// object.
+func PEM(b *spiffebundle.Bundle) string {
+	pool := bundle.NewPool()
+	for _, c := range b.X509Authorities() {
+		pool.AddDER(c.Raw)
+	}
+	return string(pool.PEM())
+}
+
+// Anchors are the ids (SHA-256 of the DER) of the bundle's X.509 authorities, sorted.
+func Anchors(b *spiffebundle.Bundle) []string { return AnchorIDs(b.X509Authorities()) }
+
+// AnchorIDs are the certificates' ids, sorted and without repeats.
+func AnchorIDs(certs []*x509.Certificate) []string {
+	ids := make([]string, 0, len(certs))
+	for _, c := range certs {
+		ids = append(ids, bundle.AnchorID(c.Raw))
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}

@@ -1,0 +1,220 @@
+package signer
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cert-manager/cert-manager/pkg/util/pki"
+	"github.com/gorilla/mux"
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/federation"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/bundle"
+	federationapi "github.com/trustsync/trustsync/federation"
+)
+
+// endpointCertLifetime is how long the endpoint's own certificate is valid; it is
+// renewed at half its life, and at once when the CA that signs changes.
+const endpointCertLifetime = 24 * time.Hour
+
+// bundleEndpoint serves each trust domain's SPIFFE bundle at /TD (the SPIFFE Trust
+// Domain and Bundle spec's https_spiffe profile): the anchors its signers publish, the
+// sequence of their last change and the refresh hint. go-spiffe writes the document
+// and serves the TLS certificate; the endpoint decides what they hold.
+type bundleEndpoint struct {
+	// domains are the trust domains served, each with its signers in policy order;
+	// the endpoint presents the certificate of the first domain (see endpointDomain).
+	domains     map[spiffeid.TrustDomain][]*caManager
+	first       spiffeid.TrustDomain
+	refreshHint time.Duration
+	clock       clock.PassiveClock
+
+	mu sync.Mutex
+	// svid is the certificate presented, issuedBy the CA that signed it.
+	svid     *x509svid.SVID
+	issuedBy *x509.Certificate
+}
+
+// newBundleEndpoint groups the signers by trust domain; order is the policy's.
+func newBundleEndpoint(order []string, trustDomains map[string]string, managers map[string]*caManager, refreshHint time.Duration) (*bundleEndpoint, error) {
+	e := &bundleEndpoint{domains: map[spiffeid.TrustDomain][]*caManager{}, refreshHint: refreshHint, clock: clock.RealClock{}}
+	for _, signer := range order {
+		td, err := spiffeid.TrustDomainFromString(trustDomains[signer])
+		if err != nil {
+			return nil, fmt.Errorf("signer %s: trust domain %q: %w", signer, trustDomains[signer], err)
+		}
+		if len(e.domains) == 0 {
+			e.first = td
+		}
+		e.domains[td] = append(e.domains[td], managers[signer])
+	}
+	return e, nil
+}
+
+// GetBundleForTrustDomain is the bundle served for td: the union of its signers'
+// published anchors, with the highest of their sequences. A signer that has published
+// nothing yet makes the domain unavailable rather than served incomplete.
+func (e *bundleEndpoint) GetBundleForTrustDomain(td spiffeid.TrustDomain) (*spiffebundle.Bundle, error) {
+	managers, ok := e.domains[td]
+	if !ok {
+		return nil, fmt.Errorf("trust domain %q is not served here", td)
+	}
+	b := spiffebundle.New(td)
+	var sequence uint64
+	for _, m := range managers {
+		p := m.published.Load()
+		if p == nil {
+			return nil, fmt.Errorf("signer %s has not published its CA yet", m.signer)
+		}
+		for _, a := range p.anchors {
+			b.AddX509Authority(a)
+		}
+		sequence = max(sequence, p.sequence)
+	}
+	b.SetSequenceNumber(sequence)
+	b.SetRefreshHint(e.refreshHint)
+	return b, nil
+}
+
+// GetX509SVID is the endpoint's certificate, spiffe://TD/trustsync/bundle-endpoint for
+// the first trust domain, issued by that domain's first signer's signing CA: renewed
+// at half its life or when that CA changes, so a rotation moves the endpoint to the
+// new CA with the rest.
+func (e *bundleEndpoint) GetX509SVID() (*x509svid.SVID, error) {
+	ca := e.domains[e.first][0].signingCA()
+	if ca == nil {
+		return nil, errors.New("the signing CA is not loaded yet")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.clock.Now()
+	if s := e.svid; s != nil && e.issuedBy.Equal(ca.Cert) && now.Before(halfLife(s.Certificates[0])) {
+		return s, nil
+	}
+	s, err := issueEndpointSVID(e.first, ca, now)
+	if err != nil {
+		return nil, fmt.Errorf("issue the bundle endpoint's certificate: %w", err)
+	}
+	e.svid, e.issuedBy = s, ca.Cert
+	klog.InfoS("Issued the bundle endpoint's certificate", "id", s.ID.String(), "notAfter", s.Certificates[0].NotAfter, "ca", bundle.AnchorID(ca.Cert.Raw))
+	return s, nil
+}
+
+func halfLife(c *x509.Certificate) time.Time {
+	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) / 2)
+}
+
+// issueEndpointSVID makes an X509-SVID for the endpoint: one URI SAN, not a CA,
+// digital signature only, a fresh P-256 key that never leaves memory.
+func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svid.SVID, error) {
+	id, err := spiffeid.FromPath(td, federationapi.EndpointPath)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := bundle.NewSerialNumber()
+	if err != nil {
+		return nil, err
+	}
+	notBefore, notAfter, err := validity(now, endpointCertLifetime, ca.Cert)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, NotBefore: notBefore, NotAfter: notAfter,
+		URIs:                  []*url.URL{id.URL()},
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+	}
+	_, leaf, err := pki.SignCertificate(tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	chain := []*x509.Certificate{leaf}
+	if len(ca.Chain) > 0 {
+		// An intermediate CA: the peer needs it to reach the anchor.
+		chain = append(chain, ca.Cert)
+		chain = append(chain, ca.Chain[:len(ca.Chain)-1]...)
+	}
+	return &x509svid.SVID{ID: id, Certificates: chain, PrivateKey: crypto.Signer(key)}, nil
+}
+
+// serve listens on address while ctx lasts (the signer leads), serving every domain's
+// bundle with go-spiffe's handler.
+func (e *bundleEndpoint) serve(ctx context.Context, address string) error {
+	router := mux.NewRouter()
+	domains := make([]string, 0, len(e.domains))
+	for td := range e.domains {
+		h, err := federation.NewHandler(td, e, federation.WithLogger(klogLogger{td: td.String()}))
+		if err != nil {
+			return err
+		}
+		router.Handle("/"+td.String(), h)
+		domains = append(domains, td.String())
+	}
+	slices.Sort(domains)
+	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, fmt.Sprintf("no trust domain at %q; served: %v", r.URL.Path, domains), http.StatusNotFound)
+	})
+	listener, err := net.Listen("tcp", address)
+	if err != nil {
+		return fmt.Errorf("--bundle-endpoint-bind-address %s: %w", address, err)
+	}
+	srv := &http.Server{
+		Handler:           router,
+		TLSConfig:         tlsconfig.TLSServerConfig(e),
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	klog.InfoS("Serving SPIFFE bundles", "address", listener.Addr().String(), "trustDomains", domains, "endpointID", federationapi.EndpointID(e.first.String()), "refreshHint", e.refreshHint)
+	go func() {
+		if err := srv.ServeTLS(listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Bundle endpoint stopped")
+		}
+	}()
+	return nil
+}
+
+// klogLogger passes go-spiffe's handler errors (a domain not ready yet) to klog.
+type klogLogger struct{ td string }
+
+func (l klogLogger) Debugf(format string, args ...any) {
+	klog.V(4).InfoS(fmt.Sprintf(format, args...), "trustDomain", l.td)
+}
+func (l klogLogger) Infof(format string, args ...any) {
+	klog.InfoS(fmt.Sprintf(format, args...), "trustDomain", l.td)
+}
+func (l klogLogger) Warnf(format string, args ...any) {
+	klog.InfoS(fmt.Sprintf(format, args...), "trustDomain", l.td)
+}
+func (l klogLogger) Errorf(format string, args ...any) {
+	klog.ErrorS(nil, fmt.Sprintf(format, args...), "trustDomain", l.td)
+}
