@@ -1,6 +1,6 @@
-// Package controller is trustsync-controller: the TrustTarget controller and the
+// Package controller is trustsync-controller: the TrustTarget controller, the
 // injection of bundles into annotated objects (ConfigMaps, Secrets where allowed, and
-// caBundle fields). It holds no key: the component that reads what tenants write
+// caBundle fields), and the import of federated trust domains. It holds no key: the component that reads what tenants write
 // (annotations, TrustTargets) is not the one that can sign.
 package controller
 
@@ -29,13 +29,15 @@ type Options struct {
 	Targets   bool
 	Secrets   bool
 	CABundles bool
-	QPS       float32
-	Burst     int
+	// Federation imports the peers' bundles FederatedTrustDomains name.
+	Federation bool
+	QPS        float32
+	Burst      int
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Namespace: os.Getenv("POD_NAMESPACE"), HealthAddress: ":8081", Targets: true, CABundles: true, QPS: 100, Burst: 200}
+	return &Options{Namespace: os.Getenv("POD_NAMESPACE"), HealthAddress: ":8081", Targets: true, CABundles: true, Federation: true, QPS: 100, Burst: 200}
 }
 
 // AddFlags registers the options on fs.
@@ -46,6 +48,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served). ConfigMaps annotated trustsync.io/inject: \"true\" are filled either way.")
 	fs.BoolVar(&o.Secrets, "targets-secrets", o.Secrets, "Allow TrustTargets and annotations to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
 	fs.BoolVar(&o.CABundles, "targets-ca-bundles", o.CABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name.")
+	fs.BoolVar(&o.Federation, "federation", o.Federation, "Import the bundles of the peer trust domains FederatedTrustDomains name (where their CRD is served) into ClusterTrustBundles of signer trustsync.io/federated.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
 }

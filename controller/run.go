@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -20,9 +21,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/controller/federation"
 	"github.com/trustsync/trustsync/controller/targets"
 	"github.com/trustsync/trustsync/delivery/watch"
+	federationapi "github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/trusttarget"
@@ -47,14 +52,14 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, leader := NewMetrics(registry)
+	m := NewMetrics(registry)
 	var ready atomic.Bool
 	if err := healthserver.Serve(ctx, o.HealthAddress, registry, kubeapi.Unless(ready.Load, "not leading, or caches not synced")); err != nil {
 		return err
 	}
 	act := func(ctx context.Context) {
-		leader.Set(1)
-		defer leader.Set(0)
+		m.leader.Set(1)
+		defer m.leader.Set(0)
 		if err := run(ctx, o, cfg, m, &ready); err != nil {
 			klog.ErrorS(err, "Controllers stopped")
 		}
@@ -69,17 +74,57 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	return nil
 }
 
+// Metrics are what trustsync-controller exports.
+type Metrics struct {
+	targets    *targets.Metrics
+	federation *federation.Metrics
+	// leader is 1 while this replica holds the Lease.
+	leader prometheus.Gauge
+}
+
 // NewMetrics registers what trustsync-controller exports: the controllers' metrics,
 // and whether this replica leads.
-func NewMetrics(reg prometheus.Registerer) (*targets.Metrics, prometheus.Gauge) {
+func NewMetrics(reg prometheus.Registerer) *Metrics {
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
 	reg.MustRegister(leader)
-	return targets.NewMetrics(reg), leader
+	return &Metrics{targets: targets.NewMetrics(reg), federation: federation.NewMetrics(reg), leader: leader}
+}
+
+// serves says whether the API server serves resource.
+func serves(client kubernetes.Interface, resource schema.GroupVersionResource) bool {
+	resources, err := client.Discovery().ServerResourcesForGroupVersion(resource.GroupVersion().String())
+	return err == nil && slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == resource.Resource })
+}
+
+// runFederation starts the FederatedTrustDomain controller where its CRD is served,
+// writing imported bundles to every bundle API served.
+func runFederation(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
+	if !serves(client, federationapi.Resource) {
+		klog.InfoS("FederatedTrustDomains are not served (install the chart's crds/); importing no peer", "resource", federationapi.Resource.String())
+		return false, nil
+	}
+	served, err := bundleapi.Discover(client.Discovery())
+	if err != nil {
+		return false, err
+	}
+	var stores []*bundleapi.Store
+	for _, api := range served.APIs() {
+		stores = append(stores, bundleapi.NewStore(dyn, api))
+	}
+	if len(stores) == 0 {
+		klog.InfoS("No ClusterTrustBundle API is served (neither the native one nor trustsync's mirror CRD); importing no peer")
+		return false, nil
+	}
+	holding := &federation.ReportsHolding{Client: client, Dynamic: dyn, MaxAge: 30 * time.Second, Clock: clock.RealClock{}}
+	c := federation.New(federation.Config{Dynamic: dyn, Stores: stores, Events: recorder, Fetcher: &federation.HTTPFetcher{},
+		Metrics: m, Holding: holding.Holding, Resync: resync})
+	go c.Run(ctx, 4)
+	return true, nil
 }
 
 // run starts the injection into annotated objects, and the TrustTarget controller
 // where its CRD is served, and waits for ctx.
-func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, ready *atomic.Bool) error {
+func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *atomic.Bool) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -108,20 +153,25 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *targets.Metrics, 
 	// injection finds the objects that ask, the targets whether an object exists.
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
 	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
+		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
 	go in.Run(ctx, 2)
 	if o.Targets {
-		resources, err := client.Discovery().ServerResourcesForGroupVersion(trusttarget.Resource.GroupVersion().String())
-		if err != nil || !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == trusttarget.Resource.Resource }) {
+		if !serves(client, trusttarget.Resource) {
 			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", trusttarget.Resource.String())
 		} else {
-			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m, ObjectMeta: objectMeta})
+			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
 			go c.Run(ctx, 2)
+		}
+	}
+	federating := false
+	if o.Federation {
+		if federating, err = runFederation(ctx, client, dyn, recorder, m.federation); err != nil {
+			return err
 		}
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Controllers running", "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles)
+	klog.InfoS("Controllers running", "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles, "federation", federating)
 	<-ctx.Done()
 	return nil
 }

@@ -124,3 +124,13 @@ func (cp *ControlPlane) UninstallMirrorCRD(ctx context.Context) error {
 		return apierrors.IsNotFound(err), nil
 	})
 }
+
+// InstallFederationCRD installs the chart's FederatedTrustDomain CRD and waits until it
+// is served.
+func (cp *ControlPlane) InstallFederationCRD(ctx context.Context) error {
+	path, err := chartCRDPath("federatedtrustdomains.trustsync.io.yaml")
+	if err != nil {
+		return err
+	}
+	return cp.installCRD(ctx, path)
+}

@@ -1,0 +1,507 @@
+// Package federation keeps every FederatedTrustDomain's peer bundle imported: it
+// fetches the bundle from the peer's SPIFFE bundle endpoint at the refresh hint the
+// peer gives (bounded, with backoff and jitter), authenticates the endpoint, accepts
+// only a bundle that moves forward, and writes its X.509 authorities into a
+// ClusterTrustBundle of signer trustsync.io/federated, which every delivery carries to
+// the pods that select it. Nothing a peer sends can make the imported bundle worse:
+// what cannot be fetched, authenticated or accepted leaves the last good anchors.
+package federation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/kubeapi/queue"
+)
+
+// FieldManager is the controller's name in the imported bundles' and the
+// FederatedTrustDomains' managedFields.
+const FieldManager = "trustsync-federation"
+
+// Refresh bounds: a peer's hint is obeyed within them; without one, DefaultRefresh.
+const (
+	MinRefresh     = 5 * time.Second
+	MaxRefresh     = time.Hour
+	DefaultRefresh = 5 * time.Minute
+)
+
+// Config is what the controller needs.
+type Config struct {
+	Dynamic dynamic.Interface
+	// Stores are the bundle APIs served: the imported bundle is written to each (the
+	// native API and trustsync's mirror alike), so no reader misses it.
+	Stores  []*bundleapi.Store
+	Events  record.EventRecorder
+	Fetcher Fetcher
+	Metrics *Metrics
+	// Holding counts the pods selecting a bundle that hold all of anchors; nil, or
+	// ok false, where no reports are served.
+	Holding func(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (p *federation.PodsHolding, ok bool)
+	Resync  time.Duration
+	Clock   clock.Clock
+	// MinRefresh overrides the least time between two fetches of one peer (tests).
+	MinRefresh time.Duration
+}
+
+// Controller imports the peers' bundles.
+type Controller struct {
+	cfg      Config
+	queue    workqueue.TypedRateLimitingInterface[string]
+	informer cache.SharedIndexInformer
+
+	mu    sync.Mutex
+	peers map[string]*peer
+}
+
+// peer is what is kept between refreshes of one FederatedTrustDomain.
+type peer struct {
+	uid        types.UID
+	generation int64
+	next       time.Time
+	failures   int
+}
+
+// New sets up the informer; Run starts it.
+func New(cfg Config) *Controller {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.MinRefresh == 0 {
+		cfg.MinRefresh = MinRefresh
+	}
+	c := &Controller{cfg: cfg, peers: map[string]*peer{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_federation"})}
+	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(federation.Resource).Informer()
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+	return c
+}
+
+// Run runs the informer and workers until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	go c.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return
+	}
+	queue.Work(ctx, c.queue, workers, federation.Kind, c.reconcile)
+	<-ctx.Done()
+}
+
+// HasSynced says whether the informer has listed the FederatedTrustDomains.
+func (c *Controller) HasSynced() bool { return c.informer.HasSynced() }
+
+// reconcile refreshes a peer when it is due and says when it is next due.
+func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
+	obj, exists, err := c.informer.GetIndexer().GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	if !exists {
+		c.forget(name)
+		return 0, nil // the imported bundle is owned by it: the garbage collector removes it
+	}
+	u := obj.(*unstructured.Unstructured)
+	ftd, err := federation.FromUnstructured(u)
+	now := c.cfg.Clock.Now()
+	p := c.peer(name, u)
+	if err == nil && now.Before(p.next) {
+		return p.next.Sub(now), nil
+	}
+	var outcome result
+	if err != nil {
+		outcome = result{reason: federation.ReasonInvalidSpec, message: err.Error()}
+	} else {
+		outcome = c.refresh(ctx, ftd)
+	}
+	c.cfg.Metrics.observe(ftd, outcome, now)
+	if err := c.setStatus(ctx, u, ftd, outcome); err != nil {
+		return 0, err
+	}
+	c.schedule(p, outcome, now)
+	if p.next.IsZero() {
+		return 0, nil
+	}
+	return p.next.Sub(now), nil
+}
+
+func (c *Controller) peer(name string, u *unstructured.Unstructured) *peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.peers[name]
+	if !ok || p.uid != u.GetUID() || p.generation != u.GetGeneration() {
+		// New, recreated or changed: refresh now.
+		p = &peer{uid: u.GetUID(), generation: u.GetGeneration()}
+		c.peers[name] = p
+	}
+	return p
+}
+
+func (c *Controller) forget(name string) {
+	c.mu.Lock()
+	delete(c.peers, name)
+	c.mu.Unlock()
+	c.cfg.Fetcher.Forget(name)
+	c.cfg.Metrics.forget(name)
+}
+
+// schedule sets when the peer is next fetched: at its refresh hint (within the
+// bounds) after a success, after a growing backoff (never longer than the hint)
+// after a failure; never for a spec that cannot work, until it changes. Each with
+// ±10% jitter, so that many peers never fetch in step.
+func (c *Controller) schedule(p *peer, r result, now time.Time) {
+	if r.reason == federation.ReasonInvalidSpec || r.reason == federation.ReasonConflict && r.conflictFinal {
+		p.next = time.Time{}
+		return
+	}
+	interval := DefaultRefresh
+	if r.refreshHint > 0 {
+		interval = min(max(r.refreshHint, c.cfg.MinRefresh), MaxRefresh)
+	}
+	if r.ok {
+		p.failures = 0
+	} else {
+		p.failures++
+		backoff := c.cfg.MinRefresh << min(p.failures-1, 10)
+		interval = min(backoff, interval)
+	}
+	jitter := time.Duration((rand.Float64()*0.2 - 0.1) * float64(interval))
+	p.next = now.Add(max(interval+jitter, c.cfg.MinRefresh))
+}
+
+// result is one refresh's outcome.
+type result struct {
+	ok bool
+	// reason and message are the Ready condition's; changed says the imported
+	// bundle changed (anchors added or removed).
+	reason, message string
+	changed         bool
+	// held is the bundle held after the refresh (nil: none yet).
+	held     *spiffebundle.Bundle
+	sequence *uint64
+	// refreshed is set when the endpoint answered with a bundle accepted or equal.
+	refreshed   bool
+	refreshHint time.Duration
+	bytes       int
+	bundleName  string
+	bundles     []*certificatesv1.ClusterTrustBundle
+	// conflictFinal: another FederatedTrustDomain imports this trust domain.
+	conflictFinal bool
+}
+
+// refresh fetches the peer's bundle and imports it when it may.
+func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrustDomain) result {
+	spec := ftd.Spec
+	if errs := spec.Validate(); len(errs) > 0 {
+		return result{reason: federation.ReasonInvalidSpec, message: errs.ToAggregate().Error()}
+	}
+	td := spiffeid.RequireTrustDomainFromString(spec.TrustDomain)
+	name := federation.BundleName(spec.TrustDomain)
+	r := result{bundleName: name, sequence: ftd.Status.Sequence}
+
+	held, bundles, err := c.held(ctx, ftd, name)
+	r.bundles = bundles
+	var conflict *conflictError
+	switch {
+	case errors.As(err, &conflict):
+		r.reason, r.message, r.conflictFinal = federation.ReasonConflict, err.Error(), true
+		return r
+	case err != nil:
+		r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()
+		return r
+	}
+	bootstrap, err := c.bootstrap(td, spec)
+	if err != nil {
+		r.reason, r.message = federation.ReasonInvalidSpec, err.Error()
+		return r
+	}
+	if held == nil && bootstrap != nil {
+		// Nothing imported yet: start from the bootstrap bundle, so pods trust the
+		// peer even before its endpoint first answers.
+		if err := c.write(ctx, ftd, name, bootstrap); err != nil {
+			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()
+			return r
+		}
+		held, r.changed = bootstrap, true
+	}
+	r.held = held
+
+	// The endpoint is authenticated by what is held, and by the bootstrap bundle the
+	// operator gives (so that a peer whose CA moved on while this cluster could not
+	// fetch can be trusted again by updating spec.trustDomainBundle).
+	trusted := spiffebundle.New(td)
+	for _, b := range []*spiffebundle.Bundle{held, bootstrap} {
+		if b != nil {
+			for _, a := range b.X509Authorities() {
+				trusted.AddX509Authority(a)
+			}
+		}
+	}
+	fetched, n, err := c.cfg.Fetcher.Fetch(ctx, ftd.Name, spec, trusted)
+	r.bytes = n
+	if err != nil {
+		var fe *FetchError
+		r.reason, r.message = federation.ReasonEndpointUnreachable, err.Error()
+		if errors.As(err, &fe) {
+			r.reason = fe.Reason
+		}
+		r.message += keptMessage(held)
+		return r
+	}
+	r.refreshHint, _ = fetched.RefreshHint()
+	if err := checkDomain(td, fetched); err != nil {
+		r.reason, r.message = federation.ReasonInvalidBundle, err.Error()+keptMessage(held)
+		return r
+	}
+	seq, hasSeq := fetched.SequenceNumber()
+	if hasSeq && seq > math.MaxInt64 {
+		r.reason, r.message = federation.ReasonInvalidBundle, fmt.Sprintf("the endpoint's sequence %d is beyond what the status can record (%d)", seq, int64(math.MaxInt64))+keptMessage(held)
+		return r
+	}
+	same := held != nil && slices.Equal(federation.Anchors(held), federation.Anchors(fetched))
+	if held != nil && hasSeq && ftd.Status.Sequence != nil {
+		prev := *ftd.Status.Sequence
+		if seq < prev || seq == prev && !same {
+			what := "went back"
+			if seq == prev {
+				what = "did not move though the anchors changed"
+			}
+			r.reason, r.message = federation.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle sequence %s (%d, held %d); refused", what, seq, prev)+keptMessage(held)
+			return r
+		}
+	}
+	if !same {
+		if err := c.write(ctx, ftd, name, fetched); err != nil {
+			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()+keptMessage(held)
+			return r
+		}
+		r.changed = true
+	}
+	r.held, r.ok, r.refreshed, r.reason = fetched, true, true, federation.ReasonRefreshed
+	if hasSeq {
+		r.sequence = &seq
+	}
+	r.message = fmt.Sprintf("%s holds the %d anchors of trust domain %s", name, len(fetched.X509Authorities()), spec.TrustDomain)
+	if hasSeq {
+		r.message += fmt.Sprintf(" at sequence %d", seq)
+	}
+	return r
+}
+
+func keptMessage(held *spiffebundle.Bundle) string {
+	if held == nil {
+		return "; nothing imported yet"
+	}
+	return fmt.Sprintf("; the %d anchors held are kept", len(held.X509Authorities()))
+}
+
+// checkDomain refuses a bundle whose authorities name another trust domain (a CA
+// certificate with a spiffe:// URI SAN, as SPIRE's carry): a peer may only ever
+// speak for its own domain.
+func checkDomain(td spiffeid.TrustDomain, b *spiffebundle.Bundle) error {
+	for _, a := range b.X509Authorities() {
+		for _, u := range a.URIs {
+			if u.Scheme != "spiffe" {
+				continue
+			}
+			if id, err := spiffeid.FromURI(u); err == nil && id.TrustDomain() != td {
+				return fmt.Errorf("the endpoint sent an authority of trust domain %q (%s) for %q; refused", id.TrustDomain(), u, td)
+			}
+		}
+	}
+	return nil
+}
+
+// conflictError: the imported bundle's name belongs to another FederatedTrustDomain.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+// held reads the imported bundle from the first bundle API served: nil when none was
+// written yet. One controlled by another live FederatedTrustDomain is a conflict.
+func (c *Controller) held(ctx context.Context, ftd *federation.FederatedTrustDomain, name string) (*spiffebundle.Bundle, []*certificatesv1.ClusterTrustBundle, error) {
+	var found []*certificatesv1.ClusterTrustBundle
+	for _, s := range c.cfg.Stores {
+		b, err := s.Get(ctx, name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s from %s: %w", name, s.API(), err)
+		}
+		if owner := metav1.GetControllerOf(b); owner != nil && owner.UID != ftd.UID {
+			if _, exists, _ := c.informer.GetIndexer().GetByKey(owner.Name); exists {
+				return nil, nil, &conflictError{fmt.Sprintf("FederatedTrustDomain %s imports trust domain %s already (it owns %s); delete one of the two", owner.Name, ftd.Spec.TrustDomain, name)}
+			}
+		}
+		found = append(found, b)
+	}
+	if len(found) == 0 {
+		return nil, nil, nil
+	}
+	td := spiffeid.RequireTrustDomainFromString(ftd.Spec.TrustDomain)
+	b, err := federation.ParseBundle(td, []byte(found[0].Spec.TrustBundle))
+	if err != nil {
+		// Only this controller attests for the signer, so this is not expected; the
+		// next accepted fetch rewrites it.
+		klog.FromContext(ctx).Error(err, "The imported bundle does not parse; it is rewritten at the next accepted fetch", "bundle", name)
+		return nil, found, nil
+	}
+	return b, found, nil
+}
+
+// bootstrap parses spec.trustDomainBundle (nil when not given).
+func (c *Controller) bootstrap(td spiffeid.TrustDomain, spec federation.Spec) (*spiffebundle.Bundle, error) {
+	if strings.TrimSpace(spec.TrustDomainBundle) == "" {
+		return nil, nil
+	}
+	b, err := federation.ParseBundle(td, []byte(spec.TrustDomainBundle))
+	if err != nil {
+		return nil, fmt.Errorf("spec.trustDomainBundle: %w", err)
+	}
+	if err := checkDomain(td, b); err != nil {
+		return nil, fmt.Errorf("spec.trustDomainBundle: %w", err)
+	}
+	return b, nil
+}
+
+// write applies the imported bundle to every bundle API served: the peer's anchors,
+// the trust-domain label, and the FederatedTrustDomain as its controller, so that
+// deleting the FederatedTrustDomain deletes it.
+func (c *Controller) write(ctx context.Context, ftd *federation.FederatedTrustDomain, name string, b *spiffebundle.Bundle) error {
+	ctb := &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels:          map[string]string{federation.TrustDomainLabel: ftd.Spec.TrustDomain, "app.kubernetes.io/managed-by": "trustsync"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ftd, federation.Resource.GroupVersion().WithKind(federation.Kind))}},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: federation.SignerName, TrustBundle: federation.PEM(b)},
+	}
+	ctb.OwnerReferences[0].BlockOwnerDeletion = nil
+	for _, s := range c.cfg.Stores {
+		if _, err := s.Apply(ctx, ctb, FieldManager); err != nil {
+			return fmt.Errorf("write %s to %s: %w", name, s.API(), err)
+		}
+		c.cfg.Metrics.wrote()
+	}
+	return nil
+}
+
+// setStatus records the outcome: the Ready condition, what is held, how far it has
+// reached the pods; an Event when the anchors changed or Ready did.
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, ftd *federation.FederatedTrustDomain, r result) error {
+	now := metav1.NewTime(c.cfg.Clock.Now().Truncate(time.Second))
+	var old federation.Status
+	if ftd != nil {
+		old = ftd.Status
+	}
+	status := old
+	status.ObservedGeneration = u.GetGeneration()
+	status.Conditions = slices.Clone(old.Conditions)
+	cond := metav1.Condition{Type: federation.Ready, Status: metav1.ConditionFalse, Reason: r.reason, Message: r.message, ObservedGeneration: u.GetGeneration()}
+	if r.ok {
+		cond.Status = metav1.ConditionTrue
+	}
+	if r.held != nil {
+		status.Anchors, status.Bundle = federation.Anchors(r.held), r.bundleName
+		status.Sequence = r.sequence
+	}
+	if r.refreshed {
+		status.LastRefreshed = &now
+	}
+	if c.cfg.Holding != nil && r.held != nil {
+		if p, ok := c.cfg.Holding(ctx, status.Anchors, r.bundles); ok {
+			status.Pods = p
+		}
+	}
+	readyChanged := meta.SetStatusCondition(&status.Conditions, cond)
+	if r.changed && r.held != nil {
+		added, removed := diff(old.Anchors, status.Anchors)
+		c.cfg.Events.Eventf(u, corev1.EventTypeNormal, "BundleImported", "%s now holds %d anchors of %s (added %s; removed %s)%s",
+			r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain, list(added), list(removed), sequenceNote(status.Sequence))
+	}
+	if readyChanged && !r.ok {
+		c.cfg.Events.Event(u, corev1.EventTypeWarning, r.reason, r.message)
+	}
+	if equalStatus(old, status) {
+		return nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if err != nil {
+		return err
+	}
+	updated := u.DeepCopy()
+	updated.Object["status"] = m
+	_, err = c.cfg.Dynamic.Resource(federation.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	c.cfg.Metrics.statusWritten()
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	// On a conflict the peer stays due: it is refreshed again from the newer version
+	// the informer brings, since the sequence recorded is what a fetch is compared with.
+	return err
+}
+
+func sequenceNote(seq *uint64) string {
+	if seq == nil {
+		return ""
+	}
+	return fmt.Sprintf(", sequence %d", *seq)
+}
+
+func diff(before, after []string) (added, removed []string) {
+	for _, a := range after {
+		if !slices.Contains(before, a) {
+			added = append(added, a)
+		}
+	}
+	for _, b := range before {
+		if !slices.Contains(after, b) {
+			removed = append(removed, b)
+		}
+	}
+	return added, removed
+}
+
+func list(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}
+
+func equalStatus(a, b federation.Status) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}

@@ -1,0 +1,275 @@
+package federation
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/signer"
+	"github.com/trustsync/trustsync/test/fixtures"
+)
+
+// A imports B's CA through B's bundle endpoint, authenticated https_spiffe; a
+// certificate B's signer issued verifies against A's imported bundle; B rotates its CA
+// and A holds the new anchor before B's new CA signs, with no one touching A.
+func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing.T) {
+	c := start(t)
+	live := c.liveB(t)
+	c.create(t, c.peer("cluster-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
+
+	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
+		s := c.status(t, "cluster-b")
+		st, reason, msg := ready(s)
+		imp := c.imported(t)
+		return st == metav1.ConditionTrue && imp != nil && s.Sequence != nil && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg
+	})
+	imp := c.imported(t)
+	if imp.Spec.SignerName != federation.SignerName || imp.Labels[federation.TrustDomainLabel] != tdB {
+		t.Errorf("imported bundle: signer %q, labels %v; want %s and %s=%s", imp.Spec.SignerName, imp.Labels, federation.SignerName, federation.TrustDomainLabel, tdB)
+	}
+	if owner := metav1.GetControllerOf(imp); owner == nil || owner.Kind != federation.Kind || owner.Name != "cluster-b" {
+		t.Errorf("imported bundle's controller = %v, want the FederatedTrustDomain (so deleting it deletes the bundle)", owner)
+	}
+	if got, want := anchorIDs(t, imp.Spec.TrustBundle), anchorIDs(t, live.Spec.TrustBundle); !slices.Equal(got, want) {
+		t.Errorf("A holds %v, B publishes %v", got, want)
+	}
+	if err := verifies(endpointCertificate(t, c.endpoint), imp.Spec.TrustBundle); err != nil {
+		t.Errorf("a certificate B's signer issued does not verify against A's imported bundle: %v", err)
+	}
+	first := c.status(t, "cluster-b")
+
+	// B rotates. Nobody touches A.
+	secrets := kube(t, c.b).CoreV1().Secrets(namespace)
+	patch := `{"metadata":{"annotations":{"` + signer.AnnotationRotateRequested + `":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}}}`
+	if _, err := secrets.Patch(context.Background(), "trustsync-ca-trustsync.io-workload", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next string
+	poll(t, time.Minute, "B publishes its next CA", func() (bool, string) {
+		ids := anchorIDs(t, c.liveB(t).Spec.TrustBundle)
+		for _, id := range ids {
+			if !slices.Contains(first.Anchors, id) {
+				next = id
+				return true, ""
+			}
+		}
+		return false, "B's live bundle still holds only " + strings.Join(ids, ",")
+	})
+	published := time.Now()
+	var importedAt time.Time
+	poll(t, window, "A holds B's next anchor", func() (bool, string) {
+		imp := c.imported(t)
+		if imp != nil && slices.Contains(anchorIDs(t, imp.Spec.TrustBundle), next) {
+			importedAt = time.Now()
+			return true, ""
+		}
+		return false, "A's status: " + strings.Join(c.status(t, "cluster-b").Anchors, ",")
+	})
+	// B's new CA has not signed yet: its endpoint still presents the old CA's
+	// certificate, and its Secret says it waits.
+	secret, err := secrets.Get(context.Background(), "trustsync-ca-trustsync.io-workload", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if phase := secret.Annotations[signer.AnnotationPhase]; phase != string(signer.PhaseWaiting) {
+		t.Fatalf("when A held the next anchor (%.1f s after B published it), B's rotation was %s, want still %s: A followed too late", importedAt.Sub(published).Seconds(), phase, signer.PhaseWaiting)
+	}
+	t.Logf("A held B's next anchor %.1f s after B published it; B's new CA signs no sooner than %s after", importedAt.Sub(published).Seconds(), window)
+	s := c.status(t, "cluster-b")
+	if s.Sequence == nil || *s.Sequence <= *first.Sequence {
+		t.Errorf("sequence %v after the rotation, was %d: it must move forward", s.Sequence, *first.Sequence)
+	}
+	if !slices.ContainsFunc(c.events(t, "cluster-b"), func(e corev1.Event) bool { return e.Reason == "BundleImported" && strings.Contains(e.Message, next) }) {
+		t.Error("no BundleImported Event names the new anchor")
+	}
+
+	// B's new CA signs; its endpoint now presents a certificate from it, which A
+	// authenticates with the anchor it imported, and keeps refreshing.
+	poll(t, window+30*time.Second, "B's new CA signs", func() (bool, string) {
+		cert := endpointCertificate(t, c.endpoint)
+		return bundle.AnchorID(issuerOf(t, c, cert)) == next, "the endpoint's certificate is still the old CA's"
+	})
+	switched := time.Now()
+	poll(t, 30*time.Second, "A refreshes from the endpoint of B's new CA", func() (bool, string) {
+		s := c.status(t, "cluster-b")
+		st, reason, msg := ready(s)
+		return st == metav1.ConditionTrue && s.LastRefreshed != nil && s.LastRefreshed.Time.After(switched.Add(-time.Second)), string(st) + " " + reason + ": " + msg
+	})
+	if err := verifies(endpointCertificate(t, c.endpoint), c.imported(t).Spec.TrustBundle); err != nil {
+		t.Errorf("a certificate B's new CA issued does not verify against A's imported bundle: %v", err)
+	}
+}
+
+// issuerOf finds which of B's published anchors signed cert.
+func issuerOf(t *testing.T, c *clusters, cert *x509.Certificate) []byte {
+	t.Helper()
+	anchors, err := bundle.ParseCertificates([]byte(c.liveB(t).Spec.TrustBundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range anchors {
+		if cert.CheckSignatureFrom(a) == nil {
+			return a.Raw
+		}
+	}
+	return nil
+}
+
+// endpoint is a bundle endpoint under the test's control, presenting a certificate
+// for spiffe://b.example/trustsync/bundle-endpoint from the given CA.
+type endpoint struct {
+	url     string
+	mu      sync.Mutex
+	respond func(w http.ResponseWriter)
+}
+
+func serveEndpoint(t *testing.T, caCert *x509.Certificate, caKey any) *endpoint {
+	t.Helper()
+	id, _ := url.Parse(federation.EndpointID(tdB))
+	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, URIs: []*url.URL{id}, Parent: &fixtures.Cert{Cert: caCert, Key: caKey.(crypto.Signer)}})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &endpoint{url: "https://" + l.Addr().String() + "/" + tdB}
+	srv := &http.Server{
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Cert.Raw}, PrivateKey: leaf.Key}}},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			e.mu.Lock()
+			respond := e.respond
+			e.mu.Unlock()
+			respond(w)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go func() { _ = srv.ServeTLS(l, "", "") }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return e
+}
+
+func (e *endpoint) set(respond func(w http.ResponseWriter)) {
+	e.mu.Lock()
+	e.respond = respond
+	e.mu.Unlock()
+}
+
+func bundleDoc(t *testing.T, seq uint64, authorities ...*x509.Certificate) func(http.ResponseWriter) {
+	b := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(tdB), authorities)
+	b.SetSequenceNumber(seq)
+	b.SetRefreshHint(time.Second)
+	doc, err := b.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(w http.ResponseWriter) { _, _ = w.Write(doc) }
+}
+
+// Nothing a peer's endpoint sends makes A's imported bundle worse: an impostor whose
+// certificate B's bundle does not sign, a bundle signed for but going back in
+// sequence, empty, naming another trust domain, garbage, oversized, an error page, or
+// no answer at all: each leaves A's anchors as they were and says why on the status
+// and in an Event. Pointed back at B, it recovers.
+func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
+	c := start(t)
+	live := c.liveB(t)
+	good := "https://" + c.endpoint + "/" + tdB
+	c.create(t, c.peer("guarded-b", good, live.Spec.TrustBundle))
+	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
+		st, reason, msg := ready(c.status(t, "guarded-b"))
+		return st == metav1.ConditionTrue, string(st) + " " + reason + ": " + msg
+	})
+	held := c.status(t, "guarded-b")
+	heldPEM := c.imported(t).Spec.TrustBundle
+
+	caCert, caKey := c.caOf(t)
+	bAnchors, err := bundle.ParseCertificates([]byte(live.Spec.TrustBundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := fixtures.CA("an anchor B never published").Cert
+	evilURI, _ := url.Parse("spiffe://evil.example")
+	otherDomain := fixtures.MustNew(fixtures.Options{CommonName: "evil.example CA", URIs: []*url.URL{evilURI}}).Cert
+	impostorCA := fixtures.CA("impostor")
+
+	misbehaving := serveEndpoint(t, caCert, caKey)
+	impostor := serveEndpoint(t, impostorCA.Cert, impostorCA.Key)
+	impostor.set(bundleDoc(t, *held.Sequence+1, impostorCA.Cert))
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedURL := "https://" + closed.Addr().String() + "/" + tdB
+	closed.Close()
+
+	for _, tc := range []struct {
+		name, url, reason, says string
+		respond                 func(http.ResponseWriter)
+	}{
+		{"an impostor B's bundle does not sign", impostor.url, federation.ReasonEndpointUnauthenticated, "is not who it should be", nil},
+		{"the sequence goes back", misbehaving.url, federation.ReasonSequenceRegressed, "went back", bundleDoc(t, *held.Sequence-1, append(bAnchors, extra)...)},
+		{"the sequence stays though the anchors change", misbehaving.url, federation.ReasonSequenceRegressed, "did not move", bundleDoc(t, *held.Sequence, extra)},
+		{"an empty bundle", misbehaving.url, federation.ReasonInvalidBundle, "no X.509 authority", func(w http.ResponseWriter) {
+			_, _ = w.Write([]byte(`{"keys":[],"spiffe_sequence":` + jsonNumber(*held.Sequence+5) + `}`))
+		}},
+		{"an authority of another trust domain", misbehaving.url, federation.ReasonInvalidBundle, "evil.example", bundleDoc(t, *held.Sequence+6, append(bAnchors, otherDomain)...)},
+		{"garbage", misbehaving.url, federation.ReasonInvalidBundle, "cannot be imported", func(w http.ResponseWriter) { _, _ = w.Write([]byte("<html>hello</html>")) }},
+		{"two megabytes", misbehaving.url, federation.ReasonInvalidBundle, "more than 1048576 bytes", func(w http.ResponseWriter) { _, _ = w.Write([]byte(strings.Repeat(" ", 2<<20))) }},
+		{"an error page", misbehaving.url, federation.ReasonEndpointUnreachable, "HTTP 503", func(w http.ResponseWriter) { http.Error(w, "maintenance", http.StatusServiceUnavailable) }},
+		{"no answer at all", closedURL, federation.ReasonEndpointUnreachable, "cannot reach", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.respond != nil {
+				misbehaving.set(tc.respond)
+			}
+			c.setURL(t, "guarded-b", tc.url)
+			poll(t, 30*time.Second, "refused with "+tc.reason, func() (bool, string) {
+				st, reason, msg := ready(c.status(t, "guarded-b"))
+				return st == metav1.ConditionFalse && reason == tc.reason && strings.Contains(msg, tc.says), string(st) + " " + reason + ": " + msg
+			})
+			s := c.status(t, "guarded-b")
+			if !slices.Equal(s.Anchors, held.Anchors) || *s.Sequence != *held.Sequence {
+				t.Errorf("status anchors %v sequence %d, want those held: %v %d", s.Anchors, *s.Sequence, held.Anchors, *held.Sequence)
+			}
+			if got := c.imported(t); got == nil || got.Spec.TrustBundle != heldPEM {
+				t.Error("the imported bundle changed")
+			}
+			if !slices.ContainsFunc(c.events(t, "guarded-b"), func(e corev1.Event) bool { return e.Reason == tc.reason && e.Type == "Warning" }) {
+				t.Errorf("no Warning Event %s", tc.reason)
+			}
+			c.setURL(t, "guarded-b", good)
+			poll(t, 30*time.Second, "back at B", func() (bool, string) {
+				st, reason, msg := ready(c.status(t, "guarded-b"))
+				return st == metav1.ConditionTrue, string(st) + " " + reason + ": " + msg
+			})
+		})
+	}
+}
+
+// setURL points a FederatedTrustDomain at another endpoint.
+func (c *clusters) setURL(t *testing.T, name, url string) {
+	t.Helper()
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"bundleEndpointURL": url}})
+	if _, err := dyn(t, c.a).Resource(federation.Resource).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jsonNumber(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
