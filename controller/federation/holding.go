@@ -38,18 +38,8 @@ func (h *ReportsHolding) Holding(ctx context.Context, anchors []string, bundles 
 	if c == nil || len(anchors) == 0 {
 		return nil, false
 	}
-	behind := map[string]bool{}
 	p := &federation.PodsHolding{}
-	for i, a := range anchors {
-		progress := c.Progress(a, bundles)
-		if i == 0 {
-			p.Expected = progress.Expected
-		}
-		for _, s := range progress.Stragglers {
-			behind[s.Namespace+"/"+s.Pod] = true
-		}
-	}
-	p.Holding = p.Expected - len(behind)
+	p.Holding, p.Expected = c.HoldingAll(anchors, bundles)
 	return p, true
 }
 

@@ -506,3 +506,20 @@ func selectsAny(tf injector.TrustFile, bundles []*certificatesv1.ClusterTrustBun
 	}
 	return false
 }
+
+// HoldingAll counts the running pods selecting any of bundles (Expected) and those
+// of them holding every one of anchors (Holding): how far a set of anchors, a peer
+// trust domain's say, has reached.
+func (c Cluster) HoldingAll(anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (holding, expected int) {
+	behind := map[string]bool{}
+	for i, a := range anchors {
+		p := c.Progress(a, bundles)
+		if i == 0 {
+			expected = p.Expected
+		}
+		for _, s := range p.Stragglers {
+			behind[s.Namespace+"/"+s.Pod] = true
+		}
+	}
+	return expected - len(behind), expected
+}

@@ -61,6 +61,7 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   status             does each pod hold what its sources select now?
   who-trusts ANCHOR  which pods hold this anchor?
   rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
+  federation [PEER]  has each peer trust domain's bundle arrived, and do the pods hold it?
   convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
   version            the plugin's release
 
@@ -116,6 +117,22 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 				signer = args[0]
 			}
 			return o.rotation(cmd.Context(), signer)
+		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "federation [PEER]",
+		Short: "Each FederatedTrustDomain: Ready (or why not), the sequence held, when last refreshed, its anchors, and how many pods selecting its bundle hold them all",
+		Example: `  # Every peer this cluster imports
+  kubectl trustsync federation
+  # One peer, by name or trust domain, as JSON (exit 3: not Ready, or pods behind)
+  kubectl trustsync federation b.example -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return o.federation(cmd.Context(), name)
 		},
 	})
 	root.AddCommand(o.convertCommand(os.Stdin, stderr), &cobra.Command{

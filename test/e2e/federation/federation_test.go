@@ -22,8 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/signer"
+	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -55,6 +57,13 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 		t.Errorf("a certificate B's signer issued does not verify against A's imported bundle: %v", err)
 	}
 	first := c.status(t, "cluster-b")
+	// The operator's answer: Ready, the sequence, the anchors (no pods select it yet,
+	// so none are behind: exit 0).
+	var peer plugin.Peer
+	controlplane.NewPlugin(t, c.a).JSON(t, &peer, 0, "federation", tdB)
+	if peer.Ready != "True" || peer.Sequence == nil || *peer.Sequence != *first.Sequence || !slices.Equal(peer.Anchors, first.Anchors) || peer.Bundle != federation.BundleName(tdB) {
+		t.Errorf("kubectl trustsync federation %s = %+v, want Ready with the status's sequence %d and anchors %v", tdB, peer, *first.Sequence, first.Anchors)
+	}
 
 	// B rotates. Nobody touches A.
 	secrets := kube(t, c.b).CoreV1().Secrets(namespace)
