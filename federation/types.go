@@ -49,19 +49,19 @@ const (
 // Ready is the condition that says whether the peer's bundle was fetched and written;
 // its reasons when not (the last good anchors are kept in every case).
 const (
-	Ready                          = "Ready"
-	ReasonEndpointUnreachable      = "EndpointUnreachable"
-	ReasonEndpointUnauthenticated  = "EndpointUnauthenticated"
-	ReasonSequenceRegressed        = "SequenceRegressed"
-	ReasonInvalidBundle            = "InvalidBundle"
-	ReasonInvalidSpec              = "InvalidSpec"
-	ReasonConflict                 = "Conflict"
-	ReasonRefreshed                = "Refreshed"
-	ReasonBootstrapped             = "Bootstrapped"
-	ReasonBundleWriteFailed        = "BundleWriteFailed"
-	maxTrustDomainLength           = 63
-	maxEndpointURLLength           = 2048
-	maxBootstrapBundleLength int64 = 1 << 20
+	Ready                               = "Ready"
+	ReasonEndpointUnreachable           = "EndpointUnreachable"
+	ReasonEndpointUnauthenticated       = "EndpointUnauthenticated"
+	ReasonSequenceRegressed             = "SequenceRegressed"
+	ReasonInvalidBundle                 = "InvalidBundle"
+	ReasonInvalidSpec                   = "InvalidSpec"
+	ReasonConflict                      = "Conflict"
+	ReasonRefreshed                     = "Refreshed"
+	ReasonBootstrapped                  = "Bootstrapped"
+	ReasonBundleWriteFailed             = "BundleWriteFailed"
+	maxTrustDomainLength                = 63
+	maxEndpointURLLength                = 2048
+	maxBootstrapBundleLength      int64 = 1 << 20
 )
 
 // FederatedTrustDomain imports a peer trust domain's bundle from its endpoint.

@@ -26,7 +26,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // An unknown -o is refused before anything is read: the server given here does not
 // exist, and the error must be about -o, not about reaching it.
 func TestMain_AnUnknownOutputIsRefusedBeforeAnyAPICall(t *testing.T) {
-	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"version"}, {"convert", "-f", "-"}} {
+	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"federation"}, {"version"}, {"convert", "-f", "-"}} {
 		_, stderr, code := run(t, append(cmd, "-o", "xml", "--server", "https://127.0.0.1:1")...)
 		if code != ExitError || !strings.Contains(stderr, `--output "xml" is not supported: give json or yaml`) {
 			t.Errorf("%s -o xml: exit %d, %q", cmd[0], code, stderr)
@@ -58,7 +58,7 @@ func TestMain_CompletesInEveryShell(t *testing.T) {
 	}
 	// What the shell asks for: the commands, then a command's flags.
 	out, _, _ := run(t, "__complete", "")
-	for _, want := range []string{"status", "who-trusts", "rotation", "convert", "version"} {
+	for _, want := range []string{"status", "who-trusts", "rotation", "federation", "convert", "version"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("completing a command offers no %s:\n%s", want, out)
 		}
@@ -69,7 +69,7 @@ func TestMain_CompletesInEveryShell(t *testing.T) {
 }
 
 func TestMain_EveryCommandHelpHasExamples(t *testing.T) {
-	for _, cmd := range []string{"status", "who-trusts", "rotation", "convert", "version"} {
+	for _, cmd := range []string{"status", "who-trusts", "rotation", "federation", "convert", "version"} {
 		out, _, code := run(t, cmd, "--help")
 		if code != 0 || !strings.Contains(out, "Examples:\n") || !strings.Contains(out, "kubectl trustsync "+cmd) {
 			t.Errorf("%s --help (exit %d) has no examples of itself:\n%s", cmd, code, out)
@@ -143,9 +143,10 @@ func TestDocs_JSONExamplesMatchWhatIsPrinted(t *testing.T) {
 		}{}, append([]string{"items"}, jsonFields(reflect.TypeFor[query.FileStatus]())...)},
 		{"who-trusts", &trustAnswer{}, append(append(jsonFields(reflect.TypeFor[trustAnswer]()), jsonFields(reflect.TypeFor[query.Holder]())...), jsonFields(reflect.TypeFor[query.Unseen]())...)},
 		{"rotation", &Rotation{}, append(jsonFields(reflect.TypeFor[Rotation]()), jsonFields(reflect.TypeFor[query.Straggler]())...)},
+		{"federation", &Peer{}, jsonFields(reflect.TypeFor[Peer]())},
 	}
 	if len(blocks) != len(examples) {
-		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation)", len(blocks), len(examples))
+		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation, federation)", len(blocks), len(examples))
 	}
 	for i, ex := range examples {
 		text := strings.ReplaceAll(blocks[i][1], `"<sha256>"`, `"`+strings.Repeat("ab", 32)+`"`)
