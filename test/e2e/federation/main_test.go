@@ -9,14 +9,11 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
-	"fmt"
 	"net"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -251,17 +248,4 @@ func (c *clusters) caOf(t *testing.T) (*x509.Certificate, any) {
 		t.Fatal(err)
 	}
 	return cert, pair.PrivateKey
-}
-
-func pemOf(certs ...*x509.Certificate) string {
-	var out []byte
-	for _, c := range certs {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	return string(out)
-}
-
-func describe(b *spiffebundle.Bundle) string {
-	seq, _ := b.SequenceNumber()
-	return fmt.Sprintf("%d authorities, sequence %d", len(b.X509Authorities()), seq)
 }
