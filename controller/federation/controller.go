@@ -453,7 +453,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	if readyChanged && !r.ok {
 		c.cfg.Events.Event(u, corev1.EventTypeWarning, r.reason, r.message)
 	}
-	if equalStatus(old, status) {
+	if equalStatus(old, status) || onlyRefreshedRecently(old, status) {
 		return nil
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
@@ -470,6 +470,22 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	// On a conflict the peer stays due: it is refreshed again from the newer version
 	// the informer brings, since the sequence recorded is what a fetch is compared with.
 	return err
+}
+
+// statusRefreshEvery is how often a status whose only change is lastRefreshed is
+// written: a peer refreshing every few seconds would otherwise cost a write each time
+// (the metric trustsync_federation_last_refreshed_timestamp_seconds stays exact).
+const statusRefreshEvery = time.Minute
+
+// onlyRefreshedRecently says the new status differs from the old only by a
+// lastRefreshed less than statusRefreshEvery after the one recorded.
+func onlyRefreshedRecently(old, status federation.Status) bool {
+	if old.LastRefreshed == nil || status.LastRefreshed == nil || status.LastRefreshed.Sub(old.LastRefreshed.Time) >= statusRefreshEvery {
+		return false
+	}
+	same := status
+	same.LastRefreshed = old.LastRefreshed
+	return equalStatus(old, same)
 }
 
 func sequenceNote(seq *uint64) string {
