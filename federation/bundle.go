@@ -26,6 +26,9 @@ func ParseBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, er
 		}
 	} else {
 		certs, err := bundle.ParseCertificates(data)
+		if err == nil && len(certs) == 0 {
+			err = errors.New("no CERTIFICATE block found")
+		}
 		if err != nil {
 			return nil, fmt.Errorf("neither a SPIFFE bundle (JSON) nor PEM certificates: %w", err)
 		}
