@@ -29,10 +29,14 @@ type Options struct {
 	Targets   bool
 	Secrets   bool
 	CABundles bool
-	// Federation imports the peers' bundles FederatedTrustDomains name.
-	Federation bool
-	QPS        float32
-	Burst      int
+	// Federation imports the peers' bundles FederatedTrustDomains name; with
+	// FleetNamespace, it also keeps one per ClusterProfile of that namespace carrying
+	// a trustsync bundle endpoint, except this cluster's (OwnTrustDomains).
+	Federation      bool
+	FleetNamespace  string
+	OwnTrustDomains []string
+	QPS             float32
+	Burst           int
 }
 
 // NewOptions returns the defaults.
@@ -49,6 +53,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Secrets, "targets-secrets", o.Secrets, "Allow TrustTargets and annotations to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
 	fs.BoolVar(&o.CABundles, "targets-ca-bundles", o.CABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name.")
 	fs.BoolVar(&o.Federation, "federation", o.Federation, "Import the bundles of the peer trust domains FederatedTrustDomains name (where their CRD is served) into ClusterTrustBundles of signer trustsync.io/federated.")
+	fs.StringVar(&o.FleetNamespace, "fleet-cluster-profile-namespace", o.FleetNamespace, "Join the fleet whose ClusterProfiles (multicluster.x-k8s.io, the cluster inventory API) are in this namespace: one FederatedTrustDomain per profile whose status properties carry trustsync.io/trust-domain and trustsync.io/bundle-endpoint-url, removed when the profile goes. Empty: no fleet.")
+	fs.StringSliceVar(&o.OwnTrustDomains, "fleet-own-trust-domains", o.OwnTrustDomains, "This cluster's own trust domains: the fleet's profiles naming one are this cluster, and are not imported.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
 }

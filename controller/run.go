@@ -98,7 +98,7 @@ func serves(client kubernetes.Interface, resource schema.GroupVersionResource) b
 
 // runFederation starts the FederatedTrustDomain controller where its CRD is served,
 // writing imported bundles to every bundle API served.
-func runFederation(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
+func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
 	if !serves(client, federationapi.Resource) {
 		klog.InfoS("FederatedTrustDomains are not served (install the chart's crds/); importing no peer", "resource", federationapi.Resource.String())
 		return false, nil
@@ -119,6 +119,14 @@ func runFederation(ctx context.Context, client kubernetes.Interface, dyn dynamic
 	c := federation.New(federation.Config{Dynamic: dyn, Stores: stores, Events: recorder, Fetcher: &federation.HTTPFetcher{},
 		Metrics: m, Holding: holding.Holding, Resync: resync})
 	go c.Run(ctx, 4)
+	if o.FleetNamespace != "" {
+		if !serves(client, federation.ClusterProfiles) {
+			klog.InfoS("ClusterProfiles are not served (install the cluster inventory API's CRD); no fleet to join", "resource", federation.ClusterProfiles.String(), "namespace", o.FleetNamespace)
+		} else {
+			go federation.NewFleet(federation.FleetConfig{Dynamic: dyn, Namespace: o.FleetNamespace, OwnTrustDomains: o.OwnTrustDomains, Events: recorder, Resync: resync}).Run(ctx)
+			klog.InfoS("Joining the fleet's trust", "clusterProfiles", o.FleetNamespace, "ownTrustDomains", o.OwnTrustDomains)
+		}
+	}
 	return true, nil
 }
 
@@ -165,7 +173,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	federating := false
 	if o.Federation {
-		if federating, err = runFederation(ctx, client, dyn, recorder, m.federation); err != nil {
+		if federating, err = runFederation(ctx, o, client, dyn, recorder, m.federation); err != nil {
 			return err
 		}
 	}

@@ -22,7 +22,10 @@ func TestSpec_ValidateSaysWhatIsWrongWithTheOffendingValue(t *testing.T) {
 		{"https_web needs no bundle", func(s *Spec) { s.BundleEndpointProfile = Profile{Type: ProfileWeb}; s.TrustDomainBundle = "" }, ""},
 		{"a scheme in the trust domain", func(s *Spec) { s.TrustDomain = "spiffe://b.example" }, "without scheme"},
 		{"an uppercase trust domain", func(s *Spec) { s.TrustDomain = "B.example" }, "B.example"},
-		{"'--' in the trust domain", func(s *Spec) { s.TrustDomain = "xn--b.example"; s.BundleEndpointProfile.EndpointSPIFFEID = EndpointID("xn--b.example") }, "may not contain"},
+		{"'--' in the trust domain", func(s *Spec) {
+			s.TrustDomain = "xn--b.example"
+			s.BundleEndpointProfile.EndpointSPIFFEID = EndpointID("xn--b.example")
+		}, "may not contain"},
 		{"a trust domain longer than a label value", func(s *Spec) { s.TrustDomain = strings.Repeat("b", 64) }, "63"},
 		{"plain http", func(s *Spec) { s.BundleEndpointURL = "http://signer.b.example/b.example" }, "must be an https URL"},
 		{"an endpoint ID of another domain", func(s *Spec) { s.BundleEndpointProfile.EndpointSPIFFEID = EndpointID("a.example") }, `must be in trust domain "b.example"`},

@@ -131,7 +131,9 @@ func TestHTTPFetcher_ClassifiesWhatWentWrong(t *testing.T) {
 		{"an impostor's CA", serve(fixtures.CA("impostor"), endpointID, ok), federation.ReasonEndpointUnauthenticated},
 		{"the right CA, another ID", serve(good, other, ok), federation.ReasonEndpointUnauthenticated},
 		{"an error page", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusNotFound) }), federation.ReasonEndpointUnreachable},
-		{"a redirect", serve(good, endpointID, func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "https://elsewhere.example/", http.StatusFound) }), federation.ReasonEndpointUnreachable},
+		{"a redirect", serve(good, endpointID, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://elsewhere.example/", http.StatusFound)
+		}), federation.ReasonEndpointUnreachable},
 		{"not a bundle", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) }), federation.ReasonInvalidBundle},
 		{"nobody there", "https://127.0.0.1:1/" + td, federation.ReasonEndpointUnreachable},
 	} {

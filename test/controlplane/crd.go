@@ -134,3 +134,9 @@ func (cp *ControlPlane) InstallFederationCRD(ctx context.Context) error {
 	}
 	return cp.installCRD(ctx, path)
 }
+
+// InstallCRD installs the CRD in the YAML file at path (one a test brings, such as
+// another project's) and waits until it is served.
+func (cp *ControlPlane) InstallCRD(ctx context.Context, path string) error {
+	return cp.installCRD(ctx, path)
+}

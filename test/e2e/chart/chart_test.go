@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -42,6 +45,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -700,6 +704,39 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		})
 		if _, err := client.CoordinationV1().Leases(ns).Get(ctx, "trustsync-controller", metav1.GetOptions{}); err != nil {
 			t.Errorf("the controller holds no Lease of its own: %v", err)
+		}
+
+		// A peer trust domain, imported as the controller's ServiceAccount: the API
+		// server lets it attest for trustsync.io/federated, and for no other signer.
+		peerCA := fixtures.CA("chart peer")
+		id, _ := url.Parse(federation.EndpointID("peer.example"))
+		leaf := fixtures.MustNew(fixtures.Options{Leaf: true, URIs: []*url.URL{id}, Parent: peerCA})
+		doc, _ := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString("peer.example"), []*x509.Certificate{peerCA.Cert}).Marshal()
+		endpoint := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(doc) }))
+		endpoint.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Cert.Raw}, PrivateKey: leaf.Key}}}
+		endpoint.StartTLS()
+		defer endpoint.Close()
+		ftd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": "FederatedTrustDomain", "metadata": map[string]any{"name": "chart-peer"},
+			"spec": map[string]any{"trustDomain": "peer.example", "bundleEndpointURL": endpoint.URL + "/peer.example", "trustDomainBundle": fixtures.Bundle(peerCA),
+				"bundleEndpointProfile": map[string]any{"type": "https_spiffe", "endpointSPIFFEID": id.String()}}}}
+		if _, err := dyn.Resource(federation.Resource).Create(ctx, ftd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the peer's bundle imported by the controller", p, func(ctx context.Context) (bool, error) {
+			b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, federation.BundleName("peer.example"), metav1.GetOptions{})
+			return err == nil && b.Spec.SignerName == federation.SignerName && b.Spec.TrustBundle == string(peerCA.CertPEM()), nil
+		})
+		for signer, want := range map[string]bool{federation.SignerName: true, "trustsync.io/workload": false, "example.com/any": false} {
+			sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               "system:serviceaccount:" + ns + ":trustsync-controller",
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: signer, Verb: "attest"},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sar.Status.Allowed != want {
+				t.Errorf("the controller may attest for %s: %v, want %v", signer, sar.Status.Allowed, want)
+			}
 		}
 	})
 }

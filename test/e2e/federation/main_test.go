@@ -55,6 +55,9 @@ func setup(cp *controlplane.ControlPlane, native bool) error {
 	if err := cp.InstallFederationCRD(ctx); err != nil {
 		return err
 	}
+	if err := cp.InstallCRD(ctx, "testdata/clusterprofiles.yaml"); err != nil {
+		return err
+	}
 	return cp.CreateNamespace(ctx, namespace, nil)
 }
 
@@ -66,8 +69,8 @@ type clusters struct {
 	controller *controlplane.Process
 }
 
-// start runs B's signer with its bundle endpoint and A's controller.
-func start(t *testing.T) *clusters {
+// start runs B's signer with its bundle endpoint and A's controller (with extra flags).
+func start(t *testing.T, controllerArgs ...string) *clusters {
 	t.Helper()
 	c := &clusters{a: planes.Get(t, true), b: planes.Get(t, false)}
 	port, err := controlplane.FreePort()
@@ -81,7 +84,7 @@ func start(t *testing.T) *clusters {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.signer.Stop(5 * time.Second) })
-	if c.controller, err = c.a.StartController("--namespace=" + namespace); err != nil {
+	if c.controller, err = c.a.StartController(append([]string{"--namespace=" + namespace}, controllerArgs...)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.controller.Stop(5 * time.Second) })
@@ -248,4 +251,10 @@ func (c *clusters) caOf(t *testing.T) (*x509.Certificate, any) {
 		t.Fatal(err)
 	}
 	return cert, pair.PrivateKey
+}
+
+// deleteImported removes A's imported bundle for B, as the garbage collector would
+// once its FederatedTrustDomain is gone (none runs in these control planes).
+func deleteImported(t *testing.T, c *clusters) error {
+	return bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{})
 }
