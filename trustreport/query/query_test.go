@@ -112,3 +112,21 @@ func TestProgress_APodThatNeverStartedHoldsNoRotationBack(t *testing.T) {
 		t.Errorf("progress %+v; want 1 of 1, ns/pending not started", p)
 	}
 }
+
+// A peer's anchors have reached a pod only when it holds every one of them: a pod
+// holding the old anchor alone is behind, one not observed is not counted as holding.
+func TestHoldingAll_APodHoldsASetOnlyWhenItHoldsEveryAnchor(t *testing.T) {
+	old, next := bundle.AnchorID(fixtures.CA("old").Cert.Raw), bundle.AnchorID(fixtures.CA("next").Cert.Raw)
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
+	both, oldOnly, unseen := projected("both", "a", "b1", true), projected("old-only", "b", "b1", true), projected("unseen", "c", "b1", true)
+	r := nodeReport("a", old, both)
+	r.AnchorSets = []trustreport.AnchorSet{{ID: trustreport.SetID([]string{old, next}), Anchors: []string{old, next}, Count: 1}}
+	r.Pods[0].Files[0].AnchorSet = r.AnchorSets[0].ID
+	c := Cluster{Pods: []*corev1.Pod{both, oldOnly, unseen}, Reports: []*trustreport.NodeTrustReport{r, nodeReport("b", old, oldOnly)}}
+	if holding, expected := c.HoldingAll([]string{old, next}, []*certificatesv1.ClusterTrustBundle{b}); holding != 1 || expected != 3 {
+		t.Errorf("holding %d of %d; want 1 of 3 (old-only behind, unseen not observed)", holding, expected)
+	}
+	if holding, expected := c.HoldingAll([]string{old}, []*certificatesv1.ClusterTrustBundle{b}); holding != 2 || expected != 3 {
+		t.Errorf("the old anchor alone: holding %d of %d; want 2 of 3", holding, expected)
+	}
+}
