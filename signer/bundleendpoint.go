@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/util/pki"
@@ -23,6 +24,12 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -38,10 +45,15 @@ const endpointCertLifetime = 24 * time.Hour
 // Domain and Bundle spec's https_spiffe profile): the anchors its signers publish, the
 // sequence of their last change and the refresh hint. go-spiffe writes the document
 // and serves the TLS certificate; the endpoint decides what they hold.
+//
+// Every replica serves it, the standby too, from the CA Secrets it watches: the state
+// saved there (anchors, the time they last changed) is the same for all, so peers see
+// one bundle and one sequence whichever replica answers, and the Service needs no
+// readiness gate (which would keep the standby unready and block drains).
 type bundleEndpoint struct {
 	// domains are the trust domains served, each with its signers in policy order;
-	// the endpoint presents the certificate of the first domain (see endpointDomain).
-	domains     map[spiffeid.TrustDomain][]*caManager
+	// the endpoint presents the certificate of the first domain.
+	domains     map[spiffeid.TrustDomain][]*endpointSigner
 	first       spiffeid.TrustDomain
 	refreshHint time.Duration
 	clock       clock.PassiveClock
@@ -52,9 +64,33 @@ type bundleEndpoint struct {
 	issuedBy *x509.Certificate
 }
 
+// endpointSigner is one signer as its CA Secret last said.
+type endpointSigner struct {
+	signer, secretName string
+	state              atomic.Pointer[endpointState]
+}
+
+// endpointState is what a signer's CA Secret holds for the endpoint: the anchors to
+// publish, the sequence of their last change, and the CA that signs now.
+type endpointState struct {
+	anchors  []*x509.Certificate
+	sequence uint64
+	ca       *CA
+}
+
+// observe takes a CA Secret's state; one that does not parse leaves the last.
+func (s *endpointSigner) observe(secret *corev1.Secret) {
+	st, err := stateFromSecret(secret)
+	if err != nil {
+		klog.ErrorS(err, "The bundle endpoint cannot read the CA Secret; it serves what it read before", "signer", s.signer)
+		return
+	}
+	s.state.Store(&endpointState{anchors: st.anchors(), sequence: st.sequence(), ca: st.Current})
+}
+
 // newBundleEndpoint groups the signers by trust domain; order is the policy's.
-func newBundleEndpoint(order []string, trustDomains map[string]string, managers map[string]*caManager, refreshHint time.Duration) (*bundleEndpoint, error) {
-	e := &bundleEndpoint{domains: map[spiffeid.TrustDomain][]*caManager{}, refreshHint: refreshHint, clock: clock.RealClock{}}
+func newBundleEndpoint(order []string, trustDomains, secretNames map[string]string, refreshHint time.Duration) (*bundleEndpoint, error) {
+	e := &bundleEndpoint{domains: map[spiffeid.TrustDomain][]*endpointSigner{}, refreshHint: refreshHint, clock: clock.RealClock{}}
 	for _, signer := range order {
 		td, err := spiffeid.TrustDomainFromString(trustDomains[signer])
 		if err != nil {
@@ -63,30 +99,51 @@ func newBundleEndpoint(order []string, trustDomains map[string]string, managers 
 		if len(e.domains) == 0 {
 			e.first = td
 		}
-		e.domains[td] = append(e.domains[td], managers[signer])
+		e.domains[td] = append(e.domains[td], &endpointSigner{signer: signer, secretName: secretNames[signer]})
 	}
 	return e, nil
 }
 
+// watch follows each signer's CA Secret (by name: the Role allows no other) until
+// ctx ends.
+func (e *bundleEndpoint) watch(ctx context.Context, client kubernetes.Interface, namespace string) {
+	for _, signers := range e.domains {
+		for _, s := range signers {
+			factory := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(namespace), informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+				lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.secretName).String()
+			}))
+			observe := func(obj any) {
+				if secret, ok := obj.(*corev1.Secret); ok {
+					s.observe(secret)
+				}
+			}
+			// A deleted Secret is recreated by the leader; until then the last state is
+			// served: never an empty bundle.
+			_, _ = factory.Core().V1().Secrets().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, n any) { observe(n) }})
+			factory.Start(ctx.Done())
+		}
+	}
+}
+
 // GetBundleForTrustDomain is the bundle served for td: the union of its signers'
-// published anchors, with the highest of their sequences. A signer that has published
-// nothing yet makes the domain unavailable rather than served incomplete.
+// anchors, with the highest of their sequences. A signer whose CA Secret has not been
+// read yet makes the domain unavailable rather than served incomplete.
 func (e *bundleEndpoint) GetBundleForTrustDomain(td spiffeid.TrustDomain) (*spiffebundle.Bundle, error) {
-	managers, ok := e.domains[td]
+	signers, ok := e.domains[td]
 	if !ok {
 		return nil, fmt.Errorf("trust domain %q is not served here", td)
 	}
 	b := spiffebundle.New(td)
 	var sequence uint64
-	for _, m := range managers {
-		p := m.published.Load()
-		if p == nil {
-			return nil, fmt.Errorf("signer %s has not published its CA yet", m.signer)
+	for _, s := range signers {
+		st := s.state.Load()
+		if st == nil {
+			return nil, fmt.Errorf("signer %s has no CA yet", s.signer)
 		}
-		for _, a := range p.anchors {
+		for _, a := range st.anchors {
 			b.AddX509Authority(a)
 		}
-		sequence = max(sequence, p.sequence)
+		sequence = max(sequence, st.sequence)
 	}
 	b.SetSequenceNumber(sequence)
 	b.SetRefreshHint(e.refreshHint)
@@ -98,10 +155,11 @@ func (e *bundleEndpoint) GetBundleForTrustDomain(td spiffeid.TrustDomain) (*spif
 // at half its life or when that CA changes, so a rotation moves the endpoint to the
 // new CA with the rest.
 func (e *bundleEndpoint) GetX509SVID() (*x509svid.SVID, error) {
-	ca := e.domains[e.first][0].signingCA()
-	if ca == nil {
+	st := e.domains[e.first][0].state.Load()
+	if st == nil {
 		return nil, errors.New("the signing CA is not loaded yet")
 	}
+	ca := st.ca
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.clock.Now()
@@ -160,8 +218,8 @@ func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svi
 	return &x509svid.SVID{ID: id, Certificates: chain, PrivateKey: crypto.Signer(key)}, nil
 }
 
-// serve listens on address while ctx lasts (the signer leads), serving every domain's
-// bundle with go-spiffe's handler.
+// serve listens on address while ctx lasts, serving every domain's bundle with
+// go-spiffe's handler.
 func (e *bundleEndpoint) serve(ctx context.Context, address string) error {
 	router := mux.NewRouter()
 	domains := make([]string, 0, len(e.domains))

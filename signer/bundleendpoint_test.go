@@ -16,17 +16,40 @@ import (
 	federationapi "github.com/trustsync/trustsync/federation"
 )
 
-// endpointManager is a signer whose CA is loaded and whose anchors are published.
-func endpointManager(t *testing.T, signer string, sequence uint64, extra ...*x509.Certificate) *caManager {
+// endpointSignerWith is a signer whose CA Secret was read: its CA signs, its anchors
+// (that CA's and extra) are published at sequence.
+func endpointSignerWith(t *testing.T, signer string, sequence uint64, extra ...*x509.Certificate) (*endpointSigner, *CA) {
 	t.Helper()
 	ca, err := generateCA(signer, time.Now(), 365*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &caManager{signer: signer}
-	m.current.Store(ca)
-	m.published.Store(&publishedAnchors{anchors: append([]*x509.Certificate{ca.Anchor()}, extra...), sequence: sequence})
-	return m
+	s := &endpointSigner{signer: signer}
+	s.state.Store(&endpointState{anchors: append([]*x509.Certificate{ca.Anchor()}, extra...), sequence: sequence, ca: ca})
+	return s, ca
+}
+
+// endpointOf builds the endpoint over signers already read, each given with its
+// trust domain, in order.
+func endpointOf(t *testing.T, hint time.Duration, signers ...any) *bundleEndpoint {
+	t.Helper()
+	var order []string
+	tds, names := map[string]string{}, map[string]string{}
+	byName := map[string]*endpointSigner{}
+	for i := 0; i < len(signers); i += 2 {
+		s, td := signers[i].(*endpointSigner), signers[i+1].(string)
+		order, tds[s.signer], names[s.signer], byName[s.signer] = append(order, s.signer), td, "secret-"+s.signer, s
+	}
+	e, err := newBundleEndpoint(order, tds, names, hint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range e.domains {
+		for i, s := range list {
+			list[i] = byName[s.signer]
+		}
+	}
+	return e
 }
 
 func freePort(t *testing.T) string {
@@ -43,15 +66,10 @@ func freePort(t *testing.T) string {
 // sequence, the refresh hint) over TLS with an X509-SVID that go-spiffe's own client
 // authenticates as spiffe://TD/trustsync/bundle-endpoint against that very bundle.
 func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *testing.T) {
-	a1 := endpointManager(t, "example.com/a1", 100)
-	a2 := endpointManager(t, "example.com/a2", 250)
-	b := endpointManager(t, "example.com/b", 7)
-	e, err := newBundleEndpoint([]string{"example.com/a1", "example.com/a2", "example.com/b"},
-		map[string]string{"example.com/a1": "a.example", "example.com/a2": "a.example", "example.com/b": "b.example"},
-		map[string]*caManager{"example.com/a1": a1, "example.com/a2": a2, "example.com/b": b}, 42*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a1, a1CA := endpointSignerWith(t, "example.com/a1", 100)
+	a2, _ := endpointSignerWith(t, "example.com/a2", 250)
+	b, bCA := endpointSignerWith(t, "example.com/b", 7)
+	e := endpointOf(t, 42*time.Second, a1, "a.example", a2, "a.example", b, "b.example")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freePort(t)
@@ -59,16 +77,11 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 		t.Fatal(err)
 	}
 	tdA := spiffeid.RequireTrustDomainFromString("a.example")
-	held := spiffebundle.FromX509Authorities(tdA, []*x509.Certificate{a1.signingCA().Anchor()})
+	held := spiffebundle.FromX509Authorities(tdA, []*x509.Certificate{a1CA.Anchor()})
 	endpointID := spiffeid.RequireFromString(federationapi.EndpointID("a.example"))
 
-	var got *spiffebundle.Bundle
-	for range 50 { // the listener is up before serve returns; TLS may take a moment on a busy machine
-		if got, err = federation.FetchBundle(ctx, tdA, "https://"+addr+"/a.example", federation.WithSPIFFEAuth(held, endpointID)); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The listener is up when serve returns.
+	got, err := federation.FetchBundle(ctx, tdA, "https://"+addr+"/a.example", federation.WithSPIFFEAuth(held, endpointID))
 	if err != nil {
 		t.Fatalf("fetch a.example: %v", err)
 	}
@@ -88,14 +101,14 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 	if err != nil {
 		t.Fatalf("fetch b.example: %v", err)
 	}
-	if !gotB.X509Authorities()[0].Equal(b.signingCA().Anchor()) {
+	if !gotB.X509Authorities()[0].Equal(bCA.Anchor()) {
 		t.Error("b.example's bundle does not hold its signer's anchor")
 	}
 
 	// Another CA's bundle does not authenticate the endpoint, nor does another ID.
-	other := endpointManager(t, "example.com/other", 1)
+	_, otherCA := endpointSignerWith(t, "example.com/other", 1)
 	if _, err := federation.FetchBundle(ctx, tdA, "https://"+addr+"/a.example",
-		federation.WithSPIFFEAuth(spiffebundle.FromX509Authorities(tdA, []*x509.Certificate{other.signingCA().Anchor()}), endpointID)); err == nil {
+		federation.WithSPIFFEAuth(spiffebundle.FromX509Authorities(tdA, []*x509.Certificate{otherCA.Anchor()}), endpointID)); err == nil {
 		t.Error("an endpoint was authenticated by a bundle that does not hold its CA")
 	}
 	if _, err := federation.FetchBundle(ctx, tdA, "https://"+addr+"/a.example",
@@ -110,11 +123,8 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 // The endpoint's certificate follows the signing CA: a new CA (after a rotation)
 // issues a new one at once, and an unchanged CA renews it only past half its life.
 func TestBundleEndpoint_CertificateFollowsTheSigningCA(t *testing.T) {
-	m := endpointManager(t, "example.com/a", 1)
-	e, err := newBundleEndpoint([]string{"example.com/a"}, map[string]string{"example.com/a": "a.example"}, map[string]*caManager{"example.com/a": m}, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, _ := endpointSignerWith(t, "example.com/a", 1)
+	e := endpointOf(t, time.Minute, m, "a.example")
 	now := time.Now()
 	clk := clocktesting.NewFakePassiveClock(now)
 	e.clock = clk
@@ -142,24 +152,20 @@ func TestBundleEndpoint_CertificateFollowsTheSigningCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.current.Store(next)
+	m.state.Store(&endpointState{anchors: []*x509.Certificate{next.Cert}, sequence: 2, ca: next})
 	rotated, _ := e.GetX509SVID()
 	if err := rotated.Certificates[0].CheckSignatureFrom(next.Cert); err != nil {
 		t.Errorf("after the CA changed, the endpoint certificate is not the new CA's: %v", err)
 	}
 }
 
-// Until every signer of a domain has published, the domain is not served: half a
-// bundle would make peers drop anchors.
-func TestBundleEndpoint_ADomainIsNotServedBeforeEverySignerPublished(t *testing.T) {
-	ready := endpointManager(t, "example.com/a1", 1)
-	waiting := &caManager{signer: "example.com/a2"}
-	e, err := newBundleEndpoint([]string{"example.com/a1", "example.com/a2"}, map[string]string{"example.com/a1": "a.example", "example.com/a2": "a.example"},
-		map[string]*caManager{"example.com/a1": ready, "example.com/a2": waiting}, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.GetBundleForTrustDomain(spiffeid.RequireTrustDomainFromString("a.example")); err == nil || !strings.Contains(err.Error(), "example.com/a2 has not published") {
+// Until every signer of a domain has a CA, the domain is not served: half a bundle
+// would make peers drop anchors.
+func TestBundleEndpoint_ADomainIsNotServedBeforeEverySignerHasACA(t *testing.T) {
+	ready, _ := endpointSignerWith(t, "example.com/a1", 1)
+	waiting := &endpointSigner{signer: "example.com/a2"}
+	e := endpointOf(t, time.Minute, ready, "a.example", waiting, "a.example")
+	if _, err := e.GetBundleForTrustDomain(spiffeid.RequireTrustDomainFromString("a.example")); err == nil || !strings.Contains(err.Error(), "example.com/a2 has no CA yet") {
 		t.Errorf("err = %v, want the signer that has not published named", err)
 	}
 }

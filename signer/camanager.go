@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -45,17 +44,8 @@ type caManager struct {
 	lastProgress string
 
 	current atomic.Pointer[CA]
-	// published is what the live bundle last held, for the bundle endpoint.
-	published atomic.Pointer[publishedAnchors]
 	// loaded, when set, runs when the signing CA changes (CSRs waiting for one can go).
 	loaded func()
-}
-
-// publishedAnchors are the anchors a signer last published and the sequence of their
-// last change.
-type publishedAnchors struct {
-	anchors  []*x509.Certificate
-	sequence uint64
 }
 
 // signingCA returns the CA to sign with, or nil before the first reconcile.
@@ -108,7 +98,6 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	if after := st.phase(); after != before {
 		logger.Info("CA rotation advanced", "from", before, "to", after, "signingCA", st.Current.Cert.Subject.String())
 	}
-	m.published.Store(&publishedAnchors{anchors: st.anchors(), sequence: st.sequence()})
 	if old := m.current.Swap(st.Current); m.loaded != nil && (old == nil || !old.Cert.Equal(st.Current.Cert)) {
 		m.loaded()
 	}

@@ -84,6 +84,23 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 		return err
 	}
 
+	// The bundle endpoint runs on every replica, leading or not: it serves what the CA
+	// Secrets say, the same on each.
+	if o.BundleEndpointAddress != "" {
+		trustDomains, secretNames := map[string]string{}, map[string]string{}
+		for _, s := range pol.Signers {
+			trustDomains[s.SignerName], secretNames[s.SignerName] = s.TrustDomain, secretName(o.CASecretPrefix, s.SignerName)
+		}
+		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, secretNames, o.BundleEndpointRefreshHint)
+		if err != nil {
+			return err
+		}
+		endpoint.watch(ctx, client, o.Namespace)
+		if err := endpoint.serve(ctx, o.BundleEndpointAddress); err != nil {
+			return err
+		}
+	}
+
 	act := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
@@ -234,19 +251,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		caQueue.Add(name)
 	}
 
-	if o.BundleEndpointAddress != "" {
-		trustDomains := map[string]string{}
-		for _, s := range pol.Signers {
-			trustDomains[s.SignerName] = s.TrustDomain
-		}
-		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, managers, o.BundleEndpointRefreshHint)
-		if err != nil {
-			return err
-		}
-		if err := endpoint.serve(ctx, o.BundleEndpointAddress); err != nil {
-			return err
-		}
-	}
 	queue.Work(ctx, caQueue, 1, "CA", func(ctx context.Context, name string) (time.Duration, error) { return managers[name].reconcile(ctx) })
 	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waitingForCA(h.handle))
 	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waitingForCA(pcrs.handle))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	gospiffefederation "github.com/spiffe/go-spiffe/v2/federation"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,7 @@ import (
 func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing.T) {
 	c := start(t)
 	live := c.liveB(t)
+	standby := c.standby(t)
 	c.create(t, c.peer("cluster-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
 
 	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
@@ -57,6 +59,12 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 		t.Errorf("a certificate B's signer issued does not verify against A's imported bundle: %v", err)
 	}
 	first := c.status(t, "cluster-b")
+	// The standby replica serves the same bundle at the same sequence: peers see one
+	// bundle whichever replica a Service sends them to.
+	fromStandby := fetch(t, standby, live.Spec.TrustBundle)
+	if seq, _ := fromStandby.SequenceNumber(); seq != *first.Sequence || !slices.Equal(federation.Anchors(fromStandby), first.Anchors) {
+		t.Errorf("the standby serves %v at sequence %d; the leader served %v at %d", federation.Anchors(fromStandby), seq, first.Anchors, *first.Sequence)
+	}
 	// The operator's answer: Ready, the sequence, the anchors (no pods select it yet,
 	// so none are behind: exit 0).
 	var peer plugin.Peer
@@ -126,6 +134,25 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	if err := verifies(endpointCertificate(t, c.endpoint), c.imported(t).Spec.TrustBundle); err != nil {
 		t.Errorf("a certificate B's new CA issued does not verify against A's imported bundle: %v", err)
 	}
+}
+
+// fetch reads B's bundle from the endpoint at addr as a peer would, trusting trustPEM.
+func fetch(t *testing.T, addr, trustPEM string) *spiffebundle.Bundle {
+	t.Helper()
+	td := spiffeid.RequireTrustDomainFromString(tdB)
+	held, err := federation.ParseBundle(td, []byte(trustPEM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b *spiffebundle.Bundle
+	poll(t, 30*time.Second, "the endpoint at "+addr+" answers", func() (bool, string) {
+		b, err = gospiffefederation.FetchBundle(context.Background(), td, "https://"+addr+"/"+tdB, gospiffefederation.WithSPIFFEAuth(held, spiffeid.RequireFromString(federation.EndpointID(tdB))))
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return b
 }
 
 // issuerOf finds which of B's published anchors signed cert.

@@ -67,6 +67,24 @@ type clusters struct {
 	endpoint   string // B's bundle endpoint, host:port
 	signer     *controlplane.Process
 	controller *controlplane.Process
+	signerArgs []string
+}
+
+// standby runs a second replica of B's signer, which does not lead, and returns its
+// bundle endpoint's address.
+func (c *clusters) standby(t *testing.T) string {
+	t.Helper()
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := c.b.StartSigner(append(c.signerArgs, "--bundle-endpoint-bind-address="+addr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(5 * time.Second) })
+	return addr
 }
 
 // start runs B's signer with its bundle endpoint and A's controller (with extra flags).
@@ -78,12 +96,13 @@ func start(t *testing.T, controllerArgs ...string) *clusters {
 		t.Fatal(err)
 	}
 	c.endpoint = "127.0.0.1:" + strconv.Itoa(port)
-	if c.signer, err = c.b.StartSigner("--namespace="+namespace, "--signer-name="+signerB, "--trust-domain="+tdB,
-		"--bundle-endpoint-bind-address="+c.endpoint, "--bundle-endpoint-refresh-hint="+hint.String(),
-		"--ca-propagation=timed", "--ca-propagation-window="+window.String()); err != nil {
+	signerArgs := []string{"--namespace=" + namespace, "--signer-name=" + signerB, "--trust-domain=" + tdB,
+		"--bundle-endpoint-refresh-hint=" + hint.String(), "--ca-propagation=timed", "--ca-propagation-window=" + window.String()}
+	if c.signer, err = c.b.StartSigner(append(signerArgs, "--bundle-endpoint-bind-address="+c.endpoint)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.signer.Stop(5 * time.Second) })
+	c.signerArgs = signerArgs
 	if c.controller, err = c.a.StartController(append([]string{"--namespace=" + namespace}, controllerArgs...)...); err != nil {
 		t.Fatal(err)
 	}
