@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/kubeapi/queue"
@@ -76,6 +77,11 @@ type Controller struct {
 	cfg      Config
 	queue    workqueue.TypedRateLimitingInterface[string]
 	informer cache.SharedIndexInformer
+	// imported holds, per bundle API served (in Stores' order), the bundles of signer
+	// trustsync.io/federated, by upstream name: what is held is read from here, not
+	// asked of the API server at each refresh.
+	imported     []cache.Store
+	importedRuns []cache.Controller
 
 	mu    sync.Mutex
 	peers map[string]*peer
@@ -106,6 +112,26 @@ func New(cfg Config) *Controller {
 		}
 	}
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+	// An imported bundle changed or deleted by anyone sends its FederatedTrustDomain
+	// to look again (and restore it: see diverged).
+	byOwner := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if b, ok := obj.(*certificatesv1.ClusterTrustBundle); ok {
+			if owner := metav1.GetControllerOf(b); owner != nil && owner.Kind == federation.Kind {
+				c.queue.Add(owner.Name)
+			}
+		}
+	}
+	for _, s := range cfg.Stores {
+		opts, _, _ := bundle.Selector{SignerName: federation.SignerName, LabelSelector: &metav1.LabelSelector{}}.ListOptions(s.API().Form)
+		store, run := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: s.ListWatch(opts), ObjectType: &certificatesv1.ClusterTrustBundle{}, ResyncPeriod: cfg.Resync,
+			Handler: cache.ResourceEventHandlerFuncs{AddFunc: byOwner, UpdateFunc: func(_, n any) { byOwner(n) }, DeleteFunc: byOwner},
+		})
+		c.imported, c.importedRuns = append(c.imported, store), append(c.importedRuns, run)
+	}
 	return c
 }
 
@@ -113,7 +139,12 @@ func New(cfg Config) *Controller {
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer c.queue.ShutDown()
 	go c.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+	synced := []cache.InformerSynced{c.informer.HasSynced}
+	for _, run := range c.importedRuns {
+		go run.RunWithContext(ctx)
+		synced = append(synced, run.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
 	queue.Work(ctx, c.queue, workers, federation.Kind, c.reconcile)
@@ -137,7 +168,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	ftd, err := federation.FromUnstructured(u)
 	now := c.cfg.Clock.Now()
 	p := c.peer(name, u)
-	if err == nil && now.Before(p.next) {
+	if err == nil && now.Before(p.next) && !c.diverged(ftd) {
 		return p.next.Sub(now), nil
 	}
 	var outcome result
@@ -208,6 +239,9 @@ type result struct {
 	// bundle changed (anchors added or removed).
 	reason, message string
 	changed         bool
+	// restored: the bundle object had been deleted or changed by someone else and
+	// was written again with what was accepted.
+	restored bool
 	// held is the bundle held after the refresh (nil: none yet).
 	held     *spiffebundle.Bundle
 	sequence *uint64
@@ -290,10 +324,12 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 		r.reason, r.message = federation.ReasonInvalidBundle, fmt.Sprintf("the endpoint's sequence %d is beyond what the status can record (%d)", seq, int64(math.MaxInt64))+keptMessage(held)
 		return r
 	}
-	same := held != nil && slices.Equal(federation.Anchors(held), federation.Anchors(fetched))
-	if held != nil && hasSeq && ftd.Status.Sequence != nil {
+	// The sequence is compared with what was last accepted from the peer (the
+	// status), never with the bundle object, which someone else may have touched.
+	accepted := slices.Equal(ftd.Status.Anchors, federation.Anchors(fetched))
+	if hasSeq && ftd.Status.Sequence != nil {
 		prev := *ftd.Status.Sequence
-		if seq < prev || seq == prev && !same {
+		if seq < prev || seq == prev && !accepted {
 			what := "went back"
 			if seq == prev {
 				what = "did not move though the anchors changed"
@@ -302,12 +338,12 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 			return r
 		}
 	}
-	if !same {
+	if held == nil || federation.PEM(held) != federation.PEM(fetched) || c.diverged(ftd) {
 		if err := c.write(ctx, ftd, name, fetched); err != nil {
 			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()+keptMessage(held)
 			return r
 		}
-		r.changed = true
+		r.changed, r.restored = !accepted, accepted && held != nil
 	}
 	r.held, r.ok, r.refreshed, r.reason = fetched, true, true, federation.ReasonRefreshed
 	if hasSeq {
@@ -349,18 +385,41 @@ type conflictError struct{ msg string }
 
 func (e *conflictError) Error() string { return e.msg }
 
-// held reads the imported bundle from the first bundle API served: nil when none was
-// written yet. One controlled by another live FederatedTrustDomain is a conflict.
+// diverged says whether an imported bundle no longer holds what the status says was
+// written (deleted, or edited by someone else): the peer is then refreshed at once,
+// which writes it again.
+func (c *Controller) diverged(ftd *federation.FederatedTrustDomain) bool {
+	if len(ftd.Status.Anchors) == 0 || len(ftd.Spec.Validate()) > 0 {
+		return false
+	}
+	name := federation.BundleName(ftd.Spec.TrustDomain)
+	for _, store := range c.imported {
+		obj, exists, err := store.GetByKey(name)
+		if err != nil || !exists {
+			return true
+		}
+		certs, err := bundle.ParseCertificates([]byte(obj.(*certificatesv1.ClusterTrustBundle).Spec.TrustBundle))
+		if err != nil || !slices.Equal(federation.AnchorIDs(certs), ftd.Status.Anchors) {
+			return true
+		}
+	}
+	return false
+}
+
+// held reads the imported bundle as the informers have it (the first bundle API
+// served's): nil when none was written yet. One controlled by another live
+// FederatedTrustDomain is a conflict.
 func (c *Controller) held(ctx context.Context, ftd *federation.FederatedTrustDomain, name string) (*spiffebundle.Bundle, []*certificatesv1.ClusterTrustBundle, error) {
 	var found []*certificatesv1.ClusterTrustBundle
-	for _, s := range c.cfg.Stores {
-		b, err := s.Get(ctx, name)
-		if apierrors.IsNotFound(err) {
+	for _, store := range c.imported {
+		obj, exists, err := store.GetByKey(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !exists {
 			continue
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("read %s from %s: %w", name, s.API(), err)
-		}
+		b := obj.(*certificatesv1.ClusterTrustBundle)
 		if owner := metav1.GetControllerOf(b); owner != nil && owner.UID != ftd.UID {
 			if _, exists, _ := c.informer.GetIndexer().GetByKey(owner.Name); exists {
 				return nil, nil, &conflictError{fmt.Sprintf("FederatedTrustDomain %s imports trust domain %s already (it owns %s); delete one of the two", owner.Name, ftd.Spec.TrustDomain, name)}
@@ -449,6 +508,9 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 		added, removed := diff(old.Anchors, status.Anchors)
 		c.cfg.Events.Eventf(u, corev1.EventTypeNormal, "BundleImported", "%s now holds %d anchors of %s (added %s; removed %s)%s",
 			r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain, list(added), list(removed), sequenceNote(status.Sequence))
+	}
+	if r.restored {
+		c.cfg.Events.Eventf(u, corev1.EventTypeWarning, "BundleRestored", "%s did not hold the %d anchors accepted from %s (changed or deleted by someone else); written again", r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain)
 	}
 	if readyChanged && !r.ok {
 		c.cfg.Events.Event(u, corev1.EventTypeWarning, r.reason, r.message)

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/signer"
@@ -295,6 +296,36 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 			})
 		})
 	}
+}
+
+// An imported bundle deleted, or edited by someone else, is written again as the
+// peer's at once, not at the next refresh.
+func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
+	c := start(t)
+	live := c.liveB(t)
+	c.create(t, c.peer("restored-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
+	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
+		st, reason, msg := ready(c.status(t, "restored-b"))
+		return st == metav1.ConditionTrue && c.imported(t) != nil, string(st) + " " + reason + ": " + msg
+	})
+	want := c.imported(t).Spec.TrustBundle
+	store := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1)
+	if err := store.Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the deleted bundle restored", func() (bool, string) {
+		b := c.imported(t)
+		return b != nil && b.Spec.TrustBundle == want, "not yet"
+	})
+	edited := c.imported(t)
+	edited.Spec.TrustBundle = fixtures.Bundle(fixtures.CA("slipped in"))
+	if _, err := store.Update(context.Background(), edited, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the edited bundle restored", func() (bool, string) {
+		b := c.imported(t)
+		return b != nil && b.Spec.TrustBundle == want, "not yet"
+	})
 }
 
 // setURL points a FederatedTrustDomain at another endpoint.
