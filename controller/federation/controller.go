@@ -93,6 +93,8 @@ type peer struct {
 	generation int64
 	next       time.Time
 	failures   int
+	// hint is the refresh hint of the last bundle accepted, which bounds the backoff.
+	hint time.Duration
 }
 
 // New sets up the informer; Run starts it.
@@ -150,9 +152,6 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	queue.Work(ctx, c.queue, workers, federation.Kind, c.reconcile)
 	<-ctx.Done()
 }
-
-// HasSynced says whether the informer has listed the FederatedTrustDomains.
-func (c *Controller) HasSynced() bool { return c.informer.HasSynced() }
 
 // reconcile refreshes a peer when it is due and says when it is next due.
 func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
@@ -217,9 +216,12 @@ func (c *Controller) schedule(p *peer, r result, now time.Time) {
 		p.next = time.Time{}
 		return
 	}
+	if r.ok {
+		p.hint = r.refreshHint
+	}
 	interval := DefaultRefresh
-	if r.refreshHint > 0 {
-		interval = min(max(r.refreshHint, c.cfg.MinRefresh), MaxRefresh)
+	if p.hint > 0 {
+		interval = min(max(p.hint, c.cfg.MinRefresh), MaxRefresh)
 	}
 	if r.ok {
 		p.failures = 0

@@ -45,6 +45,7 @@ func TestSchedule_HintWithinBoundsBackoffBelowTheHintNeverForABadSpec(t *testing
 		{"third failure: four times the floor", []result{{reason: "x"}, {reason: "x"}, {reason: "x"}}, 4 * MinRefresh, false, 3},
 		{"many failures: never beyond the default refresh", make([]result, 20), DefaultRefresh, false, 20},
 		{"a success resets the backoff", []result{{reason: "x"}, {reason: "x"}, {ok: true, refreshHint: time.Minute}}, time.Minute, false, 0},
+		{"failures after a success back off up to its hint", []result{{ok: true, refreshHint: 20 * time.Second}, {reason: "x"}, {reason: "x"}, {reason: "x"}}, 20 * time.Second, false, 3},
 		{"a spec that cannot work: not until it changes", []result{{reason: federation.ReasonInvalidSpec}}, 0, true, 0},
 		{"a conflict: not until it changes", []result{{reason: federation.ReasonConflict, conflictFinal: true}}, 0, true, 0},
 	} {
