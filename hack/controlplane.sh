@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (kube-apiserver, kube-controller-manager,
 # kubectl, etcd, helm, promtool for the alert rules' tests, cosign to verify release
-# signatures) from the Go module proxy and links them into bin/.
+# signatures, spire-server for the federation tests' interoperability with SPIRE) from
+# the Go module proxy and links them into bin/.
 #
 # The binaries are cached outside the checkout, keyed by the tools modules' go.mod and
 # go.sum and the Go version, so a fresh clone reuses them and only a pin change rebuilds.
@@ -19,9 +20,10 @@ etcd_dir="$cache_root/etcd-$(key "$tools/etcd")"
 helm_dir="$cache_root/helm-$helm_version-$(key "$tools/helm")"
 promtool_dir="$cache_root/promtool-$(key "$tools/promtool")"
 cosign_dir="$cache_root/cosign-$(key "$tools/cosign")"
+spire_dir="$cache_root/spire-$(key "$tools/spire")"
 
 if [[ "${1:-}" == "--print" ]]; then
-  printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir"
+  printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir"
   exit 0
 fi
 
@@ -32,9 +34,11 @@ build "$tools/kube" "$kube_dir" kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldf
 build "$tools/helm" "$helm_dir" helm helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$helm_version"
 build "$tools/promtool" "$promtool_dir" promtool github.com/prometheus/prometheus/cmd/promtool
 build "$tools/cosign" "$cosign_dir" cosign github.com/sigstore/cosign/v2/cmd/cosign
+# SPIRE's SQLite datastore is cgo (mattn/go-sqlite3); gcc is on every build machine.
+build "$tools/spire" "$spire_dir" spire-server github.com/spiffe/spire/cmd/spire-server "" "" 1
 
 mkdir -p "$root/bin"
-for f in "$etcd_dir/etcd" "$kube_dir/kube-apiserver" "$kube_dir/kube-controller-manager" "$kube_dir/kubectl" "$helm_dir/helm" "$promtool_dir/promtool" "$cosign_dir/cosign"; do
+for f in "$etcd_dir/etcd" "$kube_dir/kube-apiserver" "$kube_dir/kube-controller-manager" "$kube_dir/kubectl" "$helm_dir/helm" "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server"; do
   ln -sfn "$f" "$root/bin/$(basename "$f")"
 done
 log "control plane ready in $root/bin"

@@ -75,11 +75,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	}
 
 	// B rotates. Nobody touches A.
-	secrets := kube(t, c.b).CoreV1().Secrets(namespace)
-	patch := `{"metadata":{"annotations":{"` + signer.AnnotationRotateRequested + `":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}}}`
-	if _, err := secrets.Patch(context.Background(), "trustsync-ca-trustsync.io-workload", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.rotateB(t)
 	var next string
 	poll(t, time.Minute, "B publishes its next CA", func() (bool, string) {
 		ids := anchorIDs(t, c.liveB(t).Spec.TrustBundle)
@@ -103,11 +99,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	})
 	// B's new CA has not signed yet: its endpoint still presents the old CA's
 	// certificate, and its Secret says it waits.
-	secret, err := secrets.Get(context.Background(), "trustsync-ca-trustsync.io-workload", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if phase := secret.Annotations[signer.AnnotationPhase]; phase != string(signer.PhaseWaiting) {
+	if phase := c.phaseB(t); phase != string(signer.PhaseWaiting) {
 		t.Fatalf("when A held the next anchor (%.1f s after B published it), B's rotation was %s, want still %s: A followed too late", importedAt.Sub(published).Seconds(), phase, signer.PhaseWaiting)
 	}
 	t.Logf("A held B's next anchor %.1f s after B published it; B's new CA signs no sooner than %s after", importedAt.Sub(published).Seconds(), window)
@@ -154,6 +146,25 @@ func fetch(t *testing.T, addr, trustPEM string) *spiffebundle.Bundle {
 		return true, ""
 	})
 	return b
+}
+
+// rotateB asks B's signer to rotate its CA now, as an operator would.
+func (c *clusters) rotateB(t *testing.T) {
+	t.Helper()
+	patch := `{"metadata":{"annotations":{"` + signer.AnnotationRotateRequested + `":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}}}`
+	if _, err := kube(t, c.b).CoreV1().Secrets(namespace).Patch(context.Background(), "trustsync-ca-trustsync.io-workload", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// phaseB is where B's CA rotation stands.
+func (c *clusters) phaseB(t *testing.T) string {
+	t.Helper()
+	secret, err := kube(t, c.b).CoreV1().Secrets(namespace).Get(context.Background(), "trustsync-ca-trustsync.io-workload", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret.Annotations[signer.AnnotationPhase]
 }
 
 // issuerOf finds which of B's published anchors signed cert.
