@@ -20,6 +20,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -351,4 +352,53 @@ func (c *clusters) setURL(t *testing.T, name, url string) {
 func jsonNumber(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+// The API server refuses a FederatedTrustDomain that cannot work, saying why, before
+// any controller sees it; and a trust domain, which names the imported bundle, never
+// changes.
+func TestFederation_TheAPIServerRefusesWhatCannotWork(t *testing.T) {
+	a := planes.Get(t, true)
+	ftds := dyn(t, a).Resource(federation.Resource)
+	c := &clusters{a: a}
+	base := func(name string) map[string]any {
+		u := c.peer(name, "https://signer.b.example:8443/"+tdB, fixtures.Bundle(fixtures.CA("refused")))
+		return u.Object
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(spec map[string]any)
+		says   string
+	}{
+		{"plain http", func(s map[string]any) { s["bundleEndpointURL"] = "http://signer.b.example/b.example" }, "spec.bundleEndpointURL"},
+		{"https_spiffe without a bundle", func(s map[string]any) { delete(s, "trustDomainBundle") }, "https_spiffe authenticates the endpoint with the peer's bundle"},
+		{"an endpoint ID with https_web", func(s map[string]any) {
+			s["bundleEndpointProfile"] = map[string]any{"type": "https_web", "endpointSPIFFEID": federation.EndpointID(tdB)}
+		}, "endpointSPIFFEID is required with https_spiffe and not allowed with https_web"},
+		{"an unknown profile", func(s map[string]any) { s["bundleEndpointProfile"] = map[string]any{"type": "https"} }, `Unsupported value: "https"`},
+		{"a trust domain longer than a label value", func(s map[string]any) { s["trustDomain"] = strings.Repeat("b", 64) }, "spec.trustDomain"},
+		{"a trust domain with a scheme", func(s map[string]any) { s["trustDomain"] = "spiffe://b.example" }, "spec.trustDomain"},
+	} {
+		obj := base("refused")
+		tc.change(obj["spec"].(map[string]any))
+		_, err := ftds.Create(context.Background(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+		if err == nil {
+			_ = ftds.Delete(context.Background(), "refused", metav1.DeleteOptions{})
+			t.Errorf("%s: accepted", tc.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.says)
+		}
+	}
+
+	created, err := ftds.Create(context.Background(), &unstructured.Unstructured{Object: base("immutable")}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ftds.Delete(context.Background(), "immutable", metav1.DeleteOptions{}) })
+	created.Object["spec"].(map[string]any)["trustDomain"] = "c.example"
+	if _, err := ftds.Update(context.Background(), created, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "spec.trustDomain is immutable") {
+		t.Errorf("changing the trust domain: %v, want it refused as immutable", err)
+	}
 }
