@@ -7,7 +7,9 @@
 // projection, which kubectl trustsync status and who-trusts answer for; then forces a
 // CA rotation that visibly waits for the pod that has not caught up (the kubelet's
 // projection) before the new CA signs, while the app's file and a TrustTarget's
-// ConfigMap follow within seconds. It exits non-zero if any step fails, and stops the
+// ConfigMap follow within seconds. Between the two, a second cluster's signer serves its
+// SPIFFE bundle endpoint and a pod here trusts what it issues, through a
+// FederatedTrustDomain. It exits non-zero if any step fails, and stops the
 // node either way (hack/cluster.sh down).
 package demo
 
@@ -118,6 +120,10 @@ func run(t *testing.T) {
 	say("A TrustTarget writes the signer's bundle into ConfigMap trust in namespace demo")
 	d.createTrustTarget(ctx)
 	show("ConfigMap demo/trust holds %d CA", d.waitConfigMap(ctx, 1))
+
+	say("Trust across clusters: another cluster's signer serves its SPIFFE bundle endpoint, and a")
+	show("FederatedTrustDomain here imports it (docs/federation.md)")
+	defer d.federate(ctx)()
 
 	say("Forcing a CA rotation (annotating the signer's CA Secret trustsync.io/rotate-requested-at)")
 	show("The new CA is published first and signs only once every pod selecting the bundle holds it")

@@ -210,27 +210,44 @@ func (d *demo) waitForAnchors(ctx context.Context, n int) string {
 
 // createAPIPods creates demo/api (delivery node) and demo/legacy (the kubelet's own
 // projection, written by hand), trusting what web trusts, and waits until both run.
+// app is a restricted pod's spec whose one container, app, sleeps as uid 1000.
+func app() corev1.PodSpec {
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: ptr.To(int64(1)),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000), RunAsNonRoot: ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: "app", Image: cluster.ShellImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+			SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+		}},
+	}
+}
+
+// createPartnerPod creates demo/partner, delivery node, trusting trust domain
+// b.example's imported bundle, and waits until it is Ready.
+func (d *demo) createPartnerPod(ctx context.Context) {
+	partner := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "partner", Annotations: map[string]string{
+		"trustsync.io/inject":         "true",
+		"trustsync.io/delivery":       "node",
+		"trustsync.io/signer-name":    "trustsync.io/federated",
+		"trustsync.io/label-selector": "trustsync.io/trust-domain=b.example",
+	}}, Spec: app()}
+	if _, err := d.node.Client.CoreV1().Pods(namespace).Create(ctx, partner, metav1.CreateOptions{}); err != nil {
+		d.t.Fatal(err)
+	}
+	d.node.WaitPod(d.t, namespace, "partner", 2*time.Minute, "Ready", cluster.PodReady)
+}
+
 func (d *demo) createAPIPods(ctx context.Context) *corev1.Pod {
 	core := d.node.Client.CoreV1()
-	app := func(name string) corev1.PodSpec {
-		return corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000), RunAsNonRoot: ptr.To(true),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name: "app", Image: cluster.ShellImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
-				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-			}},
-		}
-	}
 	api := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "api", Annotations: map[string]string{
 		"trustsync.io/inject":   "true",
 		"trustsync.io/delivery": "node",
 		"trustsync.io/sources":  `[{"signerName": "trustsync.io/workload", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}, "path": "ca_certificates.pem"}, {"name": "corp-root", "path": "ca_certificates.pem"}]`,
-	}}, Spec: app("api")}
-	legacy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: app("legacy")}
+	}}, Spec: app()}
+	legacy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}, Spec: app()}
 	legacy.Spec.Volumes = []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 		{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To("trustsync.io/workload"),
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}}, Path: "workload.pem"}},
