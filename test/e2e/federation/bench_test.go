@@ -89,33 +89,34 @@ func BenchmarkFederation_50Peers(b *testing.B) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	allReady := time.Since(start)
-	writesBefore := metric(b, proc.HealthAddr, "trustsync_federation_writes_total")
+	writesBefore := metric(b, proc.HealthAddr, "trustsync_federation_writes_total", "")
 	requests.Store(0)
 	bytes.Store(0)
 	b.ResetTimer()
 	time.Sleep(steady)
 	b.StopTimer()
-	writes := metric(b, proc.HealthAddr, "trustsync_federation_writes_total") - writesBefore
+	writes := metric(b, proc.HealthAddr, "trustsync_federation_writes_total", "") - writesBefore
 	b.ReportMetric(allReady.Seconds(), "s-until-all-ready")
 	b.ReportMetric(float64(requests.Load())/steady.Minutes()/peers, "requests/peer/min")
 	b.ReportMetric(float64(bytes.Load())/steady.Minutes(), "bytes/min")
 	b.ReportMetric(writes/steady.Minutes(), "api-writes/min")
-	b.ReportMetric(metric(b, proc.HealthAddr, "process_resident_memory_bytes")/(1<<20), "controller-MiB")
-	b.ReportMetric(metric(b, proc.HealthAddr, "go_memstats_heap_inuse_bytes")/(1<<20), "heap-MiB")
+	b.ReportMetric(metric(b, proc.HealthAddr, "process_resident_memory_bytes", "")/(1<<20), "controller-MiB")
+	b.ReportMetric(metric(b, proc.HealthAddr, "go_memstats_heap_inuse_bytes", "")/(1<<20), "heap-MiB")
 }
 
-// metric sums a metric's samples on a component's /metrics.
-func metric(b *testing.B, addr, name string) float64 {
-	b.Helper()
+// metric sums a metric's samples on a component's /metrics, those whose labels
+// contain labels (empty: all).
+func metric(t testing.TB, addr, name, labels string) float64 {
+	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	var sum float64
 	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+		if (strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{")) && strings.Contains(line, labels) {
 			var v float64
 			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
 				sum += v

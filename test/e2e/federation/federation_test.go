@@ -402,3 +402,75 @@ func TestFederation_TheAPIServerRefusesWhatCannotWork(t *testing.T) {
 		t.Errorf("changing the trust domain: %v, want it refused as immutable", err)
 	}
 }
+
+// Nothing is written that did not change, and nothing is lost or taken over: refreshes
+// that bring the same bundle write no bundle; a second FederatedTrustDomain for the
+// same trust domain says Conflict, naming the first, and writes nothing; a restarted
+// controller takes up where it was and rewrites nothing.
+func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testing.T) {
+	c := start(t)
+	live := c.liveB(t)
+	c.create(t, c.peer("first-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
+	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
+		st, reason, msg := ready(c.status(t, "first-b"))
+		return st == metav1.ConditionTrue && c.imported(t) != nil, string(st) + " " + reason + ": " + msg
+	})
+	imported := c.imported(t)
+	refreshes := func() float64 {
+		return metric(t, c.controller.HealthAddr, "trustsync_federation_refreshes_total", `federated_trust_domain="first-b"`)
+	}
+	bundleWrites := func() float64 {
+		return metric(t, c.controller.HealthAddr, "trustsync_federation_writes_total", `kind="ClusterTrustBundle"`)
+	}
+	unchanged := func(when string) {
+		t.Helper()
+		b := c.imported(t)
+		if b == nil || b.ResourceVersion != imported.ResourceVersion || metav1.GetControllerOf(b).Name != "first-b" {
+			t.Fatalf("%s: the imported bundle was written (resourceVersion %s, was %s) or changed hands", when, b.ResourceVersion, imported.ResourceVersion)
+		}
+	}
+
+	// Refreshes at B's hint, each bringing what is held.
+	writes, from := bundleWrites(), refreshes()
+	poll(t, 30*time.Second, "two more refreshes", func() (bool, string) { return refreshes() >= from+2, "not yet" })
+	if got := bundleWrites(); got != writes {
+		t.Errorf("refreshes that brought nothing new wrote %v bundles", got-writes)
+	}
+	unchanged("after idle refreshes")
+
+	// A second claimant.
+	c.create(t, c.peer("second-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
+	poll(t, 30*time.Second, "the second claimant refused", func() (bool, string) {
+		st, reason, msg := ready(c.status(t, "second-b"))
+		return st == metav1.ConditionFalse && reason == federation.ReasonConflict && strings.Contains(msg, "first-b"), string(st) + " " + reason + ": " + msg
+	})
+	unchanged("after a second claimant")
+
+	// A restart.
+	restarted, err := c.controller.Restart(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.controller = restarted
+	poll(t, 30*time.Second, "the restarted controller serves its metrics", func() (bool, string) {
+		resp, err := http.Get("http://" + restarted.HealthAddr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return true, ""
+	})
+	poll(t, time.Minute, "the restarted controller refreshes the peer twice", func() (bool, string) {
+		return refreshes() >= 2, "not yet"
+	})
+	if got := bundleWrites(); got != 0 {
+		t.Errorf("the restarted controller wrote %v bundles that had not changed", got)
+	}
+	unchanged("after a restart")
+	if st, reason, msg := ready(c.status(t, "first-b")); st != metav1.ConditionTrue {
+		t.Errorf("after a restart first-b is %s %s: %s", st, reason, msg)
+	}
+	if st, reason, _ := ready(c.status(t, "second-b")); reason != federation.ReasonConflict {
+		t.Errorf("after a restart second-b is %s %s, want still Conflict", st, reason)
+	}
+}

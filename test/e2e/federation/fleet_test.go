@@ -68,8 +68,10 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 	})
 	profile("cluster-a", map[string]string{fleet.PropertyTrustDomain: "a.example", fleet.PropertyEndpointURL: "https://a.example:8443/a.example"})
 	profile("not-trustsync", map[string]string{"other.example/region": "eu"})
-	profile("broken", map[string]string{fleet.PropertyTrustDomain: "broken.example", fleet.PropertyEndpointURL: "http://broken.example/broken.example"})
 	profile("cluster-c", map[string]string{fleet.PropertyTrustDomain: "c.example", fleet.PropertyEndpointURL: "https://c.example:8443/c.example"})
+	// Created last: the fleet reconciles whole, so the Event on it comes from a pass that
+	// saw every profile above, and what that pass did not do to them it will not do.
+	profile("broken", map[string]string{fleet.PropertyTrustDomain: "broken.example", fleet.PropertyEndpointURL: "http://broken.example/broken.example"})
 
 	poll(t, time.Minute, "the member's FederatedTrustDomain imports its bundle", func() (bool, string) {
 		u, err := ftds.Get(context.Background(), "cluster-b", metav1.GetOptions{})
