@@ -2,8 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -18,6 +16,7 @@ import (
 	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 // federate starts a second cluster (an API server of its own) whose signer, of trust
@@ -100,10 +99,11 @@ spec:
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cert := endpointCertificate(d, endpoint)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(trust))
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	cert, err := fixtures.PeerCertificate(endpoint)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if err := fixtures.VerifyAgainst(cert, trust); err != nil {
 		d.t.Fatalf("cluster b's certificate does not verify against demo/partner's trust file: %v", err)
 	}
 	show("a certificate cluster b's signer issued (%s) verifies against demo/partner's trust file", cert.URIs[0])
@@ -114,15 +114,4 @@ spec:
 	show("$ kubectl trustsync federation")
 	d.plugin(ctx, "federation")
 	return cleanup
-}
-
-// endpointCertificate is the certificate a bundle endpoint presents.
-func endpointCertificate(d *demo, addr string) *x509.Certificate {
-	d.t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // #nosec G402 -- verified against the pod's trust file
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0]
 }

@@ -57,7 +57,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	if got, want := anchorIDs(t, imp.Spec.TrustBundle), anchorIDs(t, live.Spec.TrustBundle); !slices.Equal(got, want) {
 		t.Errorf("A holds %v, B publishes %v", got, want)
 	}
-	if err := verifies(endpointCertificate(t, c.endpoint), imp.Spec.TrustBundle); err != nil {
+	if err := fixtures.VerifyAgainst(endpointCertificate(t, c.endpoint), imp.Spec.TrustBundle); err != nil {
 		t.Errorf("a certificate B's signer issued does not verify against A's imported bundle: %v", err)
 	}
 	first := c.status(t, "cluster-b")
@@ -125,7 +125,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && s.LastRefreshed != nil && s.LastRefreshed.Time.After(switched.Add(-time.Second)), string(st) + " " + reason + ": " + msg
 	})
-	if err := verifies(endpointCertificate(t, c.endpoint), c.imported(t).Spec.TrustBundle); err != nil {
+	if err := fixtures.VerifyAgainst(endpointCertificate(t, c.endpoint), c.imported(t).Spec.TrustBundle); err != nil {
 		t.Errorf("a certificate B's new CA issued does not verify against A's imported bundle: %v", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 const (
@@ -215,20 +215,11 @@ func (c *clusters) events(t *testing.T, name string) []corev1.Event {
 // endpointCertificate is the certificate B's endpoint presents: one B's signer issued.
 func endpointCertificate(t *testing.T, addr string) *x509.Certificate {
 	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // #nosec G402 -- read, then verified against the imported bundle
+	cert, err := fixtures.PeerCertificate(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0]
-}
-
-// verifies says whether cert chains to an anchor of the PEM bundle.
-func verifies(cert *x509.Certificate, trustBundle string) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(trustBundle))
-	_, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return err
+	return cert
 }
 
 func anchorIDs(t *testing.T, trustBundle string) []string {

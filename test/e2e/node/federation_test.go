@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"net"
 	"slices"
@@ -24,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 // Trust across clusters, as a pod on the real node experiences it: cluster B (a second
@@ -119,7 +118,11 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 		}
 		return out
 	}
-	if err := verifyAgainst(endpointCert(t, endpoint), read()); err != nil {
+	cert, err := fixtures.PeerCertificate(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fixtures.VerifyAgainst(cert, read()); err != nil {
 		t.Fatalf("a certificate B's signer issued does not verify against the trust file the app reads: %v", err)
 	}
 
@@ -179,22 +182,4 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	if err != nil {
 		t.Fatalf("%s: not within %s: %s", what, timeout, last)
 	}
-}
-
-// endpointCert is the certificate B's bundle endpoint presents: one B's signer issued.
-func endpointCert(t *testing.T, addr string) *x509.Certificate {
-	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) // #nosec G402 -- verified below against the pod's trust file
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0]
-}
-
-func verifyAgainst(cert *x509.Certificate, trustPEM string) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(trustPEM))
-	_, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return err
 }
