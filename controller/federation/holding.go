@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,24 +31,37 @@ type ReportsHolding struct {
 	mu      sync.Mutex
 	read    time.Time
 	cluster *query.Cluster
+	// answers are those given from cluster, by anchors and bundles: a peer refreshing
+	// every few seconds is answered without going through every pod again.
+	answers map[string]federation.PodsHolding
 }
 
 // Holding is Config.Holding.
 func (h *ReportsHolding) Holding(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (*federation.PodsHolding, bool) {
-	c := h.snapshot(ctx)
-	if c == nil || len(anchors) == 0 {
+	if len(anchors) == 0 {
 		return nil, false
 	}
-	p := &federation.PodsHolding{}
-	p.Holding, p.Expected = c.HoldingAll(anchors, bundles)
-	return p, true
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.snapshot(ctx)
+	if c == nil {
+		return nil, false
+	}
+	key := strings.Join(anchors, ",")
+	for _, b := range bundles {
+		key += "|" + b.Name
+	}
+	p, ok := h.answers[key]
+	if !ok {
+		p.Holding, p.Expected = c.HoldingAll(anchors, bundles)
+		h.answers[key] = p
+	}
+	return &p, true
 }
 
 // snapshot is the cluster's pods and reports, read again when older than MaxAge;
-// nil where no reports are served or they cannot be read.
+// nil where no reports are served or they cannot be read. h.mu is held.
 func (h *ReportsHolding) snapshot(ctx context.Context) *query.Cluster {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	now := h.Clock.Now()
 	if h.cluster != nil && now.Sub(h.read) < h.MaxAge {
 		return h.cluster
@@ -68,6 +82,6 @@ func (h *ReportsHolding) snapshot(ctx context.Context) *query.Cluster {
 	for i := range pods.Items {
 		c.Pods = append(c.Pods, &pods.Items[i])
 	}
-	h.cluster, h.read = c, now
+	h.cluster, h.read, h.answers = c, now, map[string]federation.PodsHolding{}
 	return c
 }
