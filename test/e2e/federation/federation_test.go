@@ -41,12 +41,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	standby := c.standby(t)
 	c.create(t, c.peer("cluster-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
 
-	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
-		s := c.status(t, "cluster-b")
-		st, reason, msg := ready(s)
-		imp := c.imported(t)
-		return st == metav1.ConditionTrue && imp != nil && s.Sequence != nil && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg
-	})
+	c.waitImported(t, "cluster-b")
 	imp := c.imported(t)
 	if imp.Spec.SignerName != federation.SignerName || imp.Labels[federation.TrustDomainLabel] != tdB {
 		t.Errorf("imported bundle: signer %q, labels %v; want %s and %s=%s", imp.Spec.SignerName, imp.Labels, federation.SignerName, federation.TrustDomainLabel, tdB)
@@ -242,10 +237,7 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 	live := c.liveB(t)
 	good := "https://" + c.endpoint + "/" + tdB
 	c.create(t, c.peer("guarded-b", good, live.Spec.TrustBundle))
-	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
-		st, reason, msg := ready(c.status(t, "guarded-b"))
-		return st == metav1.ConditionTrue, string(st) + " " + reason + ": " + msg
-	})
+	c.waitImported(t, "guarded-b")
 	held := c.status(t, "guarded-b")
 	heldPEM := c.imported(t).Spec.TrustBundle
 
@@ -316,10 +308,7 @@ func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
 	c := start(t)
 	live := c.liveB(t)
 	c.create(t, c.peer("restored-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
-	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
-		st, reason, msg := ready(c.status(t, "restored-b"))
-		return st == metav1.ConditionTrue && c.imported(t) != nil, string(st) + " " + reason + ": " + msg
-	})
+	c.waitImported(t, "restored-b")
 	want := c.imported(t).Spec.TrustBundle
 	store := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1)
 	if err := store.Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{}); err != nil {
@@ -411,10 +400,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 	c := start(t)
 	live := c.liveB(t)
 	c.create(t, c.peer("first-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
-	poll(t, time.Minute, "A imports B's bundle", func() (bool, string) {
-		st, reason, msg := ready(c.status(t, "first-b"))
-		return st == metav1.ConditionTrue && c.imported(t) != nil, string(st) + " " + reason + ": " + msg
-	})
+	c.waitImported(t, "first-b")
 	imported := c.imported(t)
 	refreshes := func() float64 {
 		return metric(t, c.controller.HealthAddr, "trustsync_federation_refreshes_total", `federated_trust_domain="first-b"`)

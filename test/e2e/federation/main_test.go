@@ -179,6 +179,17 @@ func (c *clusters) create(t *testing.T, u *unstructured.Unstructured) {
 	})
 }
 
+// waitImported waits until the FederatedTrustDomain name is Ready, having refreshed
+// from its endpoint, and A holds the imported bundle.
+func (c *clusters) waitImported(t *testing.T, name string) {
+	t.Helper()
+	poll(t, time.Minute, "A imports B's bundle through "+name, func() (bool, string) {
+		s := c.status(t, name)
+		st, reason, msg := ready(s)
+		return st == metav1.ConditionTrue && c.imported(t) != nil && s.Sequence != nil && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg
+	})
+}
+
 // status reads a FederatedTrustDomain's status.
 func (c *clusters) status(t *testing.T, name string) federation.Status {
 	t.Helper()
