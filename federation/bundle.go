@@ -2,10 +2,12 @@ package federation
 
 import (
 	"bytes"
+	"crypto/rsa"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -37,13 +39,31 @@ func ParseBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, er
 	return b, Check(b)
 }
 
+// MaxAnchors is the most X.509 authorities an import holds: the status lists each
+// (its CRD's anchors maxItems), and a status that cannot say what is imported would
+// leave the last one standing while pods trust something else.
+const MaxAnchors = 1024
+
+// MinRSABits is the smallest RSA key an imported authority may have: below it a
+// signature can be forged (and Go's verifier refuses under 1024 bits outright).
+const MinRSABits = 2048
+
 // Check refuses a bundle that cannot become a ClusterTrustBundle holding the domain's
-// X.509 authorities: none at all (an import never empties what pods trust), or PEM
-// that the API server would refuse (too large, not CA certificates).
+// X.509 authorities: none at all (an import never empties what pods trust), more than
+// the status can describe, an authority with a breakable RSA key, or PEM that the API
+// server would refuse (too large, not CA certificates).
 func Check(b *spiffebundle.Bundle) error {
 	authorities := b.X509Authorities()
 	if len(authorities) == 0 {
 		return errors.New("the bundle holds no X.509 authority (x509-svid key); an empty bundle is never imported")
+	}
+	if len(authorities) > MaxAnchors {
+		return fmt.Errorf("the bundle holds %d X.509 authorities; at most %d are imported (the status names each)", len(authorities), MaxAnchors)
+	}
+	for _, a := range authorities {
+		if k, ok := a.PublicKey.(*rsa.PublicKey); ok && k.N.BitLen() < MinRSABits {
+			return fmt.Errorf("authority %s (%s) has a %d-bit RSA key; at least %d bits are imported", bundle.AnchorID(a.Raw), a.Subject, k.N.BitLen(), MinRSABits)
+		}
 	}
 	pem := PEM(b)
 	if errs := bundle.ValidateTrustBundle(field.NewPath("x509Authorities"), pem); len(errs) > 0 {
@@ -74,4 +94,16 @@ func AnchorIDs(certs []*x509.Certificate) []string {
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
+}
+
+// Expired are the authorities of b no longer valid at now: imported all the same (the
+// peer publishes them, and a pod verifying an old signature may need them), but said.
+func Expired(b *spiffebundle.Bundle, now time.Time) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, a := range b.X509Authorities() {
+		if now.After(a.NotAfter) {
+			out = append(out, a)
+		}
+	}
+	return out
 }

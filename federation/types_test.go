@@ -1,9 +1,16 @@
 package federation
 
 import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -65,5 +72,60 @@ func TestParseBundle_PEMOrSPIFFEJSONNeverEmpty(t *testing.T) {
 		if _, err := ParseBundle(td, []byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.says)
 		}
+	}
+}
+
+// An import holds what its status can name and what can be trusted: more authorities
+// than the status lists, or one with a breakable RSA key, is refused, saying which.
+func TestCheck_RefusesWhatTheStatusCannotNameAndBreakableKeys(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString("b.example")
+	many := make([]*x509.Certificate, 0, MaxAnchors+1)
+	for range MaxAnchors + 1 {
+		many = append(many, fixtures.CA("one of many").Cert)
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "weak"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weak, _ := x509.ParseCertificate(der)
+	for _, tc := range []struct {
+		name        string
+		authorities []*x509.Certificate
+		says        string
+	}{
+		{"exactly the most the status names is imported", many[:MaxAnchors], ""},
+		{"one more than the status names is refused", many, "holds 1025 X.509 authorities; at most 1024"},
+		{"a 1024-bit RSA authority is refused", []*x509.Certificate{fixtures.CA("fine").Cert, weak}, "has a 1024-bit RSA key; at least 2048"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(spiffebundle.FromX509Authorities(td, tc.authorities))
+			switch {
+			case tc.says == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says)):
+				t.Fatalf("%v, want it to say %q", err, tc.says)
+			}
+		})
+	}
+}
+
+// An expired authority is imported as the peer sent it, and named.
+func TestExpired_NamesTheAuthoritiesPastTheirNotAfter(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString("b.example")
+	now := time.Now()
+	current := fixtures.CA("current").Cert
+	old := fixtures.MustNew(fixtures.Options{CommonName: "old", NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)}).Cert
+	b := spiffebundle.FromX509Authorities(td, []*x509.Certificate{current, old})
+	if err := Check(b); err != nil {
+		t.Fatalf("a bundle with an expired authority is refused: %v", err)
+	}
+	if got := Expired(b, now); len(got) != 1 || !got[0].Equal(old) {
+		t.Errorf("expired %v, want the old CA alone", got)
 	}
 }

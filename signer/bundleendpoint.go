@@ -24,6 +24,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"golang.org/x/net/netutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -218,9 +219,21 @@ func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svi
 	return &x509svid.SVID{ID: id, Certificates: chain, PrivateKey: crypto.Signer(key)}, nil
 }
 
+// endpointLimits bound what clients may hold of the endpoint: it is meant to face
+// the network (a LoadBalancer) and runs in the process that holds the CA keys, so
+// nothing a client does may grow that process without bound.
+type endpointLimits struct {
+	maxConns int
+	idle     time.Duration
+}
+
+// endpointReadTimeout bounds a request, from the TLS handshake to the end of its
+// headers (there is no body): a slow client is cut, not waited for.
+const endpointReadTimeout = 10 * time.Second
+
 // serve listens on address while ctx lasts, serving every domain's bundle with
 // go-spiffe's handler.
-func (e *bundleEndpoint) serve(ctx context.Context, address string) error {
+func (e *bundleEndpoint) serve(ctx context.Context, address string, limits endpointLimits) error {
 	router := mux.NewRouter()
 	domains := make([]string, 0, len(e.domains))
 	for td := range e.domains {
@@ -240,11 +253,17 @@ func (e *bundleEndpoint) serve(ctx context.Context, address string) error {
 		return fmt.Errorf("--bundle-endpoint-bind-address %s: %w", address, err)
 	}
 	srv := &http.Server{
-		Handler:           router,
-		TLSConfig:         tlsconfig.TLSServerConfig(e),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:   onlyBodilessGets(router),
+		TLSConfig: tlsconfig.TLSServerConfig(e),
+		// The handshake and the headers within ReadTimeout (net/http bounds the
+		// handshake by the least of these), the answer within WriteTimeout, and a
+		// kept-alive connection closed after IdleTimeout: no client holds a slot
+		// for longer than it uses it.
+		ReadHeaderTimeout: endpointReadTimeout,
+		ReadTimeout:       endpointReadTimeout,
 		WriteTimeout:      30 * time.Second,
-		MaxHeaderBytes:    16 << 10,
+		IdleTimeout:       limits.idle,
+		MaxHeaderBytes:    8 << 10,
 	}
 	go func() {
 		<-ctx.Done()
@@ -252,13 +271,35 @@ func (e *bundleEndpoint) serve(ctx context.Context, address string) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	klog.InfoS("Serving SPIFFE bundles", "address", listener.Addr().String(), "trustDomains", domains, "endpointID", federationapi.EndpointID(e.first.String()), "refreshHint", e.refreshHint)
+	klog.InfoS("Serving SPIFFE bundles", "address", listener.Addr().String(), "trustDomains", domains, "endpointID", federationapi.EndpointID(e.first.String()),
+		"refreshHint", e.refreshHint, "maxConnections", limits.maxConns, "idleTimeout", limits.idle)
 	go func() {
-		if err := srv.ServeTLS(listener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		// Beyond maxConns, connections wait in the kernel's backlog, costing this
+		// process nothing, until a slot frees (within the timeouts above).
+		if err := srv.ServeTLS(netutil.LimitListener(listener, limits.maxConns), "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.ErrorS(err, "Bundle endpoint stopped")
 		}
 	}()
 	return nil
+}
+
+// onlyBodilessGets refuses anything but a GET without a body, before the
+// handler runs: a bundle is fetched, never posted to, and a body would be read (or
+// drained) at the client's pace.
+func onlyBodilessGets(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method != http.MethodGet:
+			w.Header().Set("Allow", http.MethodGet)
+			w.Header().Set("Connection", "close")
+			http.Error(w, fmt.Sprintf("method %s is not allowed: the bundle endpoint answers GET", r.Method), http.StatusMethodNotAllowed)
+		case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
+			w.Header().Set("Connection", "close")
+			http.Error(w, "the bundle endpoint takes no request body", http.StatusRequestEntityTooLarge)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // klogLogger passes go-spiffe's handler errors (a domain not ready yet) to klog.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +75,7 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freePort(t)
-	if err := e.serve(ctx, addr); err != nil {
+	if err := e.serve(ctx, addr, endpointLimits{maxConns: 8, idle: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	tdA := spiffeid.RequireTrustDomainFromString("a.example")
@@ -167,5 +169,43 @@ func TestBundleEndpoint_ADomainIsNotServedBeforeEverySignerHasACA(t *testing.T) 
 	e := endpointOf(t, time.Minute, ready, "a.example", waiting, "a.example")
 	if _, err := e.GetBundleForTrustDomain(spiffeid.RequireTrustDomainFromString("a.example")); err == nil || !strings.Contains(err.Error(), "example.com/a2 has no CA yet") {
 		t.Errorf("err = %v, want the signer that has not published named", err)
+	}
+}
+
+// The endpoint answers a GET without a body alone: anything else is refused before
+// the bundle is looked up, and the connection closed.
+func TestBundleEndpoint_AnswersOnlyAGetWithoutABody(t *testing.T) {
+	served := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("bundle")) })
+	for _, tc := range []struct {
+		name     string
+		method   string
+		body     string
+		chunked  bool
+		want     int
+		wantSays string
+	}{
+		{name: "a GET is served", method: http.MethodGet, want: http.StatusOK, wantSays: "bundle"},
+		{name: "a POST is refused", method: http.MethodPost, want: http.StatusMethodNotAllowed, wantSays: "method POST is not allowed"},
+		{name: "a HEAD is refused", method: http.MethodHead, want: http.StatusMethodNotAllowed},
+		{name: "a GET with a body is refused", method: http.MethodGet, body: "slow body", want: http.StatusRequestEntityTooLarge, wantSays: "takes no request body"},
+		{name: "a GET with a chunked body is refused", method: http.MethodGet, body: "x", chunked: true, want: http.StatusRequestEntityTooLarge, wantSays: "takes no request body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "/a.example", strings.NewReader(tc.body))
+			if tc.body == "" {
+				r.ContentLength = 0
+			}
+			if tc.chunked {
+				r.ContentLength, r.TransferEncoding = -1, []string{"chunked"}
+			}
+			w := httptest.NewRecorder()
+			onlyBodilessGets(served).ServeHTTP(w, r)
+			if w.Code != tc.want || !strings.Contains(w.Body.String(), tc.wantSays) {
+				t.Errorf("HTTP %d %q, want %d saying %q", w.Code, w.Body.String(), tc.want, tc.wantSays)
+			}
+			if tc.want != http.StatusOK && w.Header().Get("Connection") != "close" {
+				t.Error("the connection is kept after a refusal")
+			}
+		})
 	}
 }

@@ -35,6 +35,10 @@ type Options struct {
 	// BundleEndpointRefreshHint is the spiffe_refresh_hint they carry.
 	BundleEndpointAddress     string
 	BundleEndpointRefreshHint time.Duration
+	// BundleEndpointMaxConnections and BundleEndpointIdleTimeout bound what the
+	// network can hold of the process that holds the CA keys.
+	BundleEndpointMaxConnections int
+	BundleEndpointIdleTimeout    time.Duration
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -55,7 +59,9 @@ func NewOptions() *Options {
 		CAPropagation:        string(PropagationObserved),
 		CAPropagationMaxWait: time.Hour,
 
-		BundleEndpointRefreshHint: time.Minute,
+		BundleEndpointRefreshHint:    time.Minute,
+		BundleEndpointMaxConnections: 128,
+		BundleEndpointIdleTimeout:    30 * time.Second,
 	}
 }
 
@@ -85,6 +91,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CAPropagation, "ca-propagation", o.CAPropagation, "How a new CA waits before it signs: observed (until the nodes' reports show every pod that selects the signer's bundle holding it, or --ca-propagation-max-wait passed; where no reports are served, as timed) or timed (--ca-propagation-window).")
 	fs.StringVar(&o.BundleEndpointAddress, "bundle-endpoint-bind-address", o.BundleEndpointAddress, "Address (HOST:PORT) serving each signer's trust domain TD's SPIFFE bundle at https://HOST:PORT/TD (profile https_spiffe: the endpoint presents spiffe://TD/trustsync/bundle-endpoint, issued by the first signer's CA), for other clusters to federate with; empty serves none. Every replica serves it, from the CA Secrets.")
 	fs.DurationVar(&o.BundleEndpointRefreshHint, "bundle-endpoint-refresh-hint", o.BundleEndpointRefreshHint, "The refresh hint the bundles carry: how often peers fetch them. With the endpoint on, a new CA waits at least "+fmt.Sprint(peerPolls)+" refresh hints after it is published before it signs, so that peers have it too; keep it well below --ca-propagation-window and --ca-propagation-max-wait.")
+	fs.IntVar(&o.BundleEndpointMaxConnections, "bundle-endpoint-max-connections", o.BundleEndpointMaxConnections, "The most connections the bundle endpoint holds at once; more wait in the kernel's backlog until one closes. Each costs about 30 KiB of the signer's memory, so this bounds what the network can make the key holder spend.")
+	fs.DurationVar(&o.BundleEndpointIdleTimeout, "bundle-endpoint-idle-timeout", o.BundleEndpointIdleTimeout, "How long the bundle endpoint keeps an idle keep-alive connection; peers fetch once per refresh hint, so a connection is rarely worth keeping longer.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
@@ -168,6 +176,12 @@ func (o *Options) Validate() error {
 	if o.BundleEndpointAddress != "" {
 		if o.BundleEndpointRefreshHint < time.Second {
 			errs = append(errs, fmt.Errorf("--bundle-endpoint-refresh-hint %s is too short; peers fetch at most once a second", o.BundleEndpointRefreshHint))
+		}
+		if o.BundleEndpointMaxConnections < 1 {
+			errs = append(errs, fmt.Errorf("--bundle-endpoint-max-connections must be at least 1, not %d", o.BundleEndpointMaxConnections))
+		}
+		if o.BundleEndpointIdleTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("--bundle-endpoint-idle-timeout %s must be positive: an idle connection is never kept forever", o.BundleEndpointIdleTimeout))
 		}
 		longest := o.CAPropagationWindow
 		if o.CAPropagation == string(PropagationObserved) {

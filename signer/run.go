@@ -96,7 +96,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 			return err
 		}
 		endpoint.watch(ctx, client, o.Namespace)
-		if err := endpoint.serve(ctx, o.BundleEndpointAddress); err != nil {
+		if err := endpoint.serve(ctx, o.BundleEndpointAddress, endpointLimits{maxConns: o.BundleEndpointMaxConnections, idle: o.BundleEndpointIdleTimeout}); err != nil {
 			return err
 		}
 	}

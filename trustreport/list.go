@@ -3,6 +3,7 @@ package trustreport
 import (
 	"context"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,9 +89,13 @@ func (l Listing) UnreadableByNode() map[string]string {
 	return out
 }
 
-// List reads every node's report. One report that cannot be read is skipped and
-// named, never the end of the answer: one bad object must not blind every reader.
+// List reads every node's report. One report that cannot be read, or is stale (see
+// Stale), is skipped and named, never the end of the answer: one bad object must not
+// blind every reader, and an old one must not speak for pods that moved on. Every
+// reader (the plugin, the rotation gate, the federation controller) lists through
+// here, so they judge a report alike.
 func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
+	now := time.Now()
 	list, err := dyn.Resource(Resource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return Listing{}, nil
@@ -103,6 +108,10 @@ func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
 		r, err := FromUnstructured(&list.Items[i])
 		if err != nil {
 			l.Unreadable = append(l.Unreadable, Unreadable{Node: list.Items[i].GetName(), Err: err.Error()})
+			continue
+		}
+		if err := r.Stale(now); err != nil {
+			l.Unreadable = append(l.Unreadable, Unreadable{Node: r.Name, Err: err.Error()})
 			continue
 		}
 		l.Reports = append(l.Reports, r)

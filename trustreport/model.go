@@ -8,8 +8,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,6 +31,30 @@ const Kind = "NodeTrustReport"
 // beyond the budget keep their id and count but not their anchors (Elided).
 const MaxBytes = 512 << 10
 
+// DefaultHeartbeat is the agent's default heartbeat, assumed for a report that does
+// not say its own.
+const DefaultHeartbeat = 5 * time.Minute
+
+// StaleHeartbeats is how many heartbeats a report may go unwritten before readers
+// stop believing it: its agent stopped, or cannot write, and its pods may hold
+// anything by now.
+const StaleHeartbeats = 3
+
+// Stale says, when the report is older than StaleHeartbeats of its heartbeats at now,
+// why it is not believed; nil when it is current.
+func (r *NodeTrustReport) Stale(now time.Time) error {
+	heartbeat := DefaultHeartbeat
+	if r.HeartbeatSeconds > 0 {
+		heartbeat = time.Duration(r.HeartbeatSeconds) * time.Second
+	}
+	age := now.Sub(r.UpdatedAt.Time)
+	if age <= StaleHeartbeats*heartbeat {
+		return nil
+	}
+	return fmt.Errorf("report of node %s is stale: last written %s ago, more than %d heartbeats (%s); its agent stopped or cannot write, so its pods are not observed",
+		r.Name, age.Round(time.Second), StaleHeartbeats, StaleHeartbeats*heartbeat)
+}
+
 // NodeTrustReport is what the pods on node Node hold.
 type NodeTrustReport struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -37,9 +63,13 @@ type NodeTrustReport struct {
 	Node string `json:"node"`
 	// UpdatedAt is when the agent last wrote the report: on a change, and at least
 	// every Heartbeat, so an old one tells of an agent that stopped.
-	UpdatedAt  metav1.Time  `json:"updatedAt"`
-	AnchorSets []AnchorSet  `json:"anchorSets,omitempty"`
-	Pods       []PodHolding `json:"pods,omitempty"`
+	UpdatedAt metav1.Time `json:"updatedAt"`
+	// HeartbeatSeconds is how often the agent writes the report when nothing
+	// changed: a report not written for StaleHeartbeats of them is stale (absent:
+	// DefaultHeartbeat, as agents before it wrote).
+	HeartbeatSeconds int64        `json:"heartbeatSeconds,omitempty"`
+	AnchorSets       []AnchorSet  `json:"anchorSets,omitempty"`
+	Pods             []PodHolding `json:"pods,omitempty"`
 }
 
 // AnchorSet is a set of anchors some trust file on the node holds.
@@ -120,7 +150,8 @@ func (r *NodeTrustReport) Set(id string) (AnchorSet, bool) {
 }
 
 // SameHoldings reports whether two reports say the same of their pods, their write
-// times aside: a report is written again only when this is false, or to heartbeat.
+// times and heartbeats aside: a report is written again only when this is false, or to
+// heartbeat.
 func SameHoldings(a, b *NodeTrustReport) bool {
 	if a == nil || b == nil {
 		return a == b
@@ -128,6 +159,7 @@ func SameHoldings(a, b *NodeTrustReport) bool {
 	x, y := *a, *b
 	x.ObjectMeta, y.ObjectMeta = metav1.ObjectMeta{}, metav1.ObjectMeta{}
 	x.UpdatedAt, y.UpdatedAt = metav1.Time{}, metav1.Time{}
+	x.HeartbeatSeconds, y.HeartbeatSeconds = 0, 0
 	dx, _ := json.Marshal(x)
 	dy, _ := json.Marshal(y)
 	return string(dx) == string(dy)

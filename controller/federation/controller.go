@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -108,14 +109,34 @@ func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg, peers: map[string]*peer{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_federation"})}
 	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(federation.Resource).Informer()
+	_ = c.informer.AddIndexers(cache.Indexers{byBundleIndex: func(obj any) ([]string, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
+			return []string{federation.BundleName(td)}, nil
+		}
+		return nil, nil
+	}})
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
 		}
 	}
-	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
-	// An imported bundle changed or deleted by anyone sends its FederatedTrustDomain
-	// to look again (and restore it: see diverged).
+	// A FederatedTrustDomain gone hands its trust domain to the next claimant at
+	// once, not at a resync: the bundle would be missing meanwhile.
+	deleted := func(obj any) {
+		enqueue(obj)
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
+			c.enqueueClaimants(federation.BundleName(td))
+		}
+	}
+	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: deleted})
+	// An imported bundle changed or deleted by anyone sends every FederatedTrustDomain
+	// of its trust domain to look again (and restore it: see diverged), whoever its
+	// owner says it is: an owner removed or swapped is restored too.
 	byOwner := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -124,6 +145,7 @@ func New(cfg Config) *Controller {
 			if owner := metav1.GetControllerOf(b); owner != nil && owner.Kind == federation.Kind {
 				c.queue.Add(owner.Name)
 			}
+			c.enqueueClaimants(b.Name) // the informers hold upstream names
 		}
 	}
 	for _, s := range cfg.Stores {
@@ -135,6 +157,19 @@ func New(cfg Config) *Controller {
 		c.imported, c.importedRuns = append(c.imported, store), append(c.importedRuns, run)
 	}
 	return c
+}
+
+// byBundleIndex indexes FederatedTrustDomains by the imported bundle they write.
+const byBundleIndex = "bundle"
+
+// enqueueClaimants queues every FederatedTrustDomain writing the bundle name.
+func (c *Controller) enqueueClaimants(name string) {
+	objs, _ := c.informer.GetIndexer().ByIndex(byBundleIndex, name)
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.queue.Add(u.GetName())
+		}
+	}
 }
 
 // Run runs the informer and workers until ctx is done.
@@ -255,6 +290,8 @@ type result struct {
 	bundles     []*certificatesv1.ClusterTrustBundle
 	// conflictFinal: another FederatedTrustDomain imports this trust domain.
 	conflictFinal bool
+	// expired says which anchors imported are expired (empty: none).
+	expired string
 }
 
 // refresh fetches the peer's bundle and imports it when it may.
@@ -329,6 +366,12 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 	// The sequence is compared with what was last accepted from the peer (the
 	// status), never with the bundle object, which someone else may have touched.
 	accepted := slices.Equal(ftd.Status.Anchors, federation.Anchors(fetched))
+	if !hasSeq && ftd.Status.Sequence != nil && !accepted {
+		// Without a sequence nothing says this bundle comes after the one held: it
+		// may be an old one replayed, rolling the anchors back.
+		r.reason, r.message = federation.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle carries no spiffe_sequence, so it cannot be ordered after the one held (sequence %d), and its anchors differ; refused", *ftd.Status.Sequence)+keptMessage(held)
+		return r
+	}
 	if hasSeq && ftd.Status.Sequence != nil {
 		prev := *ftd.Status.Sequence
 		if seq < prev || seq == prev && !accepted {
@@ -340,7 +383,7 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 			return r
 		}
 	}
-	if held == nil || federation.PEM(held) != federation.PEM(fetched) || c.diverged(ftd) {
+	if c.needsWrite(ftd, name, federation.PEM(fetched)) {
 		if err := c.write(ctx, ftd, name, fetched); err != nil {
 			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()+keptMessage(held)
 			return r
@@ -354,6 +397,14 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 	r.message = fmt.Sprintf("%s holds the %d anchors of trust domain %s", name, len(fetched.X509Authorities()), spec.TrustDomain)
 	if hasSeq {
 		r.message += fmt.Sprintf(" at sequence %d", seq)
+	}
+	if expired := federation.Expired(fetched, c.cfg.Clock.Now()); len(expired) > 0 {
+		ids := make([]string, 0, len(expired))
+		for _, a := range expired {
+			ids = append(ids, fmt.Sprintf("%s (%s, expired %s)", bundle.AnchorID(a.Raw), a.Subject, a.NotAfter.UTC().Format(time.RFC3339)))
+		}
+		r.expired = fmt.Sprintf("the peer publishes %d expired anchors, imported as it sent them: %s", len(expired), strings.Join(ids, ", "))
+		r.message += "; " + r.expired
 	}
 	return r
 }
@@ -400,12 +451,37 @@ func (c *Controller) diverged(ftd *federation.FederatedTrustDomain) bool {
 		if err != nil || !exists {
 			return true
 		}
-		certs, err := bundle.ParseCertificates([]byte(obj.(*certificatesv1.ClusterTrustBundle).Spec.TrustBundle))
-		if err != nil || !slices.Equal(federation.AnchorIDs(certs), ftd.Status.Anchors) {
+		b := obj.(*certificatesv1.ClusterTrustBundle)
+		certs, err := bundle.ParseCertificates([]byte(b.Spec.TrustBundle))
+		if err != nil || !slices.Equal(federation.AnchorIDs(certs), ftd.Status.Anchors) || !ownedAsWritten(b, ftd) {
 			return true
 		}
 	}
 	return false
+}
+
+// needsWrite says whether any bundle API's imported bundle is not what write would
+// make of pem: absent, other anchors, or its label or owner changed. An unchanged
+// bundle is never sent again, whatever else failed (a status write, say).
+func (c *Controller) needsWrite(ftd *federation.FederatedTrustDomain, name, pem string) bool {
+	for _, store := range c.imported {
+		obj, exists, err := store.GetByKey(name)
+		if err != nil || !exists {
+			return true
+		}
+		if b := obj.(*certificatesv1.ClusterTrustBundle); b.Spec.TrustBundle != pem || !ownedAsWritten(b, ftd) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedAsWritten says the bundle still carries what write gives it besides its
+// anchors: the trust-domain label (which decides which pods trust the peer) and ftd
+// as its controller (whose deletion withdraws the peer).
+func ownedAsWritten(b *certificatesv1.ClusterTrustBundle, ftd *federation.FederatedTrustDomain) bool {
+	owner := metav1.GetControllerOf(b)
+	return b.Labels[federation.TrustDomainLabel] == ftd.Spec.TrustDomain && owner != nil && owner.UID == ftd.UID
 }
 
 // held reads the imported bundle as the informers have it (the first bundle API
@@ -489,6 +565,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	status := old
 	status.ObservedGeneration = u.GetGeneration()
 	status.Conditions = slices.Clone(old.Conditions)
+	r.message = bounded(r.message)
 	cond := metav1.Condition{Type: federation.Ready, Status: metav1.ConditionFalse, Reason: r.reason, Message: r.message, ObservedGeneration: u.GetGeneration()}
 	if r.ok {
 		cond.Status = metav1.ConditionTrue
@@ -508,8 +585,11 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	readyChanged := meta.SetStatusCondition(&status.Conditions, cond)
 	if r.changed && r.held != nil {
 		added, removed := diff(old.Anchors, status.Anchors)
-		c.cfg.Events.Eventf(u, corev1.EventTypeNormal, "BundleImported", "%s now holds %d anchors of %s (added %s; removed %s)%s",
-			r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain, list(added), list(removed), sequenceNote(status.Sequence))
+		c.cfg.Events.Event(u, corev1.EventTypeNormal, "BundleImported", bounded(fmt.Sprintf("%s now holds %d anchors of %s (added %s; removed %s)%s",
+			r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain, list(added), list(removed), sequenceNote(status.Sequence))))
+	}
+	if r.changed && r.expired != "" {
+		c.cfg.Events.Event(u, corev1.EventTypeWarning, "ExpiredAnchors", bounded(r.expired))
 	}
 	if r.restored {
 		c.cfg.Events.Eventf(u, corev1.EventTypeWarning, "BundleRestored", "%s did not hold the %d anchors accepted from %s (changed or deleted by someone else); written again", r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain)
@@ -534,6 +614,23 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	// On a conflict the peer stays due: it is refreshed again from the newer version
 	// the informer brings, since the sequence recorded is what a fetch is compared with.
 	return err
+}
+
+// maxMessage bounds a condition message or Event written from what a peer sent (an
+// error quoting a huge document, say): the CRD allows 32 KiB, and a status that
+// cannot be written would keep saying what was true before.
+const maxMessage = 4096
+
+// bounded cuts msg to maxMessage bytes (on a rune boundary), saying how much was cut.
+func bounded(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	cut := maxMessage
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d more bytes cut)", msg[:cut], len(msg)-cut)
 }
 
 // statusRefreshEvery is how often a status whose only change is lastRefreshed is

@@ -39,6 +39,7 @@ func TestSchedule_HintWithinBoundsBackoffBelowTheHintNeverForABadSpec(t *testing
 	}{
 		{"the peer's hint", []result{{ok: true, refreshHint: 2 * time.Minute}}, 2 * time.Minute, false, 0},
 		{"no hint: the default", []result{{ok: true}}, DefaultRefresh, false, 0},
+		{"a hint of 0 is no hint: the default, not the floor", []result{{ok: true, refreshHint: time.Minute}, {ok: true, refreshHint: 0}}, DefaultRefresh, false, 0},
 		{"a hint under the floor", []result{{ok: true, refreshHint: time.Second}}, MinRefresh, false, 0},
 		{"a hint over the ceiling", []result{{ok: true, refreshHint: 24 * time.Hour}}, MaxRefresh, false, 0},
 		{"first failure: the floor", []result{{reason: federation.ReasonEndpointUnreachable}}, MinRefresh, false, 1},
@@ -169,5 +170,24 @@ func TestOnlyRefreshedRecently_ThrottlesLastRefreshedAlone(t *testing.T) {
 		if got := onlyRefreshedRecently(old, tc.new); got != tc.skip {
 			t.Errorf("%s: skipped %v, want %v", tc.name, got, tc.skip)
 		}
+	}
+}
+
+// A message from what a peer sent is cut to what a status holds, saying so, and never
+// in the middle of a character.
+func TestBounded_CutsLongMessagesSayingHowMuch(t *testing.T) {
+	for _, tc := range []struct {
+		name, msg, want string
+	}{
+		{"a short message is kept", "refused", "refused"},
+		{"exactly the bound is kept", strings.Repeat("a", maxMessage), strings.Repeat("a", maxMessage)},
+		{"a longer one is cut and says how much", strings.Repeat("a", maxMessage+10), strings.Repeat("a", maxMessage) + "... (10 more bytes cut)"},
+		{"a character across the bound is not split", strings.Repeat("a", maxMessage-1) + "é", strings.Repeat("a", maxMessage-1) + "... (2 more bytes cut)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := bounded(tc.msg); got != tc.want {
+				t.Errorf("bounded: %d bytes ending %q, want %d ending %q", len(got), got[max(0, len(got)-30):], len(tc.want), tc.want[max(0, len(tc.want)-30):])
+			}
+		})
 	}
 }

@@ -42,15 +42,18 @@ type Fetcher interface {
 	// Fetch returns the peer's bundle and how many bytes the endpoint sent; trusted
 	// is what authenticates an https_spiffe endpoint (the bundle held for the domain).
 	Fetch(ctx context.Context, key string, spec federation.Spec, trusted *spiffebundle.Bundle) (*spiffebundle.Bundle, int, error)
-	// Forget drops what is kept for key (its connections).
+	// Forget drops what is kept for key.
 	Forget(key string)
 }
 
 // HTTPFetcher fetches over HTTPS with go-spiffe's TLS configuration: for https_spiffe,
 // the chain must verify against the trusted bundle and carry exactly the endpoint's
-// SPIFFE ID; for https_web, against WebRoots (nil: the system's). One client per peer
-// keeps its connection between refreshes. go-spiffe's FetchBundle is not used as is:
-// it reads however much an endpoint sends and parses an error page as a bundle.
+// SPIFFE ID; for https_web, against WebRoots (nil: the system's). Every fetch opens
+// its own connection, so it is authenticated against the trust held at that moment: a
+// kept-alive connection would go on believing a certificate the operator (or the peer's
+// rotation) has since withdrawn. A peer is fetched once per refresh hint at most, so a
+// handshake each time costs nothing worth saving. go-spiffe's FetchBundle is not used
+// as is: it reads however much an endpoint sends and parses an error page as a bundle.
 type HTTPFetcher struct {
 	// WebRoots authenticate https_web endpoints; nil uses the system's roots.
 	WebRoots *x509.CertPool
@@ -113,17 +116,11 @@ func (f *HTTPFetcher) client(key string, spec federation.Spec) (*peerClient, err
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = cfg
-	transport.MaxIdleConnsPerHost = 1
-	// The endpoint is asked every refresh hint; an idle connection is kept that long
-	// at most, not forever.
-	transport.IdleConnTimeout = 10 * time.Minute
+	transport.DisableKeepAlives = true
 	c.client = &http.Client{Transport: transport, Timeout: fetchTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return errors.New("the bundle endpoint redirected; give its final URL")
 		}}
-	if old, ok := f.clients[key]; ok {
-		old.client.CloseIdleConnections()
-	}
 	f.clients[key] = c
 	return c, nil
 }
@@ -173,14 +170,11 @@ func (f *HTTPFetcher) Fetch(ctx context.Context, key string, spec federation.Spe
 	return b, n, nil
 }
 
-// Forget closes the peer's idle connections and drops its client.
+// Forget drops the peer's client.
 func (f *HTTPFetcher) Forget(key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c, ok := f.clients[key]; ok {
-		c.client.CloseIdleConnections()
-		delete(f.clients, key)
-	}
+	delete(f.clients, key)
 }
 
 func describeAuth(spec federation.Spec) string {

@@ -155,6 +155,12 @@ type observation struct {
 func (c Cluster) observe(reports map[string]*trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) observation {
 	r := reports[pod.Spec.NodeName]
 	held, ok := observed(r, pod, tf)
+	if ok && held.ChangedAt != nil && held.ChangedAt.After(r.UpdatedAt.Add(time.Second)) {
+		// A file cannot have changed after the report that describes it was written
+		// (updatedAt is cut to the second): a time from a skewed or lying clock is
+		// not known, rather than printed as a latency of centuries.
+		held.ChangedAt = nil
+	}
 	o := observation{held: held}
 	switch {
 	case pod.Spec.NodeName == "":

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -128,5 +129,42 @@ func TestHoldingAll_APodHoldsASetOnlyWhenItHoldsEveryAnchor(t *testing.T) {
 	}
 	if holding, expected := c.HoldingAll([]string{old}, []*certificatesv1.ClusterTrustBundle{b}); holding != 2 || expected != 3 {
 		t.Errorf("the old anchor alone: holding %d of %d; want 2 of 3", holding, expected)
+	}
+}
+
+// A file's change time is believed only when it is not after the report that tells
+// of it: a far-future changedAt is not known, never a latency of centuries.
+func TestStatus_AChangeAfterItsReportIsNotKnown(t *testing.T) {
+	anchor := bundle.AnchorID(fixtures.CA("status").Cert.Raw)
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: string(fixtures.CA("unused").CertPEM())}}
+	written := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		changedAt time.Time
+		known     bool
+	}{
+		{"before the report", written.Add(-time.Minute), true},
+		{"within the second the report's time is cut to", written.Add(900 * time.Millisecond), true},
+		{"far in the future", time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := projected("p", "a", "b1", true)
+			r := nodeReport("a", anchor, pod)
+			r.UpdatedAt = metav1.NewTime(written)
+			changed := metav1.NewMicroTime(tc.changedAt)
+			r.Pods[0].Files[0].ChangedAt = &changed
+			c := Cluster{Pods: []*corev1.Pod{pod}, Reports: []*trustreport.NodeTrustReport{r}, Bundles: []*certificatesv1.ClusterTrustBundle{b},
+				Changed: map[string]time.Time{"b1": written.Add(-time.Hour)}}
+			st := c.Status()
+			if len(st) != 1 {
+				t.Fatalf("status %+v", st)
+			}
+			if known := st[0].ChangedAt != nil; known != tc.known {
+				t.Errorf("changedAt known %v (%v), want %v", known, st[0].ChangedAt, tc.known)
+			}
+			if st[0].CaughtUpAfter != nil && *st[0].CaughtUpAfter > 3600*24 {
+				t.Errorf("caught up %.0fs after the change", float64(*st[0].CaughtUpAfter))
+			}
+		})
 	}
 }

@@ -72,11 +72,12 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 	held, nobody := fixtures.CA("readers held"), fixtures.CA("readers nobody")
 	heldID, nobodyID := bundle.AnchorID(held.Cert.Raw), bundle.AnchorID(nobody.Cert.Raw)
 	bundleName := newBundle(t, cp, held)
-	nodeA, nodeB, nodeC := "readers-a-"+run, "readers-b-"+run, "readers-c-"+run
+	nodeA, nodeB, nodeC, nodeD := "readers-a-"+run, "readers-b-"+run, "readers-c-"+run, "readers-d-"+run
 
 	seen := readersPod(t, cp, ns, "seen", nodeA, bundleName, "roots.pem", true)
 	onB := readersPod(t, cp, ns, "on-b", nodeB, bundleName, "roots.pem", true)
 	readersPod(t, cp, ns, "on-c", nodeC, bundleName, "roots.pem", true)
+	onD := readersPod(t, cp, ns, "on-d", nodeD, bundleName, "roots.pem", true)
 	readersPod(t, cp, ns, "pending", nodeA, bundleName, "roots.pem", false)
 
 	// The schema refuses what readers cannot parse.
@@ -118,6 +119,11 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 	// Node B's report passes the schema but is no use: it speaks for another node.
 	must(t, putReport(t, cp, map[string]any{"metadata": map[string]any{"name": nodeB}, "node": nodeA, "updatedAt": now.Format(time.RFC3339)}))
 	// Node C has no report at all.
+	// Node D's report says its pod holds the anchor, but was last written 400 days
+	// ago: its agent stopped long since, and it is believed no more.
+	must(t, putReport(t, cp, map[string]any{"metadata": map[string]any{"name": nodeD}, "node": nodeD, "updatedAt": now.Add(-400 * 24 * time.Hour).Format(time.RFC3339),
+		"anchorSets": []any{map[string]any{"id": set, "anchors": []any{heldID}, "count": 1}},
+		"pods":       []any{map[string]any{"namespace": ns, "name": "on-d", "uid": string(onD.UID), "files": []any{file("/etc/roots/roots.pem")}}}}))
 
 	cli := controlplane.NewPlugin(t, cp)
 	type answer struct {
@@ -140,12 +146,15 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 	if u := notSeen[nodeC]; len(u.Pods) != 1 || !strings.Contains(u.Reason, "no report from node "+nodeC) {
 		t.Errorf("the pod on the node without a report is not named so: %+v", u)
 	}
-	if len(a.NotSeen) != 2 {
-		t.Errorf("not seen: %+v; want nodes B and C alone (the pod that never started holds nothing)", a.NotSeen)
+	if u := notSeen[nodeD]; len(u.Pods) != 1 || !strings.Contains(u.Reason, "report of node "+nodeD+" is stale") {
+		t.Errorf("the pod on the node whose report is 400 days old is not named so: %+v", u)
+	}
+	if len(a.NotSeen) != 3 {
+		t.Errorf("not seen: %+v; want nodes B, C and D alone (the pod that never started holds nothing)", a.NotSeen)
 	}
 
 	out, code := cli.Run(t, "who-trusts", nobodyID, "-n", ns)
-	if code != 3 || strings.Contains(out, "(no pod holds it)") || !strings.Contains(out, "Not seen: 2 pods with trust files on 2 nodes") {
+	if code != 3 || strings.Contains(out, "(no pod holds it)") || !strings.Contains(out, "Not seen: 3 pods with trust files on 3 nodes") {
 		t.Errorf("with pods unseen, who-trusts of an anchor nobody seen holds said (exit %d):\n%s", code, out)
 	}
 	out, _ = cli.Run(t, "who-trusts", heldID, "-n", ns)
@@ -169,6 +178,9 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 	}
 	if f := states["on-b"]; f.State != query.NotObserved || !strings.Contains(f.Reason, "report of node "+nodeB+" unreadable") {
 		t.Errorf("the pod on node B: %+v; want NotObserved naming the unreadable report", f)
+	}
+	if f := states["on-d"]; f.State != query.NotObserved || !strings.Contains(f.Reason, "stale") {
+		t.Errorf("the pod on node D: %+v; want NotObserved, its report stale", f)
 	}
 
 	// A rotation waits for the running pods alone; the pod that never started is
@@ -201,8 +213,8 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 		if r.Bundle != bundleName {
 			continue
 		}
-		if r.Expected != 3 || r.Holding != 1 || len(r.NotStarted) != 1 || r.NotStarted[0] != ns+"/pending" {
-			t.Errorf("rotation: holding %d of %d, not started %v, stragglers %+v; want 1 of 3 with %s/pending not waited for", r.Holding, r.Expected, r.NotStarted, r.Stragglers, ns)
+		if r.Expected != 4 || r.Holding != 1 || len(r.NotStarted) != 1 || r.NotStarted[0] != ns+"/pending" {
+			t.Errorf("rotation: holding %d of %d, not started %v, stragglers %+v; want 1 of 4 (the stale node's pod not holding) with %s/pending not waited for", r.Holding, r.Expected, r.NotStarted, r.Stragglers, ns)
 		}
 		return
 	}

@@ -227,6 +227,29 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 	}
 }
 
+// Whoever carries no node name and is not the agent is left to RBAC: an admin with a
+// client certificate (no userInfo.extra at all) creates, updates and deletes a report,
+// as the garbage collector deletes a deleted node's.
+func TestReports_AnAdminWithoutExtraIsNotLockedOut(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
+	const gone = "node-deleted"
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": trustreport.GroupVersion.String(), "kind": trustreport.Kind,
+		"metadata": map[string]any{"name": gone}, "node": gone, "updatedAt": time.Now().UTC().Format(time.RFC3339)}}
+	created, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("an admin cannot create a report: %v", err)
+	}
+	created.Object["updatedAt"] = time.Now().Add(time.Second).UTC().Format(time.RFC3339)
+	if _, err := c.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("an admin cannot update a report: %v", err)
+	}
+	if err := c.Delete(ctx, gone, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("an admin cannot delete a report: %v", err)
+	}
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

@@ -227,11 +227,22 @@ func bundleDoc(t *testing.T, seq uint64, authorities ...*x509.Certificate) func(
 	return func(w http.ResponseWriter) { _, _ = w.Write(doc) }
 }
 
+// bundleDocWithoutSequence is a bundle document with no spiffe_sequence.
+func bundleDocWithoutSequence(t *testing.T, authorities ...*x509.Certificate) func(http.ResponseWriter) {
+	doc, err := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(tdB), authorities).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(w http.ResponseWriter) { _, _ = w.Write(doc) }
+}
+
 // Nothing a peer's endpoint sends makes A's imported bundle worse: an impostor whose
 // certificate B's bundle does not sign, a bundle signed for but going back in
-// sequence, empty, naming another trust domain, garbage, oversized, an error page, or
-// no answer at all: each leaves A's anchors as they were and says why on the status
-// and in an Event. Pointed back at B, it recovers.
+// sequence (or carrying none), empty, naming another trust domain, garbage,
+// oversized, more anchors than the status can name, an error longer than a status
+// holds, a breakable key, an error page, or no answer at all: each leaves A's anchors
+// as they were, the bundle unwritten, and says why on the status and in an Event.
+// Pointed back at B, it recovers.
 func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 	c := start(t)
 	live := c.liveB(t)
@@ -239,7 +250,7 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 	c.create(t, c.peer("guarded-b", good, live.Spec.TrustBundle))
 	c.waitImported(t, "guarded-b")
 	held := c.status(t, "guarded-b")
-	heldPEM := c.imported(t).Spec.TrustBundle
+	heldPEM, heldVersion := c.imported(t).Spec.TrustBundle, c.imported(t).ResourceVersion
 
 	caCert, caKey := c.caOf(t)
 	bAnchors, err := bundle.ParseCertificates([]byte(live.Spec.TrustBundle))
@@ -254,6 +265,14 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 	misbehaving := serveEndpoint(t, caCert, caKey)
 	impostor := serveEndpoint(t, impostorCA.Cert, impostorCA.Key)
 	impostor.set(bundleDoc(t, *held.Sequence+1, impostorCA.Cert))
+	many := make([]*x509.Certificate, 0, 1100)
+	for range 1100 {
+		many = append(many, fixtures.CA("one of 1,100").Cert)
+	}
+	leaves := make([]*x509.Certificate, 0, 600)
+	for range 600 {
+		leaves = append(leaves, fixtures.MustNew(fixtures.Options{Leaf: true}).Cert)
+	}
 	closed, _ := net.Listen("tcp", "127.0.0.1:0")
 	closedURL := "https://" + closed.Addr().String() + "/" + tdB
 	closed.Close()
@@ -273,6 +292,10 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 		{"two megabytes", misbehaving.url, federation.ReasonInvalidBundle, "more than 1048576 bytes", func(w http.ResponseWriter) { _, _ = w.Write([]byte(strings.Repeat(" ", 2<<20))) }},
 		{"an error page", misbehaving.url, federation.ReasonEndpointUnreachable, "HTTP 503", func(w http.ResponseWriter) { http.Error(w, "maintenance", http.StatusServiceUnavailable) }},
 		{"no answer at all", closedURL, federation.ReasonEndpointUnreachable, "cannot reach", nil},
+		{"more anchors than the status can name", misbehaving.url, federation.ReasonInvalidBundle, "holds 1100 X.509 authorities; at most 1024", bundleDoc(t, *held.Sequence+7, many...)},
+		{"an error longer than a status holds", misbehaving.url, federation.ReasonInvalidBundle, "more bytes cut)", bundleDoc(t, *held.Sequence+8, leaves...)},
+		{"a breakable RSA authority", misbehaving.url, federation.ReasonInvalidBundle, "1024-bit RSA key", bundleDoc(t, *held.Sequence+9, append(bAnchors, weakRSACA(t))...)},
+		{"no sequence and other anchors", misbehaving.url, federation.ReasonSequenceRegressed, "carries no spiffe_sequence", bundleDocWithoutSequence(t, extra)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.respond != nil {
@@ -287,8 +310,8 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 			if !slices.Equal(s.Anchors, held.Anchors) || *s.Sequence != *held.Sequence {
 				t.Errorf("status anchors %v sequence %d, want those held: %v %d", s.Anchors, *s.Sequence, held.Anchors, *held.Sequence)
 			}
-			if got := c.imported(t); got == nil || got.Spec.TrustBundle != heldPEM {
-				t.Error("the imported bundle changed")
+			if got := c.imported(t); got == nil || got.Spec.TrustBundle != heldPEM || got.ResourceVersion != heldVersion {
+				t.Error("the imported bundle was written again")
 			}
 			if !slices.ContainsFunc(c.events(t, "guarded-b"), func(e corev1.Event) bool { return e.Reason == tc.reason && e.Type == "Warning" }) {
 				t.Errorf("no Warning Event %s", tc.reason)
