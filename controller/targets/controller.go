@@ -1,6 +1,7 @@
 package targets
 
 import (
+	"crypto/sha256"
 	"context"
 	"encoding/json"
 	"errors"
@@ -329,6 +330,9 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	}
 
 	data, binary := payload(sources, r)
+	if err := tooLarge(data, binary); err != nil {
+		return false, note, err
+	}
 	d := desired{data: data, binary: binary, labels: map[string]string{trusttarget.TargetLabel: target}}
 	last := st.applied[ns.Name]
 	if live != nil && live.meta.GetResourceVersion() == last.after {
@@ -387,18 +391,48 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 // (truststores).
 func payload(sources []contract.Source, r *render.Rendering) (data map[string]string, binary map[string][]byte) {
 	data, binary = map[string]string{}, map[string][]byte{}
+	// Keys holding the same anchors share one string, as their renderings share
+	// one encoding: 32 keys of the public roots are one copy, not 32.
+	texts := map[[sha256.Size]byte]string{}
 	for _, src := range sources {
 		f, ok := r.Files[src.Path]
 		if !ok {
 			continue
 		}
-		if src.FileFormat() == contract.FormatPEM {
-			data[src.Path] = string(f.Data)
-		} else {
+		if src.FileFormat() != contract.FormatPEM {
 			binary[src.Path] = f.Data
+			continue
 		}
+		p, known := r.Paths[src.Path]
+		text, seen := texts[p.Set]
+		if !known || !p.Known || !seen {
+			text = string(f.Data)
+			if known && p.Known {
+				texts[p.Set] = text
+			}
+		}
+		data[src.Path] = text
 	}
 	return data, binary
+}
+
+// MaxObjectBytes is the most a ConfigMap's or Secret's data may hold: the API server
+// refuses a larger one ("Request entity too large"), so trustsync never sends it.
+const MaxObjectBytes = 1 << 20
+
+// tooLarge says why data and binary cannot be written as one object, if they cannot.
+func tooLarge(data map[string]string, binary map[string][]byte) error {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	for k, v := range binary {
+		n += len(k) + len(v)
+	}
+	if n <= MaxObjectBytes {
+		return nil
+	}
+	return fmt.Errorf("the %d keys would hold %d bytes, more than one object holds (%d): name fewer sources, or have sources share a key (the public roots alone are about 200 KB)", len(data)+len(binary), n, MaxObjectBytes)
 }
 
 func targetName(t *trusttarget.TrustTarget) string {
@@ -591,7 +625,11 @@ func (c *Controller) releaseAll(ctx context.Context, target string, keep func(ki
 		if keep != nil && keep(kind, o.meta.GetNamespace(), o.meta.GetName()) {
 			continue
 		}
-		if ns, err := c.namespaces.Get(o.meta.GetNamespace()); err == nil {
+		ns, err := c.namespaces.Get(o.meta.GetNamespace())
+		if apierrors.IsNotFound(err) || err == nil && (ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil) {
+			continue // going: the namespace controller deletes the object; releasing it would be two writes for nothing
+		}
+		if err == nil {
 			if w, _ := writer(claimed, ns, kind, o.meta.GetName(), ""); w != "" && w != target {
 				c.queue.Add(w)
 				continue

@@ -35,6 +35,10 @@ import (
 	"github.com/trustsync/trustsync/trusttarget"
 )
 
+// MaxInjectedPerNamespace is how many annotated ConfigMaps (and as many Secrets) of
+// one namespace are filled at once.
+const MaxInjectedPerNamespace = 256
+
 // InjectFieldManager owns what annotated objects are given: the keys of a ConfigMap or
 // Secret named by the sources' paths, or the caBundle fields.
 const InjectFieldManager = "trustsync-inject"
@@ -191,6 +195,15 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		in.state.forget(key)
 		return 0, nil
 	}
+	if in.state.lookup(key) == nil && !k.caBundle {
+		// A tenant may annotate as many objects as it may create: each namespace
+		// gets so many tended at once, so no one namespace can exhaust the
+		// controller every tenant shares.
+		if n := in.state.count(resource + "|" + m.Namespace + "/"); n >= MaxInjectedPerNamespace {
+			in.warnOnce(key, ref, "TrustInjectRefused", fmt.Sprintf("namespace %s has %d annotated %ss filled already, the most one namespace may have; remove the %s annotation from some, or use a TrustTarget", m.Namespace, n, k.kind, injector.AnnotationInject))
+			return 0, nil
+		}
+	}
 	st, err := in.state.get(ctx, key, specKey(sources), sources)
 	if err != nil {
 		return 0, err
@@ -219,6 +232,13 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	}
 	if len(data)+len(binary) == 0 {
 		in.warnOnce(key, ref, "TrustInjectFailed", "nothing written: "+r.Err().Error())
+		return 0, nil
+	}
+	if err := tooLarge(data, binary); err != nil {
+		// Refused before anything is sent, and the rendering dropped: what cannot
+		// be written is not held (it comes back with the object's next change).
+		in.warnOnce(key, ref, "TrustInjectTooLarge", "nothing written: "+err.Error())
+		in.state.forget(key)
 		return 0, nil
 	}
 	digest := digestOf(data, binary)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -136,6 +137,19 @@ func (t *tended) lookup(key string) *watched {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.by[key]
+}
+
+// count is how many keys starting with prefix have watches.
+func (t *tended) count(prefix string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for key := range t.by {
+		if strings.HasPrefix(key, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // forget closes key's watches.

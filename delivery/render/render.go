@@ -66,6 +66,9 @@ type Path struct {
 	Set      [sha256.Size]byte
 	Password string
 	Known    bool
+	// shared holds Content when it is a PEM encoding shared with every other path
+	// holding the same set (see sharedPEMOf); it keeps that encoding alive.
+	shared *sharedPEM
 }
 
 // Fresh is every path rendered now (not held back).
@@ -188,7 +191,8 @@ func renderPath(plan *Plan, g pathPlan, snap Snapshot, last Path, d *decoder) (P
 		return p, nil
 	}
 	if g.format == contract.FormatPEM {
-		p.Content = pool.PEM()
+		p.shared = sharedPEMOf(p.Set, pool)
+		p.Content = p.shared.data
 		return p, nil
 	}
 	var err error

@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -514,5 +515,29 @@ func TestPlan_ItemsReadingTheSameObjectShareOneSource(t *testing.T) {
 	}
 	if got, want := p.Required(), []string{contract.FileCertificate, contract.FileKey, "ca.pem", "t.p12", "t.jks", "all.pem"}; !slices.Equal(got, want) {
 		t.Errorf("Required() = %q, want %q", got, want)
+	}
+}
+
+// Paths holding the same anchors share one PEM encoding, within a rendering and
+// across renderings of other plans: many keys (or objects) of the public roots cost
+// one copy, not one each. A path holding other anchors has its own.
+func TestRender_PathsHoldingTheSameSetShareOneEncoding(t *testing.T) {
+	w := newWorld()
+	w.configMaps["extra"] = configMap("extra", map[string]string{"ca.crt": fixtures.Bundle(fixtures.CA("shared test"))})
+	one := newPod(t, w, `[{"defaultCAs": true, "path": "a.pem"}, {"defaultCAs": true, "path": "b.pem"},
+		{"defaultCAs": true, "path": "c.pem"}, {"configMap": {"name": "extra", "key": "ca.crt"}, "path": "c.pem"}]`).render()
+	other := newPod(t, w, `[{"defaultCAs": true, "path": "web/roots.pem"}]`).render()
+	if err := errors.Join(one.Err(), other.Err()); err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b []byte) bool { return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0] }
+	if !same(one.Paths["a.pem"].Content, one.Paths["b.pem"].Content) {
+		t.Error("two keys of the public roots in one rendering hold two copies")
+	}
+	if !same(one.Paths["a.pem"].Content, other.Paths["web/roots.pem"].Content) {
+		t.Error("the public roots in two plans' renderings are two copies")
+	}
+	if same(one.Paths["a.pem"].Content, one.Paths["c.pem"].Content) {
+		t.Error("a path holding more anchors shares the others' encoding")
 	}
 }

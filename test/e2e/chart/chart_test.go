@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
@@ -736,6 +737,56 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			}
 			if sar.Status.Allowed != want {
 				t.Errorf("the controller may attest for %s: %v, want %v", signer, sar.Status.Allowed, want)
+			}
+		}
+
+		// Neither the signer's nor the controller's ServiceAccount may rewrite a bundle
+		// it does not own (RBAC cannot say which), in either bundle API: the API
+		// server's admission policy refuses, naming what each may write.
+		rootBefore, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, "chart-root", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		impostor := fixtures.Bundle(fixtures.CA("impostor"))
+		for _, sa := range []string{"trustsync-signer", "trustsync-controller"} {
+			cfg, err := cp.ServiceAccountConfig(ctx, ns, sa)
+			if err != nil {
+				t.Fatal(err)
+			}
+			as := kubernetes.NewForConfigOrDie(cfg)
+			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"trustBundle": impostor}})
+			_, err = as.CertificatesV1().ClusterTrustBundles().Patch(ctx, "chart-root", types.MergePatchType, patch, metav1.PatchOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only the ClusterTrustBundles of signers") || !strings.Contains(err.Error(), "chart-root is unsigned") {
+				t.Errorf("%s rewrote the unsigned bundle chart-root, or was refused unclearly: %v", sa, err)
+			}
+			_, err = bundleapi.NewStore(dynamic.NewForConfigOrDie(cfg), bundle.Mirror).Create(ctx, &certificatesv1.ClusterTrustBundle{
+				ObjectMeta: metav1.ObjectMeta{Name: "corp-roots-" + sa}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: impostor}}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only the ClusterTrustBundles of signers") {
+				t.Errorf("%s created an unsigned mirror bundle, or was refused unclearly: %v", sa, err)
+			}
+		}
+		if after, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, "chart-root", metav1.GetOptions{}); err != nil || after.Spec.TrustBundle != rootBefore.Spec.TrustBundle {
+			t.Errorf("chart-root changed: %v", err)
+		}
+
+		// The imported bundle's label and owner are the controller's: even an admin
+		// is refused, and told what to do instead.
+		imported, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, federation.BundleName("peer.example"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name, says string
+			edit       func(*certificatesv1.ClusterTrustBundle)
+		}{
+			{"the owner removed", "ownerReferences of " + imported.Name + " are kept by trustsync-controller", func(b *certificatesv1.ClusterTrustBundle) { b.OwnerReferences = nil }},
+			{"the trust-domain label moved", "label trustsync.io/trust-domain of " + imported.Name, func(b *certificatesv1.ClusterTrustBundle) { b.Labels[federation.TrustDomainLabel] = "other.example" }},
+		} {
+			edited := imported.DeepCopy()
+			tc.edit(edited)
+			_, err := client.CertificatesV1().ClusterTrustBundles().Update(ctx, edited, metav1.UpdateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("an admin's edit, %s: %v; want Forbidden saying %q", tc.name, err, tc.says)
 			}
 		}
 	})

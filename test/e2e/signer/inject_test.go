@@ -156,3 +156,62 @@ func TestInject_APIServiceAndCRDConversionGetTheirCABundle(t *testing.T) {
 		})
 	}
 }
+
+// One tenant cannot stop the controller every tenant shares: 45 ConfigMaps asking for
+// the public roots 32 times each (7 MB apiece, more than an object holds) are refused
+// before anything is sent, each with a Warning Event, the controller's memory grows
+// by a bounded amount rather than by their size (they cost 9 MiB each and OOM-killed
+// it at the chart's limit), and an ordinary annotated ConfigMap beside them is filled.
+func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ns := "greedy-" + run
+	labelledNamespace(t, client, ns, nil)
+	root := fixtures.CA("greedy neighbour")
+	nativeBundle(t, client, "greedy-"+run, root)
+	pid := controllers[cp].Pid()
+	before, err := controlplane.ProcStatusKiB(pid, "VmRSS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources []string
+	for i := range 32 {
+		sources = append(sources, fmt.Sprintf(`{"defaultCAs": true, "path": "roots-%d.pem"}`, i))
+	}
+	greedy := map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": "[" + strings.Join(sources, ",") + "]"}
+	const n = 45
+	for i := range n {
+		if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("greedy-%02d", i), Annotations: greedy}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		waitEventOn(t, client, ns, fmt.Sprintf("greedy-%02d", i), "TrustInjectTooLarge", "more than one object holds (1048576)")
+	}
+	after, err := controlplane.ProcStatusKiB(pid, "VmRSS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the controller's RSS: %d MiB before, %d MiB after %d refused ConfigMaps", before>>10, after>>10, n)
+	if grew := (after - before) >> 10; grew > 100 {
+		t.Errorf("the controller's RSS grew by %d MiB for %d refused ConfigMaps; want a bounded cost (under 100 MiB), not one per object", grew, n)
+	}
+	if controllers[cp].Exited() {
+		t.Fatal("the controller exited")
+	}
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "greedy-00", metav1.GetOptions{})
+	if err != nil || len(cm.Data) != 0 {
+		t.Errorf("a refused ConfigMap was written: %d keys (%v)", len(cm.Data), err)
+	}
+
+	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "greedy-" + run, "trustsync.io/path": "ca.crt"}
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "modest", Annotations: annotations}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the modest ConfigMap beside them filled", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "modest", metav1.GetOptions{})
+		return err == nil && cm.Data["ca.crt"] == string(root.CertPEM())
+	})
+}

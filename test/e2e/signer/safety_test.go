@@ -422,7 +422,25 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 		}
 		return true
 	})
-	if got := settled() - afterNamespace; got != nNamespaces+1 {
+	afterEdit := settled()
+	if got := afterEdit - afterNamespace; got != nNamespaces+1 {
 		t.Errorf("an edit of one target's bundle cost %v writes; want %d, one per object it changes", got, nNamespaces+1)
+	}
+
+	// A namespace going away costs nothing: the namespace controller deletes what is
+	// in it, so releasing each object first would be two writes for nothing.
+	if err := client.CoreV1().Namespaces().Delete(context.Background(), fmt.Sprintf("writes-%s-new", run), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the going namespace no longer counted", func() bool {
+		for i := range nTargets {
+			if targetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i)).Namespaces != nNamespaces {
+				return false
+			}
+		}
+		return true
+	})
+	if got := settled() - afterEdit; got != 0 {
+		t.Errorf("a namespace going away cost %v writes; want 0", got)
 	}
 }
