@@ -1,8 +1,8 @@
 package targets
 
 import (
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
