@@ -13,7 +13,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/trusttarget"
 )
@@ -57,7 +59,8 @@ type tmSourceObject struct {
 }
 
 type tmTargetObject struct {
-	Key string `json:"key,omitempty"`
+	Key      string      `json:"key,omitempty"`
+	Metadata *tmMetadata `json:"metadata,omitempty"`
 }
 
 type tmFormats struct {
@@ -68,6 +71,13 @@ type tmFormats struct {
 type tmStore struct {
 	Key      string  `json:"key"`
 	Password *string `json:"password,omitempty"`
+	Profile  string  `json:"profile,omitempty"`
+}
+
+// tmMetadata is what trust-manager adds to the objects it writes.
+type tmMetadata struct {
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
 }
 
 // clusterBundleSpec is trust-manager's ClusterBundle (trust-manager.io/v1alpha2), as
@@ -97,10 +107,7 @@ type clusterBundleTarget struct {
 		Password *string `json:"password,omitempty"`
 		Profile  string  `json:"profile,omitempty"`
 	} `json:"data"`
-	Metadata *struct {
-		Annotations map[string]string `json:"annotations,omitempty"`
-		Labels      map[string]string `json:"labels,omitempty"`
-	} `json:"metadata,omitempty"`
+	Metadata *tmMetadata `json:"metadata,omitempty"`
 }
 
 // Conversion is what one trust-manager object becomes: the TrustTargets (one per
@@ -178,6 +185,17 @@ func FromTrustManager(b *TrustManagerBundle) (Conversion, error) {
 	for _, bundle := range cv.c.Bundles {
 		if errs := validation.IsDNS1123Subdomain(bundle.Name); len(errs) > 0 {
 			cv.refuse(bundle, fmt.Sprintf("ClusterTrustBundle name %q: %s", bundle.Name, strings.Join(errs, "; ")))
+		}
+	}
+	for _, b := range cv.c.Bundles {
+		if !cv.refused(b) {
+			continue
+		}
+		// A target reading a bundle that cannot exist would write without it.
+		for _, t := range cv.c.Targets {
+			if !cv.refused(t) {
+				cv.refuse(t, fmt.Sprintf("its source %s is refused (above): apply it once that bundle can be", b.Name))
+			}
 		}
 	}
 	cv.c.Bundles = slices.DeleteFunc(cv.c.Bundles, func(b *certificatesv1.ClusterTrustBundle) bool { return cv.refused(b) })
@@ -259,6 +277,9 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 		}
 		if f.PKCS12 != nil {
 			keys = append(keys, cv.store(f.PKCS12.Key, contract.FormatPKCS12, f.PKCS12.Password, ""))
+			if f.PKCS12.Profile != "" {
+				cv.noteProfile("additionalFormats.pkcs12", f.PKCS12.Key, f.PKCS12.Profile)
+			}
 		}
 	}
 	var plans []targetPlan
@@ -270,6 +291,11 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 			continue
 		}
 		p := targetPlan{secret: obj.secret}
+		which := "configMap"
+		if obj.secret {
+			which = "secret"
+		}
+		cv.noteMetadata(which, obj.ref.Metadata)
 		if obj.ref.Key != "" {
 			p.keys = append(p.keys, key{path: obj.ref.Key, format: contract.FormatPEM})
 		}
@@ -323,15 +349,13 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 				// trust-manager's ClusterBundle default: a password-less PKCS#12.
 				p.keys = append(p.keys, cv.store(d.Key, contract.FormatPKCS12, d.Password, ""))
 				if d.Profile != "" {
-					cv.note("target.%s key %q asks for the PKCS#12 profile %q; trustsync encodes its truststores one way (readable by Java 8 and later and by OpenSSL 3)", obj.field, d.Key, d.Profile)
+					cv.noteProfile("target."+obj.field, d.Key, d.Profile)
 				}
 			default:
 				cv.note("target.%s key %q has format %q, which trustsync does not write; left out", obj.field, d.Key, d.Format)
 			}
 		}
-		if m := obj.t.Metadata; m != nil && len(m.Labels)+len(m.Annotations) > 0 {
-			cv.note("target.%s.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone; add them with another tool if readers need them", obj.field)
-		}
+		cv.noteMetadata(obj.field, obj.t.Metadata)
 		plans = append(plans, p)
 	}
 	if len(plans) == 0 {
@@ -341,14 +365,43 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 	return plans
 }
 
-// inLine carries inline PEM over as a ClusterTrustBundle of its own.
+// noteMetadata names labels and annotations for the written objects, which do not
+// carry over (readers selecting by them must be told).
+func (cv *converter) noteMetadata(field string, m *tmMetadata) {
+	if m == nil || len(m.Labels)+len(m.Annotations) == 0 {
+		return
+	}
+	cv.note("target.%s.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone, so readers selecting by labels %q or annotations %q find nothing until another tool adds them", field, sortedKeys(m.Labels), sortedKeys(m.Annotations))
+}
+
+// noteProfile names a PKCS#12 profile, which does not carry over.
+func (cv *converter) noteProfile(field, key, profile string) {
+	cv.note("%s key %q asks for the PKCS#12 profile %q; trustsync encodes its truststores one way (readable by Java 8 and later and by OpenSSL 3)", field, key, profile)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// inLine carries inline PEM over as a ClusterTrustBundle of its own, checked by the
+// API server's own rules (size, CA certificates only, no anchor twice): one it would
+// refuse is never printed as ready to apply.
 func (cv *converter) inLine(pem string) {
 	cv.inline++
 	name := fmt.Sprintf("%s-inline-%d", cv.b.Name, cv.inline)
-	cv.c.Bundles = append(cv.c.Bundles, &certificatesv1.ClusterTrustBundle{
+	b := &certificatesv1.ClusterTrustBundle{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "ClusterTrustBundle"},
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: pem}})
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: pem}}
+	cv.c.Bundles = append(cv.c.Bundles, b)
 	cv.anchors = append(cv.anchors, contract.Source{Name: name})
+	if errs := tsbundle.ValidateTrustBundle(field.NewPath("spec", "trustBundle"), pem); len(errs) > 0 {
+		cv.refuse(b, fmt.Sprintf("ClusterTrustBundle %s (from the inline CAs) would be refused by the API server: %s; fix the PEM in the trust-manager object first", name, errs.ToAggregate()))
+	}
 }
 
 // namespaced notes a source in trust-manager's trust namespace, which does not carry

@@ -1,10 +1,13 @@
 package trustmanager
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/trustsync/trustsync/test/fixtures"
 )
 
 func bundleFrom(t *testing.T, doc string) *TrustManagerBundle {
@@ -42,6 +45,10 @@ func TestFromTrustManager_WritesTheSameKeysFromTheSameSourcesAndSaysWhatItCannot
 	for range 12 {
 		twelve += "\n  - useDefaultCAs: true"
 	}
+	ca := fixtures.CA("inline")
+	inline := strconv.Quote(string(ca.CertPEM()))
+	twice := strconv.Quote(string(ca.CertPEM()) + string(ca.CertPEM()))
+	leaf := strconv.Quote(string(fixtures.MustNew(fixtures.Options{Leaf: true}).CertPEM()))
 	for _, tc := range []struct {
 		name        string
 		doc         string
@@ -58,7 +65,7 @@ metadata: {name: example.org}
 spec:
   sources:
   - useDefaultCAs: true
-  - inLine: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+  - inLine: ` + inline + `
   target:
     configMap: {key: root-certs.pem}
     additionalFormats:
@@ -105,7 +112,7 @@ kind: ClusterBundle
 metadata: {name: corp-roots}
 spec:
   defaultCAs: {provider: System}
-  inLineCAs: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+  inLineCAs: ` + inline + `
   sourceRefs:
   - {kind: ConfigMap, name: corp-ca, key: "*.crt"}
   target:
@@ -134,6 +141,39 @@ spec:
       data: [{key: ca.p12, format: PKCS12}]`,
 			wantTargets: []string{"p12: secret p12 <- defaultCAs>ca.p12:pkcs12"},
 			wantNotes:   []string{`its pkcs12 store at key "ca.p12" had password ""`, "trustsync writes Secrets only where the chart allows it"},
+		},
+		{
+			name: "a Bundle's target metadata and PKCS#12 profile are named, not dropped",
+			doc: `apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: meta}
+spec:
+  sources: [{useDefaultCAs: true}]
+  target:
+    configMap: {key: ca.crt, metadata: {labels: {app: billing}}}
+    additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: Modern2023}}`,
+			wantTargets: []string{"meta: configMap meta <- defaultCAs>ca.crt:pem,defaultCAs>ca.p12:pkcs12"},
+			wantNotes:   []string{`target.configMap.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone, so readers selecting by labels ["app"]`, `additionalFormats.pkcs12 key "ca.p12" asks for the PKCS#12 profile "Modern2023"`},
+		},
+		{
+			name: "an inline anchor given twice is refused as the API server would, and the target reading it with it",
+			doc: `apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: twice}
+spec:
+  sources: [{inLine: ` + twice + `}]
+  target: {configMap: {key: ca.crt}}`,
+			wantRefused: "ClusterTrustBundle twice-inline-1 (from the inline CAs) would be refused by the API server: spec.trustBundle: Invalid value: \"<value omitted>\": duplicate trust anchor (indices [0 1])",
+		},
+		{
+			name: "an inline leaf certificate is refused as the API server would",
+			doc: `apiVersion: trust-manager.io/v1alpha2
+kind: ClusterBundle
+metadata: {name: leafy}
+spec:
+  inLineCAs: ` + leaf + `
+  target: {configMap: {data: [{key: ca.crt}]}}`,
+			wantRefused: "would be refused by the API server: spec.trustBundle: Invalid value: \"<value omitted>\": entry 0",
 		},
 		{
 			name: "a name that cannot be an object's is refused, and every note stays one line",

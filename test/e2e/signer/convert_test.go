@@ -268,6 +268,8 @@ func TestConvert_IsSafeToPipeIntoKubectlApply(t *testing.T) {
 	for range 12 {
 		many.WriteString("  - useDefaultCAs: true\n")
 	}
+	ca := fixtures.CA("inline twice")
+	twice := string(ca.CertPEM()) + string(ca.CertPEM())
 	binding := "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: owned}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{kind: Group, name: system:authenticated, apiGroup: rbac.authorization.k8s.io}]\n"
 	input := `apiVersion: vendor.example/v1
 kind: ` + strconv.Quote("Vendor\n"+binding) + `
@@ -295,14 +297,28 @@ spec:
 ` + many.String() + `  target:
     configMap: {key: a.pem}
     additionalFormats: {jks: {key: a.jks}, pkcs12: {key: a.p12, password: changeit}}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: twice}
+spec:
+  sources: [{inLine: ` + strconv.Quote(twice) + `}]
+  target:
+    configMap: {key: ca.crt, metadata: {labels: {app: billing}}}
+    additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: Modern2023}}
 `
 	file := filepath.Join(t.TempDir(), "input.yaml")
 	if err := os.WriteFile(file, []byte(input), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code := controlplane.NewPlugin(t, cp).Output(t, "convert", "-f", file)
+	out, stderr, code := controlplane.NewPlugin(t, cp).Output(t, "convert", "-f", file)
 	if code != 3 {
 		t.Errorf("convert exits %d; want 3", code)
+	}
+	for _, want := range []string{`readers selecting by labels ["app"]`, `PKCS#12 profile "Modern2023"`, "duplicate trust anchor (indices [0 1])"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("convert does not say %q on stderr:\n%s", want, stderr)
+		}
 	}
 	var printed []string
 	for _, obj := range decodeAll(t, out) {
@@ -311,7 +327,14 @@ spec:
 	if want := []string{"TrustTarget/both", "TrustTarget/both-secret"}; !slices.Equal(printed, want) {
 		t.Errorf("convert printed as ready to apply %v; want %v\n%s", printed, want, out)
 	}
-	for _, want := range []string{`TrustTarget "many" would be refused: spec.sources: Too many: 36`, `would be refused: metadata.name`, `"Vendor\n---\napiVersion: rbac`} {
+	// The API server's own word on the inline PEM convert refused.
+	_, apiErr := kube(t, cp.AdminConfig()).CertificatesV1().ClusterTrustBundles().Create(context.Background(), &certificatesv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: "twice-probe"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: twice}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if apiErr == nil || !strings.Contains(apiErr.Error(), "duplicate trust anchor") {
+		t.Fatalf("the API server took the duplicate anchor: %v", apiErr)
+	}
+	for _, want := range []string{`TrustTarget "many" would be refused: spec.sources: Too many: 36`, `would be refused: metadata.name`, `"Vendor\n---\napiVersion: rbac`,
+		"twice-inline-1 (from the inline CAs) would be refused by the API server", "duplicate trust anchor (indices [0 1])"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("convert does not say %q:\n%s", want, out)
 		}
