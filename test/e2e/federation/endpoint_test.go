@@ -42,9 +42,8 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 		_, err := httpsGet(addr, url)
 		return err == nil, errString(err)
 	})
-	before := sockets(t, p.Pid())
-
 	t.Run("connections beyond the cap are not held by the signer", func(t *testing.T) {
+		before := sockets(t, p.Pid())
 		var crowd []net.Conn
 		defer func() {
 			for _, conn := range crowd {
@@ -58,10 +57,11 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 			}
 			crowd = append(crowd, conn)
 		}
-		// The accepted ones are the signer's at once; give the rest the same chance.
+		// The accepted ones are the signer's at once (one fewer if a socket of the
+		// probe above was still closing when counted); give the rest the same chance.
 		poll(t, 10*time.Second, "the signer accepts up to the cap", func() (bool, string) {
 			n := sockets(t, p.Pid()) - before
-			return n >= maxConns, strconv.Itoa(n) + " more sockets"
+			return n >= maxConns-1, strconv.Itoa(n) + " more sockets"
 		})
 		time.Sleep(time.Second) // what would be accepted beyond the cap, is by now
 		if n := sockets(t, p.Pid()) - before; n > maxConns {
@@ -94,6 +94,7 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 		if !errors.Is(err, io.EOF) {
 			t.Fatalf("the idle connection was not closed by the server: %v after %s", err, time.Since(start).Round(time.Millisecond))
 		}
+		t.Logf("the server closed the idle connection after %s", time.Since(start).Round(time.Millisecond))
 	})
 
 	for _, tc := range []struct {
@@ -133,7 +134,7 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 // httpsGet fetches url over TLS without authenticating the server (the bounds, not
 // the identity, are under test; the import tests authenticate).
 func httpsGet(addr, url string) ([]byte, error) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // as above
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // as above
 	defer client.CloseIdleConnections()
 	resp, err := client.Get(url)
 	if err != nil {
