@@ -172,7 +172,7 @@ func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
 	root := fixtures.CA("greedy neighbour")
 	nativeBundle(t, client, "greedy-"+run, root)
 	pid := controllers[cp].Pid()
-	before, err := controlplane.ProcStatusKiB(pid, "VmRSS")
+	before, err := controlplane.ProcStatusKiB(pid, "VmRSS:")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
 	for i := range n {
 		waitEventOn(t, client, ns, fmt.Sprintf("greedy-%02d", i), "TrustInjectTooLarge", "more than one object holds (1048576)")
 	}
-	after, err := controlplane.ProcStatusKiB(pid, "VmRSS")
+	after, err := controlplane.ProcStatusKiB(pid, "VmRSS:")
 	if err != nil {
 		t.Fatal(err)
 	}
