@@ -110,9 +110,8 @@ func New(cfg Config) *Controller {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_federation"})}
 	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(federation.Resource).Informer()
 	_ = c.informer.AddIndexers(cache.Indexers{byBundleIndex: func(obj any) ([]string, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
-			return []string{federation.BundleName(td)}, nil
+		if name, ok := importedBundleOf(obj); ok {
+			return []string{name}, nil
 		}
 		return nil, nil
 	}})
@@ -128,9 +127,8 @@ func New(cfg Config) *Controller {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
-			c.enqueueClaimants(federation.BundleName(td))
+		if name, ok := importedBundleOf(obj); ok {
+			c.enqueueClaimants(name)
 		}
 	}
 	_, _ = c.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: deleted})
@@ -161,6 +159,17 @@ func New(cfg Config) *Controller {
 
 // byBundleIndex indexes FederatedTrustDomains by the imported bundle they write.
 const byBundleIndex = "bundle"
+
+// importedBundleOf is the imported bundle a FederatedTrustDomain (as the informer
+// holds it) writes.
+func importedBundleOf(obj any) (string, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return "", false
+	}
+	td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
+	return federation.BundleName(td), true
+}
 
 // enqueueClaimants queues every FederatedTrustDomain writing the bundle name.
 func (c *Controller) enqueueClaimants(name string) {
