@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -36,6 +37,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
 // Version is the agent's version, as the CSI driver reports it.
@@ -116,7 +118,18 @@ func Run(ctx context.Context, o *Options) error {
 	}
 	go manager.Reap(ctx, o.ReapEvery)
 	if o.PodsDir != "" {
-		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, m, events)
+		meta, err := metadata.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		objects, err := reader.NewTrustObjects(ctx, dyn, meta, 10*time.Minute)
+		if err != nil {
+			return err
+		}
+		if objects != nil {
+			go objects.Run(ctx)
+		}
+		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, objects, m, events)
 		if err != nil {
 			return err
 		}
@@ -173,7 +186,7 @@ func prepareDataDir(o *Options, mounter mounts.Mounter) error {
 }
 
 // newReportPublisher observes what the node's pods hold and keeps the node's report.
-func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, m *Metrics, events *podevents.Broadcaster) (*ReportPublisher, error) {
+func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interface, dyn dynamic.Interface, pods *NodePods, objects *reader.TrustObjects, m *Metrics, events *podevents.Broadcaster) (*ReportPublisher, error) {
 	owner, err := NodeOwner(ctx, podsClient, o.NodeName)
 	if err != nil {
 		return nil, err
@@ -185,6 +198,11 @@ func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interfa
 	return &ReportPublisher{
 		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {
+			if objects != nil {
+				if objs, changed := objects.Current(); changed {
+					observer.SetObjects(objs)
+				}
+			}
 			held, changed := observer.Scan(pods.List())
 			files := 0
 			for _, p := range held {

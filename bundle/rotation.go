@@ -22,4 +22,8 @@ type RotationStatus struct {
 	// latest (the timed window's end, or observed propagation's maximum wait).
 	PublishedAt *time.Time `json:"publishedAt,omitempty"`
 	SignsBy     *time.Time `json:"signsBy,omitempty"`
+	// FloorUntil, with observed propagation, is the earliest NewCA signs when some
+	// consumer of the bundle cannot be observed or none is observed at all (the
+	// signer's --ca-propagation-min-wait after PublishedAt).
+	FloorUntil *time.Time `json:"floorUntil,omitempty"`
 }

@@ -97,15 +97,15 @@ func filesOf(pod *corev1.Pod, volume, sidecar string, delivery Delivery, sources
 		if !ok {
 			i = len(files)
 			index[s.Path] = i
-			files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: s.Path, Format: s.FileFormat(), MountPaths: mountPaths(pod, volume, sidecar, s.Path)})
+			files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: s.Path, Format: s.FileFormat(), MountPaths: MountPaths(pod, volume, sidecar, s.Path)})
 		}
 		files[i].Sources = append(files[i].Sources, s)
 	}
 	return files
 }
 
-// mountPaths are where the pod's containers but the sidecar see file of volume.
-func mountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
+// MountPaths are where the pod's containers but the sidecar see file of volume.
+func MountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
 	var out []string
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		if c.Name == sidecar && sidecar != "" {

@@ -3,6 +3,7 @@ package signer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -146,12 +147,46 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 	m.metrics.rotationPods.WithLabelValues(m.signer, "expected").Set(float64(progress.Expected))
 	m.metrics.rotationPods.WithLabelValues(m.signer, "holding").Set(float64(progress.Holding))
 	m.metrics.rotationPods.WithLabelValues(m.signer, "stragglers").Set(float64(len(progress.Stragglers)))
-	if summary := fmt.Sprintf("%d/%d", progress.Holding, progress.Expected); summary != m.lastProgress && m.events != nil && progress.Holding < progress.Expected {
+	m.metrics.rotationPods.WithLabelValues(m.signer, "not_observable").Set(float64(len(progress.NotObservable)))
+	floor := floorReason(progress, liveName(m.signer))
+	if floor != "" {
+		rot.MinWait = max(rot.MinWait, rot.Floor)
+	}
+	waitingFloor := floor != "" && m.clock.Now().Before(st.NextPublishedAt.Add(rot.Floor))
+	summary := fmt.Sprintf("%d/%d %s", progress.Holding, progress.Expected, floor)
+	if summary != m.lastProgress && m.events != nil && (progress.Holding < progress.Expected || waitingFloor) {
 		m.lastProgress = summary
-		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %d of %d pods selecting %s hold it; not yet: %s",
-			bundle.AnchorID(st.Next.Cert.Raw), progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers))
+		var why []string
+		if progress.Holding < progress.Expected {
+			why = append(why, fmt.Sprintf("%d of %d pods selecting %s hold it; not yet: %s", progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers)))
+		}
+		if waitingFloor {
+			why = append(why, fmt.Sprintf("%s; waiting the floor of %s, until %s", floor, rot.Floor, st.NextPublishedAt.Add(rot.Floor).UTC().Format(time.RFC3339)))
+		}
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %s", bundle.AnchorID(st.Next.Cert.Raw), strings.Join(why, "; "))
 	}
 	return rot, &progress, nil
+}
+
+// pods is "1 pod" or "N pods".
+func pods(n int) string {
+	if n == 1 {
+		return "1 pod"
+	}
+	return fmt.Sprintf("%d pods", n)
+}
+
+// floorReason says why a rotation waits its floor whatever it observes: some
+// consumer of the bundle cannot be observed, or none is observed at all (seeing
+// nobody is not everybody holding it); "" when every consumer is observed.
+func floorReason(p query.Progress, bundleName string) string {
+	switch {
+	case len(p.NotObservable) > 0:
+		return fmt.Sprintf("%s read %s where no one can observe it: %s", pods(len(p.NotObservable)), bundleName, describeStragglers(p.NotObservable))
+	case p.Expected == 0:
+		return "no pod is observed selecting " + bundleName + " (its consumers may read it in ways trustsync cannot see)"
+	}
+	return ""
 }
 
 // recordSwitch records on the CA Secret that the new CA signs now, and whether every
@@ -168,6 +203,9 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededUnobserved", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s; whether it reached the pods could not be told: %v", ca, m.rotation.MaxWait, unobserved)
 	case p == nil:
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: its propagation window has passed", ca)
+	case p.Holding == p.Expected && floorReason(*p, liveName(m.signer)) != "":
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods observed selecting %s hold it, and the floor of %s has passed for what cannot be observed (%s)",
+			ca, p.Expected, liveName(m.signer), m.rotation.Floor, floorReason(*p, liveName(m.signer)))
 	case p.Holding == p.Expected:
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods selecting %s hold it", ca, p.Expected, liveName(m.signer))
 	default:
@@ -188,6 +226,10 @@ func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
 	if !st.NextPublishedAt.IsZero() {
 		at, by := st.NextPublishedAt.UTC(), st.NextPublishedAt.Add(rot.wait()).UTC()
 		s.PublishedAt, s.SignsBy = &at, &by
+		if rot.Propagation == PropagationObserved {
+			floor := st.NextPublishedAt.Add(max(rot.MinWait, rot.Floor)).UTC()
+			s.FloorUntil = &floor
+		}
 	}
 	return s
 }

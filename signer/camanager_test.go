@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trustsync/trustsync/trustreport/query"
 )
@@ -58,5 +59,70 @@ func TestObserve_AnUnreadableProgressIsSaidNotInvented(t *testing.T) {
 	m.recordSwitch(secret, st, nil, unobserved)
 	if e := <-events.Events; !strings.HasPrefix(e, "Warning RotationProceededUnobserved") || strings.Contains(e, "0 of 1") {
 		t.Errorf("the switch was recorded as %q; want it to say the progress could not be told", e)
+	}
+}
+
+type fixedGate struct{ p query.Progress }
+
+func (g fixedGate) progress(context.Context, string) (query.Progress, bool, error) {
+	return g.p, true, nil
+}
+
+// Observed propagation signs once every observed pod holds the new CA, but never before
+// the floor when something cannot be observed or nothing is observed at all.
+func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T) {
+	publishedAt := time.Now().Add(-time.Hour)
+	current, err := generateCA("example.com/s", publishedAt, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := generateCA("example.com/s", publishedAt, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envPod := query.Straggler{Namespace: "apps", Pod: "env", Reason: query.NotObservable, Detail: "container app reads ConfigMap trust-ca (ca.pem) through env"}
+	for _, tc := range []struct {
+		name     string
+		progress query.Progress
+		after    time.Duration
+		signs    bool
+		event    string
+	}{
+		{name: "every observed pod holding it and nothing unobservable signs at once",
+			progress: query.Progress{Holding: 2, Expected: 2}, after: time.Second, signs: true},
+		{name: "no consumer observed at all waits the floor",
+			progress: query.Progress{}, after: time.Minute, signs: false, event: "no pod is observed selecting example.com:s:live"},
+		{name: "no consumer observed signs once the floor passed",
+			progress: query.Progress{}, after: 2*time.Minute + time.Second, signs: true},
+		{name: "a pod reading through env waits the floor, named",
+			progress: query.Progress{Holding: 1, Expected: 1, NotObservable: []query.Straggler{envPod}}, after: time.Minute, signs: false,
+			event: "1 pod read example.com:s:live where no one can observe it: apps/env (NotObservable: container app reads ConfigMap trust-ca (ca.pem) through env); waiting the floor of 2m0s"},
+		{name: "a pod reading through env does not hold back a rotation past the floor",
+			progress: query.Progress{Holding: 1, Expected: 1, NotObservable: []query.Straggler{envPod}}, after: 3 * time.Minute, signs: true},
+		{name: "an observed pod behind still holds it back past the floor",
+			progress: query.Progress{Holding: 0, Expected: 1, Stragglers: []query.Straggler{{Namespace: "apps", Pod: "slow", Reason: query.Behind}}}, after: 3 * time.Minute, signs: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := publishedAt.Add(tc.after)
+			events := record.NewFakeRecorder(10)
+			m := &caManager{signer: "example.com/s", metrics: NewMetrics(prometheus.NewRegistry()), events: events, gate: fixedGate{tc.progress},
+				clock: clocktesting.NewFakePassiveClock(now), rotation: rotation{Propagation: PropagationObserved, MaxWait: time.Hour, Floor: DefaultMinWait, MaxLeafLifetime: time.Hour}}
+			st := &caState{Current: current, Next: next, NextPublishedAt: publishedAt, Managed: true}
+			rot, p, unobserved := m.observe(context.Background(), &corev1.Secret{}, st)
+			propagated := unobserved == nil && p != nil && p.Holding == p.Expected
+			if _, _, err := st.advance(now, rot, propagated, nil); err != nil {
+				t.Fatal(err)
+			}
+			if signs := st.Next == nil; signs != tc.signs {
+				t.Errorf("%s after publishing the new CA signs: %v; want %v", tc.after, signs, tc.signs)
+			}
+			event := ""
+			if len(events.Events) > 0 {
+				event = <-events.Events
+			}
+			if !strings.Contains(event, tc.event) || (tc.event == "") != (!strings.Contains(event, "floor")) {
+				t.Errorf("Event %q; want one containing %q", event, tc.event)
+			}
+		})
 	}
 }

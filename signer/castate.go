@@ -55,12 +55,19 @@ type rotation struct {
 	// peers importing the bundle from the bundle endpoint are not observed, only
 	// given time to fetch (zero without an endpoint).
 	MinWait time.Duration
+	// Floor is the least a new CA waits, under observed propagation, when some
+	// consumer cannot be observed or none is observed at all.
+	Floor time.Duration
 	// Validity is a generated CA's lifetime.
 	Validity time.Duration
 	// MaxLeafLifetime is the longest certificate the signer issues (policy maximum),
 	// which bounds how long a retired anchor must stay.
 	MaxLeafLifetime time.Duration
 }
+
+// DefaultMinWait is the floor's default: the kubelet refreshes a configMap or secret
+// volume at its sync period (a minute) plus its cache's TTL (another), at worst.
+const DefaultMinWait = 2 * time.Minute
 
 // Propagation is how a rotation decides that the new anchor has reached the pods.
 type Propagation string

@@ -5,13 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
+	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
 // propagationGate says how far a new anchor has reached the pods that select the
@@ -22,37 +17,23 @@ type propagationGate interface {
 	progress(ctx context.Context, anchor string) (p query.Progress, ok bool, err error)
 }
 
-// reportsGate reads the reports, the pods and the signer's live bundles afresh on
-// each call: it is asked only while a new CA waits, every few seconds.
+// reportsGate answers from the reader's watches (started by the first rotation that
+// waits) and the live bundle as the publisher's watch holds it: a rotation waiting at
+// ten thousand pods costs the API server the watches, not a list every few seconds.
 type reportsGate struct {
-	client    kubernetes.Interface
-	dyn       dynamic.Interface
+	reader    *reader.Reader
+	runCtx    context.Context
 	publisher *publisher
 }
 
 func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
-	var c query.Cluster
-	listing, err := trustreport.List(ctx, g.dyn)
-	if err != nil || !listing.Served {
+	c, served, err := g.reader.Cluster(ctx, g.runCtx)
+	if err != nil || !served {
 		return query.Progress{}, false, err
 	}
-	// A report that cannot be read leaves its node's pods not observed; the others
-	// are still counted.
-	c.Reports, c.Unreadable = listing.Reports, listing.UnreadableByNode()
-	pods, err := g.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	live, err := g.publisher.liveBundles()
 	if err != nil {
-		return query.Progress{}, false, fmt.Errorf("list pods: %w", err)
-	}
-	for i := range pods.Items {
-		c.Pods = append(c.Pods, &pods.Items[i])
-	}
-	var live []*certificatesv1.ClusterTrustBundle
-	for _, s := range g.publisher.stores {
-		b, err := s.Get(ctx, liveName(g.publisher.signer))
-		if err != nil {
-			return query.Progress{}, false, fmt.Errorf("read the live bundle: %w", err)
-		}
-		live = append(live, b)
+		return query.Progress{}, false, err
 	}
 	return c.Progress(anchor, live), true, nil
 }

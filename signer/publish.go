@@ -8,6 +8,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
@@ -26,6 +27,36 @@ const (
 type publisher struct {
 	signer string
 	stores []*bundleapi.Store
+	// live, when set, holds each store's live bundle as a watch of it sees it
+	// (aligned with stores): what holds already is not applied again.
+	live []cache.Store
+}
+
+// liveBundles are the live bundles as the watches hold them, in upstream form.
+func (p *publisher) liveBundles() ([]*certificatesv1.ClusterTrustBundle, error) {
+	var out []*certificatesv1.ClusterTrustBundle
+	for i := range p.stores {
+		if b := p.cached(i); b != nil {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the live bundle %s is not published yet", liveName(p.signer))
+	}
+	return out, nil
+}
+
+// cached is store i's live bundle as its watch holds it, nil when not known.
+func (p *publisher) cached(i int) *certificatesv1.ClusterTrustBundle {
+	if i >= len(p.live) || p.live[i] == nil {
+		return nil
+	}
+	obj, ok, err := p.live[i].GetByKey(liveName(p.signer))
+	if err != nil || !ok {
+		return nil
+	}
+	b, _ := obj.(*certificatesv1.ClusterTrustBundle)
+	return b
 }
 
 // liveName is the live bundle's name in upstream form.
@@ -45,7 +76,11 @@ func (p *publisher) publish(ctx context.Context, anchors []*x509.Certificate, st
 	if err != nil {
 		return err
 	}
-	for _, s := range p.stores {
+	for i, s := range p.stores {
+		if b := p.cached(i); b != nil && b.Spec.TrustBundle == want && b.Spec.SignerName == p.signer &&
+			b.Labels[LiveLabel] == LiveValue && b.Annotations[bundle.RotationAnnotation] == string(rotation) {
+			continue // as published; an edit or a deletion shows in the watch and is restored
+		}
 		if err := p.publishTo(ctx, s, want, string(rotation)); err != nil {
 			return err
 		}

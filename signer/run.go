@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -38,6 +39,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
 // resync re-checks every CA now and then even without an event, as a safety net.
@@ -74,6 +76,10 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	if err != nil {
 		return err
 	}
+	metaClient, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := NewMetrics(registry)
@@ -104,7 +110,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	act := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
-		if err := runControllers(ctx, o, pol, client, dyn, m, &ready); err != nil {
+		if err := runControllers(ctx, o, pol, client, dyn, metaClient, m, &ready); err != nil {
 			klog.ErrorS(err, "Signer stopped")
 		}
 	}
@@ -119,7 +125,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
-func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, m *Metrics, ready *atomic.Bool) error {
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, metaClient metadata.Interface, m *Metrics, ready *atomic.Bool) error {
 	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err
@@ -149,6 +155,9 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 
 	var synced []cache.InformerSynced
 	managers := map[string]*caManager{}
+	// One reader of pods, reports and trust objects for every signer's rotation gate,
+	// watching from the first rotation that waits on.
+	cluster := &reader.Reader{Client: client, Dynamic: dyn, Metadata: metaClient, Resync: resync}
 	for i := range pol.Signers {
 		rules := &pol.Signers[i]
 		name := rules.SignerName
@@ -156,11 +165,11 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second,
-				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait()},
+				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait(), Floor: o.CAPropagationMinWait},
 			client: client, clock: clock.RealClock{}, metrics: m,
 			publisher: &publisher{signer: name}, events: recorder,
 		}
-		mgr.gate = &reportsGate{client: client, dyn: dyn, publisher: mgr.publisher}
+		mgr.gate = &reportsGate{reader: cluster, runCtx: ctx, publisher: mgr.publisher}
 		for _, api := range writers {
 			mgr.publisher.stores = append(mgr.publisher.stores, bundleapi.NewStore(dyn, api))
 		}
@@ -231,10 +240,13 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			ps.requeueAll(name, pcrQueue)
 		}
 
-		// A live bundle deleted or edited by anyone is restored.
-		for _, store := range mgr.publisher.stores {
+		// A live bundle deleted or edited by anyone is restored; the publisher reads
+		// what is live from the same watch, and applies only a difference.
+		mgr.publisher.live = make([]cache.Store, len(mgr.publisher.stores))
+		for i, store := range mgr.publisher.stores {
 			opts, _, _ := bundle.Selector{SignerName: name, LabelSelector: &metav1.LabelSelector{}}.ListOptions(store.API().Form)
-			_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+			var ctrl cache.Controller
+			mgr.publisher.live[i], ctrl = cache.NewInformerWithOptions(cache.InformerOptions{
 				ListerWatcher: store.ListWatch(opts), ObjectType: &certificatesv1.ClusterTrustBundle{},
 				Handler: cache.ResourceEventHandlerFuncs{
 					AddFunc: func(any) { caQueue.Add(name) }, UpdateFunc: func(any, any) { caQueue.Add(name) }, DeleteFunc: func(any) { caQueue.Add(name) },

@@ -92,10 +92,9 @@ func (l Listing) UnreadableByNode() map[string]string {
 // List reads every node's report. One report that cannot be read, or is stale (see
 // Stale), is skipped and named, never the end of the answer: one bad object must not
 // blind every reader, and an old one must not speak for pods that moved on. Every
-// reader (the plugin, the rotation gate, the federation controller) lists through
-// here, so they judge a report alike.
+// reader (the plugin, the rotation gate, the federation controller) reads through
+// here or FromObjects, so they judge a report alike.
 func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
-	now := time.Now()
 	list, err := dyn.Resource(Resource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return Listing{}, nil
@@ -103,11 +102,25 @@ func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
 	if err != nil {
 		return Listing{}, fmt.Errorf("list NodeTrustReports: %w", err)
 	}
-	l := Listing{Served: true}
+	objs := make([]any, len(list.Items))
 	for i := range list.Items {
-		r, err := FromUnstructured(&list.Items[i])
+		objs[i] = &list.Items[i]
+	}
+	return FromObjects(objs, time.Now()), nil
+}
+
+// FromObjects judges the reports a list or a watch's cache holds
+// (*unstructured.Unstructured) at now, as List does.
+func FromObjects(objs []any, now time.Time) Listing {
+	l := Listing{Served: true}
+	for _, obj := range objs {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		r, err := FromUnstructured(u)
 		if err != nil {
-			l.Unreadable = append(l.Unreadable, Unreadable{Node: list.Items[i].GetName(), Err: err.Error()})
+			l.Unreadable = append(l.Unreadable, Unreadable{Node: u.GetName(), Err: err.Error()})
 			continue
 		}
 		if err := r.Stale(now); err != nil {
@@ -116,5 +129,5 @@ func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
 		}
 		l.Reports = append(l.Reports, r)
 	}
-	return l, nil
+	return l
 }

@@ -1,8 +1,10 @@
 // Package holdings observes what the pods on a node hold: the anchors in each trust
-// file, read from the node's side of the pods' volumes as the app reads them, whoever
-// wrote them (trustsync's sidecar, its agent, or the kubelet projecting
-// ClusterTrustBundles). It opens trust files alone, beneath their volume: never a
-// certificate's key, never a path a pod's symlink points elsewhere.
+// file (PEM, or a PKCS#12 or JKS truststore), read from the node's side of the pods'
+// volumes as the app reads them, whoever wrote them (trustsync's sidecar, its agent,
+// or the kubelet projecting ClusterTrustBundles or the keys of the ConfigMaps and
+// Secrets trustsync writes). It opens trust files alone, beneath their volume: never
+// a certificate's key, never another key of a ConfigMap or Secret, never a path a
+// pod's symlink points elsewhere.
 package holdings
 
 import (
@@ -19,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trustfiles"
 )
 
 // MaxFileBytes bounds what is read of one trust file; a larger file is reported, not
@@ -34,8 +38,9 @@ type File struct {
 	Anchors []string
 	// ChangedAt is when the file was last written (its modification time).
 	ChangedAt time.Time
-	// Err says why the file could not be read (missing, not a PEM trust file,
-	// a truststore); Anchors are then empty.
+	// Err says why the file could not be read (missing, not a trust file in its
+	// format, a truststore whose password the agent does not hold); Anchors are
+	// then empty.
 	Err string
 }
 
@@ -54,6 +59,9 @@ type Scanner struct {
 
 	mu   sync.Mutex
 	seen map[string]seenFile // by host path
+	// objects are the ConfigMaps and Secrets trustsync writes (SetObjects): the
+	// keys of those a pod mounts are its trust files too.
+	objects trustfiles.Objects
 	// files caches each pod's trust files by uid, for the resourceVersion they were
 	// read from: reading them back parses the sidecar's arguments or the volume's
 	// attributes, which change only with the pod.
@@ -81,6 +89,14 @@ type stamp struct {
 	mtime    time.Time
 }
 
+// SetObjects says which ConfigMaps and Secrets trustsync writes now; the next Scan
+// reads the keys of those the pods mount, and no other.
+func (o *Scanner) SetObjects(objs trustfiles.Objects) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.objects, o.files = objs, nil
+}
+
 // Scan observes every trust file of pods; it reports whether anything differs from
 // the previous scan. Files of pods no longer given are forgotten.
 func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
@@ -95,7 +111,7 @@ func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 	for _, pod := range pods {
 		pf, ok := o.files[pod.UID]
 		if !ok || pf.resourceVersion != pod.ResourceVersion {
-			pf = podFiles{resourceVersion: pod.ResourceVersion, files: injector.TrustFiles(pod)}
+			pf = podFiles{resourceVersion: pod.ResourceVersion, files: trustfiles.Of(pod, o.objects)}
 		}
 		cached[pod.UID] = pf
 		files := pf.files
@@ -150,8 +166,8 @@ func (o *Scanner) Anchor(id string) (*bundle.Anchor, bool) {
 
 // read observes one file, reusing prev's anchors when the file is the same one.
 func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFile {
-	if tf.Format != contract.FormatPEM {
-		return seenFile{err: "a " + tf.Format + " truststore: not read"}
+	if s := trustfiles.PasswordSecret(tf); s != nil {
+		return seenFile{err: fmt.Sprintf("a %s truststore whose password is in Secret %s (key %s), which the agent does not read", tf.Format, s.Name, s.Key)}
 	}
 	f, err := openBeneath(dir, tf.File)
 	if err != nil {
@@ -172,9 +188,9 @@ func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFil
 	if err != nil {
 		return seenFile{stamp: st, err: err.Error()}
 	}
-	ders, err := bundle.DecodeCertificates(data)
+	ders, err := decode(tf.Format, data)
 	if err != nil {
-		return seenFile{stamp: st, err: "not a PEM trust file: " + err.Error()}
+		return seenFile{stamp: st, err: err.Error()}
 	}
 	anchors := make([]string, 0, len(ders))
 	for _, der := range ders {
@@ -186,6 +202,26 @@ func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFil
 	}
 	slices.Sort(anchors)
 	return seenFile{stamp: st, anchors: slices.Compact(anchors)}
+}
+
+// decode reads the certificates of a trust file in its format; a truststore is read
+// with the password every store without a password Secret has.
+func decode(format string, data []byte) ([][]byte, error) {
+	var ders [][]byte
+	var err error
+	switch format {
+	case contract.FormatPKCS12:
+		ders, err = truststore.DecodePKCS12(data, contract.DefaultStorePassword)
+	case contract.FormatJKS:
+		ders, err = truststore.DecodeJKS(data, contract.DefaultStorePassword)
+	default:
+		ders, err = bundle.DecodeCertificates(data)
+		format = "PEM"
+	}
+	if err != nil {
+		return nil, fmt.Errorf("not a %s trust file: %w", format, err)
+	}
+	return ders, nil
 }
 
 func describe(err error) string {
@@ -208,6 +244,10 @@ func VolumeDir(podsDir string, pod *corev1.Pod, volume string) (string, bool) {
 			return filepath.Join(base, "kubernetes.io~empty-dir", volume), true
 		case v.Projected != nil:
 			return filepath.Join(base, "kubernetes.io~projected", volume), true
+		case v.ConfigMap != nil:
+			return filepath.Join(base, "kubernetes.io~configmap", volume), true
+		case v.Secret != nil:
+			return filepath.Join(base, "kubernetes.io~secret", volume), true
 		case v.CSI != nil:
 			return filepath.Join(base, "kubernetes.io~csi", volume, "mount"), true
 		}

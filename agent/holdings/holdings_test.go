@@ -1,8 +1,10 @@
 package holdings
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +16,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustfiles"
 )
 
 // projectedPod is a pod with one projected bundle written to file in volume "roots".
@@ -174,5 +179,58 @@ func TestScan_KeepsEachHeldAnchorParsedAndForgetsWhatNoFileHolds(t *testing.T) {
 	}
 	if _, ok := o.Anchor(bundle.AnchorID(one.Cert.Raw)); !ok {
 		t.Error("an anchor a file still holds was forgotten")
+	}
+}
+
+func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *testing.T) {
+	podsDir := t.TempDir()
+	a, b := fixtures.CA("object a"), fixtures.CA("object b")
+	anchors := []*bundle.Anchor{bundle.NewAnchor(a.Cert.Raw), bundle.NewAnchor(b.Cert.Raw)}
+	p12, err := truststore.EncodePKCS12(anchors, contract.DefaultStorePassword)
+	must(t, err)
+	jks, err := truststore.EncodeJKS(anchors, contract.DefaultStorePassword)
+	must(t, err)
+	objs := trustfiles.Objects{}
+	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{
+		{Key: "ca.pem", Format: contract.FormatPEM}, {Key: "trust.p12", Format: contract.FormatPKCS12}, {Key: "trust.jks", Format: contract.FormatJKS},
+		{Key: "locked.p12", Format: contract.FormatPKCS12, Sources: []contract.Source{{Name: "corp", Path: "locked.p12", Format: contract.FormatPKCS12, PasswordSecret: &contract.KeyRef{Name: "pw", Key: "password"}}}},
+	}})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "java", UID: "uid-java"}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}}}}}}
+	dir := volume(t, podsDir, pod)
+	if !strings.Contains(dir, "kubernetes.io~configmap") {
+		t.Fatalf("a configMap volume's directory is %s; want the kubelet's kubernetes.io~configmap", dir)
+	}
+	// The kubelet lays every key out; a key that is no trust file (secret.txt) must
+	// not be read however it looks.
+	ts := filepath.Join(dir, "..2026_11_26")
+	must(t, os.Mkdir(ts, 0o755))
+	for name, data := range map[string][]byte{"ca.pem": []byte(fixtures.Bundle(a)), "trust.p12": p12, "trust.jks": jks, "locked.p12": p12, "secret.txt": []byte(fixtures.Bundle(a))} {
+		must(t, os.WriteFile(filepath.Join(ts, name), data, 0o644))
+		must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)))
+	}
+	must(t, os.Symlink("..2026_11_26", filepath.Join(dir, "..data")))
+
+	o := &Scanner{PodsDir: podsDir}
+	if held, _ := o.Scan([]*corev1.Pod{pod}); len(held) != 0 {
+		t.Fatalf("before the scanner knows trust-ca is a trust object it read %+v", held)
+	}
+	o.SetObjects(objs)
+	held, _ := o.Scan([]*corev1.Pod{pod})
+	if len(held) != 1 {
+		t.Fatalf("held %+v; want the pod", held)
+	}
+	got := map[string]string{}
+	for _, f := range held[0].Files {
+		got[f.File] = fmt.Sprintf("%s %d %s", f.Delivery, len(f.Anchors), f.Err)
+	}
+	want := map[string]string{
+		"ca.pem":     "configMap 1 ",
+		"trust.p12":  "configMap 2 ",
+		"trust.jks":  "configMap 2 ",
+		"locked.p12": "configMap 0 a pkcs12 truststore whose password is in Secret pw (key password), which the agent does not read",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("files: %v; want %v (and secret.txt never read)", got, want)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
 )
 
@@ -29,7 +30,15 @@ const (
 	Behind      = "Behind"
 	NotObserved = "NotObserved"
 	Unreadable  = "Unreadable"
+	// NotObservable: read through env or envFrom, resolved when the container
+	// started; no one can see what the process holds since, so a rotation waits its
+	// floor for it.
+	NotObservable = "NotObservable"
 )
+
+// DeliveryEnv is how an env or envFrom reading of a trust object shows among the
+// deliveries.
+const DeliveryEnv = "env"
 
 // Cluster is what the questions are asked of.
 type Cluster struct {
@@ -42,7 +51,69 @@ type Cluster struct {
 	// Unreadable says, by node, why its report could not be read: its pods are
 	// not observed.
 	Unreadable map[string]string
+	// Objects are the ConfigMaps and Secrets trustsync writes: their keys mounted by
+	// a pod are its trust files too, and read through env they are consumers no
+	// one can observe.
+	Objects trustfiles.Objects
+	// Contents are what the objects trustsync writes hold, key by key, where the
+	// caller could read them: TrustTargets' and annotated ConfigMaps and Secrets,
+	// and injected caBundle fields.
+	Contents []ObjectContent
 }
+
+// ObjectContent is one key of an object trustsync writes (a ConfigMap's or
+// Secret's key, or a caBundle field) and the anchors it holds.
+type ObjectContent struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+	// Writer is who fills it: "TrustTarget NAME", or "annotation" for an object
+	// annotated trustsync.io/inject.
+	Writer string `json:"writer"`
+	// Anchors are the anchor IDs it holds, sorted.
+	Anchors []string `json:"-"`
+}
+
+// ObjectsHolding lists the objects' keys that hold anchor, in namespace ("" for
+// every namespace and the cluster-scoped objects).
+func (c Cluster) ObjectsHolding(anchor, namespace string) []Holder {
+	var out []Holder
+	for _, o := range c.Contents {
+		if (namespace == "" || o.Namespace == namespace) && slices.Contains(o.Anchors, anchor) {
+			out = append(out, Holder{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Key: o.Key, Writer: o.Writer})
+		}
+	}
+	slices.SortFunc(out, func(a, b Holder) int {
+		return strings.Compare(a.Namespace+"/"+a.Kind+"/"+a.Name+"/"+a.Key, b.Namespace+"/"+b.Kind+"/"+b.Name+"/"+b.Key)
+	})
+	return out
+}
+
+// EnvHolders lists the running pods (in namespace, "" for every one) reading a trust
+// object through env or envFrom: what they hold cannot be seen, so after a compromise
+// each may still hold any anchor its object held when it started.
+func (c Cluster) EnvHolders(namespace string) []Straggler {
+	var out []Straggler
+	for _, pod := range c.Pods {
+		if (namespace != "" && pod.Namespace != namespace) || !running(pod) {
+			continue
+		}
+		var how []string
+		for _, r := range trustfiles.EnvReaders(pod, c.Objects) {
+			how = append(how, r.Describe())
+		}
+		if len(how) > 0 {
+			out = append(out, Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Reason: NotObservable, Detail: strings.Join(how, "; ")})
+		}
+	}
+	slices.SortFunc(out, func(a, b Straggler) int { return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod) })
+	return out
+}
+
+// files are the pod's trust files: trustsync's and the kubelet's, and the keys of
+// trust objects it mounts.
+func (c Cluster) files(pod *corev1.Pod) []injector.TrustFile { return trustfiles.Of(pod, c.Objects) }
 
 // byNode is the reports by node name. A report speaks for its own node alone: one
 // whose node is not its name is no node's.
@@ -122,10 +193,7 @@ func (c Cluster) Status() []FileStatus {
 	reports := c.byNode()
 	var out []FileStatus
 	for _, pod := range c.Pods {
-		for _, tf := range injector.TrustFiles(pod) {
-			if tf.Format != contract.FormatPEM {
-				continue
-			}
+		for _, tf := range c.files(pod) {
 			fs := FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: string(tf.Delivery), Path: tf.Path()}
 			expected, since, onlyBundles := c.expected(tf)
 			fs.Expected, fs.OnlyBundlesCompared = len(expected), onlyBundles
@@ -138,6 +206,10 @@ func (c Cluster) Status() []FileStatus {
 				c.compare(&fs, o.set, expected, since)
 			}
 			out = append(out, fs)
+		}
+		for _, r := range trustfiles.EnvReaders(pod, c.Objects) {
+			out = append(out, FileStatus{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Delivery: DeliveryEnv, Path: r.Container + ": " + r.Kind + " " + r.Object,
+				State: NotObservable, Reason: r.Describe() + ": resolved when the container started, not observable; a rotation waits its floor for it"})
 		}
 	}
 	return out
@@ -254,14 +326,19 @@ func observed(r *trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.Trust
 	return trustreport.FileHolding{}, false
 }
 
-// Holder is one pod's file holding an anchor.
+// Holder is one pod's file holding an anchor, or one key of an object trustsync
+// writes (Kind, Name, Key, Writer; no pod).
 type Holder struct {
-	Namespace string     `json:"namespace"`
-	Pod       string     `json:"pod"`
-	Node      string     `json:"node"`
-	Path      string     `json:"path"`
-	Delivery  string     `json:"delivery"`
+	Namespace string     `json:"namespace,omitempty"`
+	Pod       string     `json:"pod,omitempty"`
+	Node      string     `json:"node,omitempty"`
+	Path      string     `json:"path,omitempty"`
+	Delivery  string     `json:"delivery,omitempty"`
 	ChangedAt *time.Time `json:"changedAt,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
+	Name      string     `json:"name,omitempty"`
+	Key       string     `json:"key,omitempty"`
+	Writer    string     `json:"writer,omitempty"`
 }
 
 // WhoTrusts lists every pod's file that holds anchor, by namespace, pod and path;
@@ -327,7 +404,7 @@ func (c Cluster) Unseen(namespace string) []Unseen {
 	reports := c.byNode()
 	byNode := map[string]*Unseen{}
 	for _, pod := range c.Pods {
-		if (namespace != "" && pod.Namespace != namespace) || !running(pod) || len(injector.TrustFiles(pod)) == 0 {
+		if (namespace != "" && pod.Namespace != namespace) || !running(pod) || len(c.files(pod)) == 0 {
 			continue
 		}
 		node := pod.Spec.NodeName
@@ -413,6 +490,9 @@ func (c Cluster) knownAnchors() []string {
 		more, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
 		ids = append(ids, more...)
 	}
+	for _, o := range c.Contents {
+		ids = append(ids, o.Anchors...)
+	}
 	slices.Sort(ids)
 	return slices.Compact(ids)
 }
@@ -429,15 +509,20 @@ type Progress struct {
 	// started (namespace/name): not waited for, since they will read the current
 	// bundle when they start.
 	NotStarted []string `json:"notStarted,omitempty"`
+	// NotObservable are the running pods reading a trust object that selects the
+	// bundle through env or envFrom: what they hold cannot be seen, so a rotation
+	// waits its floor for them.
+	NotObservable []Straggler `json:"notObservable,omitempty"`
 }
 
-// Straggler is a pod that selects the bundle and is not seen holding the anchor.
+// Straggler is a pod that selects the bundle and is not seen holding the anchor, or
+// whose holding cannot be seen at all.
 type Straggler struct {
 	Namespace string `json:"namespace"`
 	Pod       string `json:"pod"`
 	Node      string `json:"node,omitempty"`
 	// Reason: NotObserved (no report from its node, or not in it yet), Unreadable,
-	// or Behind.
+	// Behind, or NotObservable.
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -454,16 +539,33 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 			continue
 		}
 		var files []injector.TrustFile
-		for _, tf := range injector.TrustFiles(pod) {
-			if tf.Format == contract.FormatPEM && selectsAny(tf, bundles) {
+		var env []string
+		for _, tf := range c.files(pod) {
+			switch {
+			case !selectsAny(tf.Sources, bundles):
+			case trustfiles.PasswordSecret(tf) != nil:
+				env = append(env, tf.Path()+" is a truststore whose password is in a Secret, which the agent does not read")
+			default:
 				files = append(files, tf)
 			}
 		}
-		if len(files) == 0 {
+		for _, r := range trustfiles.EnvReaders(pod, c.Objects) {
+			if selectsAny(r.Sources, bundles) {
+				env = append(env, r.Describe()+", resolved when it started")
+			}
+		}
+		if len(files) == 0 && len(env) == 0 {
 			continue
 		}
 		if !started(pod) {
 			p.NotStarted = append(p.NotStarted, pod.Namespace+"/"+pod.Name)
+			continue
+		}
+		if len(env) > 0 {
+			p.NotObservable = append(p.NotObservable, Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Reason: NotObservable,
+				Detail: strings.Join(env, "; ")})
+		}
+		if len(files) == 0 {
 			continue
 		}
 		p.Expected++
@@ -490,12 +592,15 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
 	})
 	slices.Sort(p.NotStarted)
+	slices.SortFunc(p.NotObservable, func(a, b Straggler) int {
+		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
+	})
 	return p
 }
 
-// selectsAny reports whether one of the file's bundle sources selects one of bundles.
-func selectsAny(tf injector.TrustFile, bundles []*certificatesv1.ClusterTrustBundle) bool {
-	for _, s := range tf.Sources {
+// selectsAny reports whether one of sources selects one of bundles.
+func selectsAny(sources []contract.Source, bundles []*certificatesv1.ClusterTrustBundle) bool {
+	for _, s := range sources {
 		sel, ok := s.Selector()
 		if !ok {
 			continue

@@ -1,8 +1,10 @@
 package query
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
 )
 
@@ -166,5 +170,129 @@ func TestStatus_AChangeAfterItsReportIsNotKnown(t *testing.T) {
 				t.Errorf("caught up %.0fs after the change", float64(*st[0].CaughtUpAfter))
 			}
 		})
+	}
+}
+
+// trustCM is the TrustTarget ConfigMap trust-ca in namespace ns: ca.pem and a PKCS#12
+// store, both of bundle name.
+func trustCM(bundleName string) trustfiles.Objects {
+	objs := trustfiles.Objects{}
+	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "ns", Name: "trust-ca", Writer: "TrustTarget corp", Keys: []trustfiles.Key{
+		{Key: "ca.pem", Format: "pem", Sources: []contract.Source{{Name: bundleName, Path: "ca.pem"}}},
+		{Key: "trust.p12", Format: "pkcs12", Sources: []contract.Source{{Name: bundleName, Path: "trust.p12", Format: "pkcs12"}}},
+	}})
+	return objs
+}
+
+func TestProgress_EveryConsumerOfATrustObjectCounts(t *testing.T) {
+	oldCA, newCA := fixtures.CA("consumers old"), fixtures.CA("consumers new")
+	oldID, newID := bundle.AnchorID(oldCA.Cert.Raw), bundle.AnchorID(newCA.Cert.Raw)
+	corp := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(oldCA, newCA)}}
+	other := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "other"}}
+	running := func(p *corev1.Pod) *corev1.Pod {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		return p
+	}
+	pod := func(name string, spec corev1.PodSpec) *corev1.Pod {
+		spec.NodeName = "n"
+		return running(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}, Spec: spec})
+	}
+	volume := func(items ...corev1.KeyToPath) corev1.PodSpec {
+		return corev1.PodSpec{Containers: []corev1.Container{{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "trust", MountPath: "/etc/trust"}}}},
+			Volumes: []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Items: items}}}}}
+	}
+	env := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "CA", ValueFrom: &corev1.EnvVarSource{
+		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}}}}}}
+	report := func(files map[string][]string, pods ...*corev1.Pod) *trustreport.NodeTrustReport {
+		r := &trustreport.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}
+		for _, p := range pods {
+			ph := trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+			for file, anchors := range files {
+				set := trustreport.SetID(anchors)
+				r.AnchorSets = append(r.AnchorSets, trustreport.AnchorSet{ID: set, Anchors: anchors, Count: len(anchors)})
+				ph.Files = append(ph.Files, trustreport.FileHolding{Volume: "trust", File: file, Delivery: "configMap", AnchorSet: set})
+			}
+			r.Pods = append(r.Pods, ph)
+		}
+		slices.SortFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
+		r.AnchorSets = slices.CompactFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) bool { return a.ID == b.ID })
+		return r
+	}
+	both, old := []string{oldID, newID}, []string{oldID}
+	for _, tc := range []struct {
+		name          string
+		pod           *corev1.Pod
+		files         map[string][]string
+		bundles       []*certificatesv1.ClusterTrustBundle
+		want          string // holding/expected
+		straggler     string
+		notObservable string
+	}{
+		{name: "a configMap volume whose files hold the new anchor holds it",
+			pod: pod("volume", volume()), files: map[string][]string{"ca.pem": both, "trust.p12": both}, want: "1/1"},
+		{name: "a configMap volume the kubelet has not refreshed is behind, named by its path",
+			pod: pod("stale", volume()), files: map[string][]string{"ca.pem": old, "trust.p12": both}, want: "0/1", straggler: "Behind /etc/trust/ca.pem does not hold it"},
+		{name: "a PKCS#12 truststore counts like a PEM file",
+			pod: pod("java", volume(corev1.KeyToPath{Key: "trust.p12", Path: "cacerts"})), files: map[string][]string{"cacerts": old}, want: "0/1", straggler: "Behind /etc/trust/cacerts does not hold it"},
+		{name: "a pod of the object not yet in its node's report is not observed",
+			pod: pod("unreported", volume()), want: "0/1", straggler: "NotObserved /etc/trust/ca.pem: not in node n's report yet"},
+		{name: "env is not observable: the pod is named and not counted",
+			pod: pod("env", env), want: "0/0", notObservable: "container app reads ConfigMap trust-ca (ca.pem) through env"},
+		{name: "a reader of an object selecting another bundle is nobody this rotation waits for",
+			pod: pod("elsewhere", volume()), files: map[string][]string{"ca.pem": old}, bundles: []*certificatesv1.ClusterTrustBundle{other}, want: "0/0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Cluster{Pods: []*corev1.Pod{tc.pod}, Objects: trustCM("corp")}
+			if tc.files != nil {
+				c.Reports = []*trustreport.NodeTrustReport{report(tc.files, tc.pod)}
+			} else {
+				c.Reports = []*trustreport.NodeTrustReport{{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}}
+			}
+			bundles := tc.bundles
+			if bundles == nil {
+				bundles = []*certificatesv1.ClusterTrustBundle{corp}
+			}
+			p := c.Progress(newID, bundles)
+			if got := fmt.Sprintf("%d/%d", p.Holding, p.Expected); got != tc.want {
+				t.Errorf("holding %s; want %s (%+v)", got, tc.want, p)
+			}
+			straggler := ""
+			if len(p.Stragglers) > 0 {
+				straggler = p.Stragglers[0].Reason + " " + p.Stragglers[0].Detail
+			}
+			if straggler != tc.straggler {
+				t.Errorf("straggler %q; want %q", straggler, tc.straggler)
+			}
+			notObservable := ""
+			if len(p.NotObservable) > 0 {
+				notObservable = p.NotObservable[0].Detail
+			}
+			if !strings.HasPrefix(notObservable, tc.notObservable) || (tc.notObservable == "") != (notObservable == "") {
+				t.Errorf("not observable %q; want %q", notObservable, tc.notObservable)
+			}
+		})
+	}
+}
+
+func TestObjectsHolding_ListsTheKeysOfObjectsHoldingAnAnchor(t *testing.T) {
+	c := Cluster{Contents: []ObjectContent{
+		{Kind: "ConfigMap", Namespace: "b", Name: "trust-ca", Key: "ca.pem", Writer: "TrustTarget corp", Anchors: []string{"x", "y"}},
+		{Kind: "ConfigMap", Namespace: "a", Name: "trust-ca", Key: "ca.pem", Writer: "TrustTarget corp", Anchors: []string{"y"}},
+		{Kind: "ValidatingWebhookConfiguration", Name: "hook", Key: "webhooks[0].clientConfig.caBundle", Writer: "annotation", Anchors: []string{"y"}},
+		{Kind: "Secret", Namespace: "a", Name: "other", Key: "ca.pem", Writer: "annotation", Anchors: []string{"z"}},
+	}}
+	var got []string
+	for _, o := range c.ObjectsHolding("y", "") {
+		if o.Pod != "" || o.Key == "" {
+			t.Errorf("an object holder %+v names a pod or no key", o)
+		}
+		got = append(got, o.Namespace+"/"+o.Kind+"/"+o.Name)
+	}
+	if want := []string{"/ValidatingWebhookConfiguration/hook", "a/ConfigMap/trust-ca", "b/ConfigMap/trust-ca"}; !slices.Equal(got, want) {
+		t.Errorf("holding y: %v; want %v", got, want)
+	}
+	if got := c.ObjectsHolding("y", "b"); len(got) != 1 || got[0].Namespace != "b" {
+		t.Errorf("holding y in b: %+v; want b's ConfigMap alone", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -171,7 +172,7 @@ func (o *options) namespace() (string, error) {
 func (o *options) cluster(ctx context.Context, namespace string) (query.Cluster, error) {
 	c, err := o.read(ctx, namespace)
 	if apierrors.IsForbidden(err) {
-		return c, fmt.Errorf("%w\nkubectl trustsync reads pods, NodeTrustReports and ClusterTrustBundles (certificates.k8s.io and trustsync.io) with your own credentials; trustsync's chart aggregates exactly these into the ClusterRole view, so bind view to yourself (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or a role granting get and list on them", err)
+		return c, fmt.Errorf("%w\nkubectl trustsync reads pods, namespaces, NodeTrustReports, TrustTargets and ClusterTrustBundles (certificates.k8s.io and trustsync.io) with your own credentials; trustsync's chart aggregates exactly these into the ClusterRole view, so bind view to yourself (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or a role granting get and list on them", err)
 	}
 	return c, err
 }
@@ -206,6 +207,9 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	c.Reports, c.Unreadable = listing.Reports, listing.UnreadableByNode()
 	for _, u := range listing.Unreadable {
 		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
+	}
+	if c.Objects, err = readObjects(ctx, core, dyn); err != nil {
+		return c, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
@@ -293,34 +297,42 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	if err != nil {
 		return err
 	}
+	if c.Contents, err = o.contents(ctx, ns); err != nil {
+		return err
+	}
 	anchors, err := c.ResolveAnchor(arg)
 	if err != nil {
 		return err
 	}
 	// "Nobody holds it" is an answer only where every running pod with trust files
-	// was seen; otherwise what could not be seen is named.
-	unseen := c.Unseen(ns)
+	// was seen and none reads trust where no one can see; otherwise what could not be
+	// seen is named.
+	unseen, env := c.Unseen(ns), c.EnvHolders(ns)
 	var answers []trustAnswer
 	for _, a := range anchors {
-		holders := c.WhoTrusts(a, ns)
-		if len(holders) == 0 || len(unseen) > 0 {
+		holders := append(c.WhoTrusts(a, ns), c.ObjectsHolding(a, ns)...)
+		if len(holders) == 0 || len(unseen) > 0 || len(env) > 0 {
 			o.code = ExitNotAll
 		}
-		answers = append(answers, trustAnswer{Anchor: a, Items: nonNil(holders), NotSeen: nonNil(unseen)})
+		answers = append(answers, trustAnswer{Anchor: a, Items: nonNil(holders), NotSeen: nonNil(unseen), NotObservable: nonNil(env)})
 	}
 	if printed, err := printStructured(o, answers); printed || err != nil {
 		return err
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	row(w, "ANCHOR", "NAMESPACE", "POD", "NODE", "DELIVERY", "PATH")
+	row(w, "ANCHOR", "NAMESPACE", "POD/OBJECT", "NODE", "DELIVERY/WRITER", "PATH/KEY")
 	for _, a := range answers {
 		switch {
-		case len(a.Items) == 0 && len(unseen) == 0:
-			row(w, short(a.Anchor), "(no pod holds it)")
+		case len(a.Items) == 0 && len(unseen) == 0 && len(env) == 0:
+			row(w, short(a.Anchor), "(no pod or object holds it)")
 		case len(a.Items) == 0:
-			row(w, short(a.Anchor), "(no pod seen holding it; some could not be seen)")
+			row(w, short(a.Anchor), "(none seen holding it; some could not be seen)")
 		}
 		for _, h := range a.Items {
+			if h.Kind != "" {
+				row(w, short(a.Anchor), h.Namespace, h.Kind+"/"+h.Name, "", h.Writer, h.Key)
+				continue
+			}
 			row(w, short(a.Anchor), h.Namespace, h.Pod, h.Node, h.Delivery, h.Path)
 		}
 	}
@@ -328,7 +340,44 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 		return err
 	}
 	printUnseen(o.stdout, unseen)
+	printNotObservable(o.stdout, "may hold it", env)
 	return nil
+}
+
+// contents reads what the objects trustsync writes hold, with the user's credentials.
+func (o *options) contents(ctx context.Context, namespace string) ([]query.ObjectContent, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return o.readContents(ctx, core, dyn, meta, namespace), nil
+}
+
+// printNotObservable says, under a table, which pods read trust where no one can see.
+func printNotObservable(w io.Writer, what string, pods []query.Straggler) {
+	if len(pods) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Not observable: %d pods read trust objects through env or envFrom, resolved when they started, and %s:\n", len(pods), what)
+	for i, p := range pods {
+		if i == 10 {
+			fmt.Fprintf(w, "  and %d more (-o json)\n", len(pods)-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s/%s: %s\n", safe(p.Namespace), safe(p.Pod), safe(p.Detail))
+	}
 }
 
 // trustAnswer is who-trusts' answer for one anchor.
@@ -338,6 +387,9 @@ type trustAnswer struct {
 	// NotSeen: running pods with trust files no readable report covers, by node;
 	// empty when every one was seen.
 	NotSeen []query.Unseen `json:"notSeen"`
+	// NotObservable: running pods reading a trust object through env or envFrom,
+	// which may hold any anchor their object held when they started.
+	NotObservable []query.Straggler `json:"notObservable"`
 }
 
 // printUnseen says, under a table, which pods the answer could not see.
@@ -417,6 +469,10 @@ type Rotation struct {
 	Expected   int               `json:"expected"`
 	Stragglers []query.Straggler `json:"stragglers"`
 	NotStarted []string          `json:"notStarted,omitempty"`
+	// NotObservable are the pods reading the bundle where no one can see (through
+	// env, or a truststore whose password is in a Secret): the new CA waits the
+	// floor (FloorUntil) for them.
+	NotObservable []query.Straggler `json:"notObservable,omitempty"`
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
@@ -437,7 +493,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if r.NewCA != "" {
 			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
-			r.Holding, r.Expected, r.Stragglers, r.NotStarted = p.Holding, p.Expected, p.Stragglers, p.NotStarted
+			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable
 			if p.Holding < p.Expected {
 				o.code = ExitNotAll
 			}
@@ -465,9 +521,17 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
 		}
 		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
+		if r.FloorUntil != nil && (r.Expected == 0 || len(r.NotObservable) > 0) {
+			why := "no pod is observed selecting the bundle, which is not everyone holding it"
+			if len(r.NotObservable) > 0 {
+				why = fmt.Sprintf("%d pods read it where no one can observe", len(r.NotObservable))
+			}
+			fmt.Fprintf(o.stdout, "Floor:        signs no earlier than %s: %s\n", r.FloorUntil.Format(time.RFC3339), why)
+		}
 		if len(r.NotStarted) > 0 {
 			fmt.Fprintf(o.stdout, "Not waited for: %d pods none of whose containers has started (they read the current bundle when they start): %s\n", len(r.NotStarted), safe(strings.Join(r.NotStarted, ", ")))
 		}
+		printNotObservable(o.stdout, "the new CA waits the floor for them", r.NotObservable)
 		if len(r.Stragglers) > 0 {
 			w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 			row(w, "NAMESPACE", "POD", "NODE", "REASON", "DETAIL")

@@ -1,0 +1,206 @@
+package plugin
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trustfiles"
+	"github.com/trustsync/trustsync/trustreport/query"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+// readObjects learns which ConfigMaps and Secrets trustsync writes from the
+// TrustTargets and the namespaces' labels, as the agents and the signer do; none where
+// TrustTargets are not served.
+func readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, error) {
+	list, err := dyn.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list TrustTargets: %w", err)
+	}
+	var targets []*trusttarget.TrustTarget
+	for i := range list.Items {
+		if t, err := trusttarget.FromUnstructured(&list.Items[i]); err == nil {
+			targets = append(targets, t)
+		}
+	}
+	nss, err := core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	namespaces := make([]*metav1.PartialObjectMetadata, len(nss.Items))
+	for i := range nss.Items {
+		namespaces[i] = &metav1.PartialObjectMetadata{ObjectMeta: nss.Items[i].ObjectMeta}
+	}
+	return trustfiles.FromTargets(targets, namespaces), nil
+}
+
+// caBundleKinds are the kinds whose caBundle fields trustsync fills when annotated.
+var caBundleKinds = []struct {
+	gvr  schema.GroupVersionResource
+	kind string
+}{
+	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, "ValidatingWebhookConfiguration"},
+	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, "MutatingWebhookConfiguration"},
+	{schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, "APIService"},
+	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "CustomResourceDefinition"},
+}
+
+// readContents reads what the objects trustsync writes hold, in namespace ("" for
+// every one, and the cluster-scoped caBundle objects): the TrustTargets' ConfigMaps
+// and Secrets (by their label), the annotated ones, and annotated objects' caBundle
+// fields. A kind the user may not list (Secrets, for `view`) is skipped with a
+// warning naming it: the answer says what it could not see.
+func (o *options) readContents(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, namespace string) []query.ObjectContent {
+	var out []query.ObjectContent
+	warn := func(what string, err error) {
+		fmt.Fprintf(o.stderr, "warning: %s not read, so not listed: %s\n", what, safe(err.Error()))
+	}
+	for _, kind := range []string{trustfiles.KindConfigMap, trustfiles.KindSecret} {
+		gvr := corev1.SchemeGroupVersion.WithResource("configmaps")
+		if kind == trustfiles.KindSecret {
+			gvr = corev1.SchemeGroupVersion.WithResource("secrets")
+		}
+		list, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			warn(kind+"s", err)
+			continue
+		}
+		for _, m := range list.Items {
+			writer := ""
+			switch {
+			case m.Labels[trusttarget.TargetLabel] != "":
+				writer = trusttarget.Kind + " " + m.Labels[trusttarget.TargetLabel]
+			case m.Annotations[injector.AnnotationInject] == "true":
+				writer = "annotation"
+			default:
+				continue
+			}
+			u, err := dyn.Resource(gvr).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				warn(kind+" "+m.Namespace+"/"+m.Name, err)
+				continue
+			}
+			for key, data := range objectData(u) {
+				if ids, ok := anchorsIn(data); ok {
+					out = append(out, query.ObjectContent{Kind: kind, Namespace: m.Namespace, Name: m.Name, Key: key, Writer: writer, Anchors: ids})
+				}
+			}
+		}
+	}
+	if namespace != "" {
+		return out
+	}
+	for _, k := range caBundleKinds {
+		list, err := meta.Resource(k.gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			if !apierrors.IsNotFound(err) {
+				warn(k.kind+"s", err)
+			}
+			continue
+		}
+		for _, m := range list.Items {
+			if m.Annotations[injector.AnnotationInject] != "true" {
+				continue
+			}
+			u, err := dyn.Resource(k.gvr).Get(ctx, m.Name, metav1.GetOptions{})
+			if err != nil {
+				warn(k.kind+" "+m.Name, err)
+				continue
+			}
+			for field, pemData := range caBundles(u) {
+				if ids, ok := anchorsIn(pemData); ok {
+					out = append(out, query.ObjectContent{Kind: k.kind, Name: m.Name, Key: field, Writer: "annotation", Anchors: ids})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// objectData is a ConfigMap's data and binaryData, or a Secret's data, by key.
+func objectData(u *unstructured.Unstructured) map[string][]byte {
+	out := map[string][]byte{}
+	for _, field := range []string{"data", "binaryData"} {
+		m, _, _ := unstructured.NestedStringMap(u.Object, field)
+		for k, v := range m {
+			if u.GetKind() == "Secret" || field == "binaryData" {
+				raw, err := base64.StdEncoding.DecodeString(v)
+				if err != nil {
+					continue
+				}
+				out[k] = raw
+			} else {
+				out[k] = []byte(v)
+			}
+		}
+	}
+	return out
+}
+
+// caBundles are an object's caBundle fields by path, decoded.
+func caBundles(u *unstructured.Unstructured) map[string][]byte {
+	out := map[string][]byte{}
+	add := func(path string, encoded string) {
+		if raw, err := base64.StdEncoding.DecodeString(encoded); err == nil && len(raw) > 0 {
+			out[path] = raw
+		}
+	}
+	webhooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
+	for _, w := range webhooks {
+		wm, ok := w.(map[string]any)
+		if !ok {
+			continue
+		}
+		name, _, _ := unstructured.NestedString(wm, "name")
+		if ca, ok, _ := unstructured.NestedString(wm, "clientConfig", "caBundle"); ok {
+			add(fmt.Sprintf("webhooks[%s].clientConfig.caBundle", name), ca)
+		}
+	}
+	if ca, ok, _ := unstructured.NestedString(u.Object, "spec", "caBundle"); ok {
+		add("spec.caBundle", ca)
+	}
+	if ca, ok, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle"); ok {
+		add("spec.conversion.webhook.clientConfig.caBundle", ca)
+	}
+	return out
+}
+
+// anchorsIn reads a key's anchors: PEM, or a truststore with the default password
+// (what trustsync writes into objects); false for anything else.
+func anchorsIn(data []byte) ([]string, bool) {
+	var ders [][]byte
+	var err error
+	if utf8.Valid(data) {
+		ders, err = bundle.DecodeCertificates(data)
+	} else if ders, err = truststore.DecodePKCS12(data, contract.DefaultStorePassword); err != nil {
+		ders, err = truststore.DecodeJKS(data, contract.DefaultStorePassword)
+	}
+	if err != nil || len(ders) == 0 {
+		return nil, false
+	}
+	ids := make([]string, len(ders))
+	for i, der := range ders {
+		ids[i] = bundle.AnchorID(der)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), true
+}

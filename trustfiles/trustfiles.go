@@ -1,0 +1,257 @@
+// Package trustfiles says which trust a stored pod reads and how: the files trustsync
+// delivers or the kubelet projects from bundles (injector.TrustFiles), the keys of
+// the ConfigMaps and Secrets trustsync writes that the pod mounts as volumes (read
+// back as files the node's agent can observe), and the same keys read through env or
+// envFrom, which nobody can observe and a rotation must wait for by time. It reads no
+// API: the caller says which objects trustsync writes (Objects).
+package trustfiles
+
+import (
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+// Deliveries of a trust object's keys, as the kubelet writes them into a pod's
+// volume: they are reported and printed beside injector's.
+const (
+	DeliveryConfigMap injector.Delivery = "configMap"
+	DeliverySecret    injector.Delivery = "secret"
+)
+
+// Kinds of trust object.
+const (
+	KindConfigMap = "ConfigMap"
+	KindSecret    = "Secret"
+)
+
+// Object is a ConfigMap or Secret trustsync writes: what each of its keys is made of.
+type Object struct {
+	Kind      string
+	Namespace string
+	Name      string
+	// Writer names who writes it: "TrustTarget NAME".
+	Writer string
+	Keys   []Key
+}
+
+// Key is one key of a trust object.
+type Key struct {
+	Key     string
+	Format  string
+	Sources []contract.Source
+}
+
+// Objects are the trust objects of a cluster, by kind, namespace and name.
+type Objects map[ObjectRef]*Object
+
+// ObjectRef names a trust object.
+type ObjectRef struct{ Kind, Namespace, Name string }
+
+func (o *Object) ref() ObjectRef { return ObjectRef{o.Kind, o.Namespace, o.Name} }
+
+// Add records o; a later writer of the same object does not replace the first (a
+// TrustTarget conflicting with another writes nothing into it).
+func (objs Objects) Add(o *Object) {
+	if _, ok := objs[o.ref()]; !ok {
+		objs[o.ref()] = o
+	}
+}
+
+// FromTargets lists the objects the TrustTargets write in namespaces (their labels
+// decide which a target selects; terminating namespaces are written no more). A target
+// whose spec is invalid writes nothing and is skipped.
+func FromTargets(targets []*trusttarget.TrustTarget, namespaces []*metav1.PartialObjectMetadata) Objects {
+	objs := Objects{}
+	for _, t := range targets {
+		if len(t.Spec.Validate()) > 0 {
+			continue
+		}
+		kind, name := KindConfigMap, ""
+		switch {
+		case t.Spec.Target.ConfigMap != nil:
+			name = t.Spec.Target.ConfigMap.Name
+		case t.Spec.Target.Secret != nil:
+			kind, name = KindSecret, t.Spec.Target.Secret.Name
+		}
+		selector := labels.Everything()
+		if t.Spec.Target.NamespaceSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(t.Spec.Target.NamespaceSelector)
+			if err != nil {
+				continue
+			}
+			selector = s
+		}
+		keys := keysOf(t.Spec.Sources)
+		for _, ns := range namespaces {
+			if ns.DeletionTimestamp != nil || !selector.Matches(labels.Set(ns.Labels)) {
+				continue
+			}
+			objs.Add(&Object{Kind: kind, Namespace: ns.Name, Name: name, Writer: trusttarget.Kind + " " + t.Name, Keys: keys})
+		}
+	}
+	return objs
+}
+
+// keysOf groups sources by the key they write, in the order of first mention.
+func keysOf(sources []contract.Source) []Key {
+	var keys []Key
+	for _, s := range sources {
+		i := slices.IndexFunc(keys, func(k Key) bool { return k.Key == s.Path })
+		if i < 0 {
+			i = len(keys)
+			keys = append(keys, Key{Key: s.Path, Format: s.FileFormat()})
+		}
+		keys[i].Sources = append(keys[i].Sources, s)
+	}
+	return keys
+}
+
+// Of lists every trust file of a stored pod: trustsync's deliveries and projected
+// bundles, then the keys of objs the pod mounts as volumes.
+func Of(pod *corev1.Pod, objs Objects) []injector.TrustFile {
+	return append(injector.TrustFiles(pod), ObjectFiles(pod, objs)...)
+}
+
+// ObjectFiles lists the keys of trust objects the pod mounts: a configMap or secret
+// volume, or a projected volume's configMap or secret source, each key under the
+// path the volume's items give it (a key the items leave out is not there).
+func ObjectFiles(pod *corev1.Pod, objs Objects) []injector.TrustFile {
+	if len(objs) == 0 {
+		return nil
+	}
+	var files []injector.TrustFile
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.ConfigMap != nil:
+			files = append(files, filesOf(pod, v.Name, DeliveryConfigMap, objs[ObjectRef{KindConfigMap, pod.Namespace, v.ConfigMap.Name}], v.ConfigMap.Items)...)
+		case v.Secret != nil:
+			files = append(files, filesOf(pod, v.Name, DeliverySecret, objs[ObjectRef{KindSecret, pod.Namespace, v.Secret.SecretName}], v.Secret.Items)...)
+		case v.Projected != nil:
+			for _, p := range v.Projected.Sources {
+				switch {
+				case p.ConfigMap != nil:
+					files = append(files, filesOf(pod, v.Name, DeliveryConfigMap, objs[ObjectRef{KindConfigMap, pod.Namespace, p.ConfigMap.Name}], p.ConfigMap.Items)...)
+				case p.Secret != nil:
+					files = append(files, filesOf(pod, v.Name, DeliverySecret, objs[ObjectRef{KindSecret, pod.Namespace, p.Secret.Name}], p.Secret.Items)...)
+				}
+			}
+		}
+	}
+	return files
+}
+
+func filesOf(pod *corev1.Pod, volume string, delivery injector.Delivery, o *Object, items []corev1.KeyToPath) []injector.TrustFile {
+	if o == nil {
+		return nil
+	}
+	var files []injector.TrustFile
+	for _, k := range o.Keys {
+		file := k.Key
+		if len(items) > 0 {
+			i := slices.IndexFunc(items, func(it corev1.KeyToPath) bool { return it.Key == k.Key })
+			if i < 0 {
+				continue
+			}
+			file = items[i].Path
+		}
+		files = append(files, injector.TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format,
+			MountPaths: injector.MountPaths(pod, volume, "", file), Sources: k.Sources})
+	}
+	return files
+}
+
+// EnvReader is a container reading a trust object's key through its environment:
+// the kubelet resolves it once, when the container starts, and nobody can see what
+// it holds since.
+type EnvReader struct {
+	Container string `json:"container"`
+	Kind      string `json:"kind"`
+	Object    string `json:"object"`
+	// Keys read: one for env, every key for envFrom.
+	Keys []string `json:"keys"`
+	// How: "env" or "envFrom".
+	How     string            `json:"how"`
+	Sources []contract.Source `json:"-"`
+}
+
+// EnvReaders lists the pod's containers (init and ephemeral ones included) that read
+// a key of a trust object through env or envFrom.
+func EnvReaders(pod *corev1.Pod, objs Objects) []EnvReader {
+	if len(objs) == 0 {
+		return nil
+	}
+	var out []EnvReader
+	add := func(container, how string, o *Object, key string) {
+		if o == nil {
+			return
+		}
+		r := EnvReader{Container: container, Kind: o.Kind, Object: o.Name, How: how}
+		for _, k := range o.Keys {
+			if key == "" || k.Key == key {
+				r.Keys = append(r.Keys, k.Key)
+				r.Sources = append(r.Sources, k.Sources...)
+			}
+		}
+		if len(r.Keys) > 0 {
+			out = append(out, r)
+		}
+	}
+	ref := func(kind, name string) *Object { return objs[ObjectRef{kind, pod.Namespace, name}] }
+	visit := func(name string, env []corev1.EnvVar, envFrom []corev1.EnvFromSource) {
+		for _, e := range env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				add(name, "env", ref(KindConfigMap, r.Name), r.Key)
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				add(name, "env", ref(KindSecret, r.Name), r.Key)
+			}
+		}
+		for _, e := range envFrom {
+			if e.ConfigMapRef != nil {
+				add(name, "envFrom", ref(KindConfigMap, e.ConfigMapRef.Name), "")
+			}
+			if e.SecretRef != nil {
+				add(name, "envFrom", ref(KindSecret, e.SecretRef.Name), "")
+			}
+		}
+	}
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		visit(c.Name, c.Env, c.EnvFrom)
+	}
+	for _, c := range pod.Spec.EphemeralContainers {
+		visit(c.Name, c.Env, c.EnvFrom)
+	}
+	return out
+}
+
+// Describe names the reading in a rotation's reasons: "container app reads ConfigMap
+// trust-ca (ca.pem) through env".
+func (r EnvReader) Describe() string {
+	return "container " + r.Container + " reads " + r.Kind + " " + r.Object + " (" + strings.Join(r.Keys, ", ") + ") through " + r.How
+}
+
+// PasswordSecret is the Secret holding the password of a truststore file, nil for
+// one with the default password (or a PEM file): the node's agent reads no Secret, so
+// such a store cannot be observed.
+func PasswordSecret(tf injector.TrustFile) *contract.KeyRef {
+	if tf.Format == contract.FormatPEM {
+		return nil
+	}
+	for _, s := range tf.Sources {
+		if s.PasswordSecret != nil {
+			return s.PasswordSecret
+		}
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package trustfiles
+
+import (
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+func namespace(name string, labels map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+}
+
+func target(name string, spec trusttarget.Spec) *trusttarget.TrustTarget {
+	return &trusttarget.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+}
+
+var corpSources = []contract.Source{
+	{Name: "corp", Path: "ca.pem"},
+	{SignerName: "example.com/internal", LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"},
+	{Name: "corp", Path: "truststore.p12", Format: contract.FormatPKCS12},
+}
+
+func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
+	gone := namespace("gone", map[string]string{"trust": "corp"})
+	gone.DeletionTimestamp = &metav1.Time{}
+	namespaces := []*metav1.PartialObjectMetadata{namespace("apps", map[string]string{"trust": "corp"}), namespace("other", nil), gone}
+	objs := FromTargets([]*trusttarget.TrustTarget{
+		target("corp", trusttarget.Spec{Sources: corpSources, Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "trust-ca"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"trust": "corp"}}}}),
+		target("everywhere", trusttarget.Spec{Sources: []contract.Source{{Name: "corp", Path: "ca.pem"}}, Target: trusttarget.Target{Secret: &trusttarget.ObjectRef{Name: "trust-ca"}}}),
+		target("invalid", trusttarget.Spec{Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "invalid"}}}),
+	}, namespaces)
+
+	want := map[ObjectRef][]string{
+		{KindConfigMap, "apps", "trust-ca"}: {"ca.pem", "truststore.p12"},
+		{KindSecret, "apps", "trust-ca"}:    {"ca.pem"},
+		{KindSecret, "other", "trust-ca"}:   {"ca.pem"},
+	}
+	got := map[ObjectRef][]string{}
+	for ref, o := range objs {
+		for _, k := range o.Keys {
+			got[ref] = append(got[ref], k.Key)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("objects: %v; want %v (a terminating namespace, an unselected one and an invalid target hold none)", got, want)
+	}
+	if o := objs[ObjectRef{KindConfigMap, "apps", "trust-ca"}]; o.Writer != "TrustTarget corp" || len(o.Keys[0].Sources) != 2 || o.Keys[1].Format != contract.FormatPKCS12 {
+		t.Errorf("the ConfigMap's keys: %+v, writer %q; want ca.pem of two sources, a PKCS#12 truststore.p12, written by TrustTarget corp", o.Keys, o.Writer)
+	}
+}
+
+func TestObjectFiles_TheKeysOfTrustObjectsAPodMountsAreItsTrustFiles(t *testing.T) {
+	objs := Objects{}
+	objs.Add(&Object{Kind: KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
+	objs.Add(&Object{Kind: KindSecret, Namespace: "apps", Name: "trust-secret", Keys: keysOf(corpSources[:1])})
+	mount := func(volume, path string) corev1.VolumeMount { return corev1.VolumeMount{Name: volume, MountPath: path} }
+	pem, p12, secretPEM := []contract.Source{corpSources[0], corpSources[1]}, []contract.Source{corpSources[2]}, corpSources[:1]
+	for _, tc := range []struct {
+		name   string
+		volume corev1.VolumeSource
+		want   []injector.TrustFile
+	}{
+		{name: "a configMap volume holds every key, each a file",
+			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}},
+			want: []injector.TrustFile{
+				{Delivery: DeliveryConfigMap, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: pem},
+				{Delivery: DeliveryConfigMap, Volume: "trust", File: "truststore.p12", Format: "pkcs12", MountPaths: []string{"/etc/trust/truststore.p12"}, Sources: p12},
+			}},
+		{name: "items rename a key and leave the others out",
+			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"},
+				Items: []corev1.KeyToPath{{Key: "ca.pem", Path: "certs/corp.crt"}}}},
+			want: []injector.TrustFile{{Delivery: DeliveryConfigMap, Volume: "trust", File: "certs/corp.crt", Format: "pem", MountPaths: []string{"/etc/trust/certs/corp.crt"}, Sources: pem}}},
+		{name: "a secret volume of a trust Secret",
+			volume: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "trust-secret"}},
+			want:   []injector.TrustFile{{Delivery: DeliverySecret, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: secretPEM}}},
+		{name: "a projected volume's configMap and secret sources",
+			volume: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Items: []corev1.KeyToPath{{Key: "truststore.p12", Path: "java/cacerts"}}}},
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-secret"}, Items: []corev1.KeyToPath{{Key: "ca.pem", Path: "secret.pem"}}}},
+			}}},
+			want: []injector.TrustFile{
+				{Delivery: DeliveryConfigMap, Volume: "trust", File: "java/cacerts", Format: "pkcs12", MountPaths: []string{"/etc/trust/java/cacerts"}, Sources: p12},
+				{Delivery: DeliverySecret, Volume: "trust", File: "secret.pem", Format: "pem", MountPaths: []string{"/etc/trust/secret.pem"}, Sources: secretPEM},
+			}},
+		{name: "a ConfigMap trustsync does not write is never a trust file",
+			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}},
+		{name: "a Secret named like a trust ConfigMap is not it",
+			volume: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "trust-ca"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "app", VolumeMounts: []corev1.VolumeMount{mount("trust", "/etc/trust")}}},
+				Volumes:    []corev1.Volume{{Name: "trust", VolumeSource: tc.volume}}}}
+			if got := ObjectFiles(pod, objs); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("files:\n%+v\nwant\n%+v", got, tc.want)
+			}
+			other := pod.DeepCopy()
+			other.Namespace = "elsewhere"
+			if got := ObjectFiles(other, objs); len(got) != 0 {
+				t.Errorf("in a namespace without the object: %+v; want none", got)
+			}
+		})
+	}
+}
+
+func TestEnvReaders_EnvAndEnvFromOfATrustObjectAreNamed(t *testing.T) {
+	objs := Objects{}
+	objs.Add(&Object{Kind: KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}}}}},
+		Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{
+			{Name: "CA", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}},
+			{Name: "OTHER", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}, Key: "x"}}},
+			{Name: "NOT_A_KEY", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "x"}}},
+			{Name: "PLAIN", Value: "v"},
+		}}},
+	}}
+	got := EnvReaders(pod, objs)
+	var described []string
+	for _, r := range got {
+		described = append(described, r.Describe())
+	}
+	want := []string{
+		"container init reads ConfigMap trust-ca (ca.pem, truststore.p12) through envFrom",
+		"container app reads ConfigMap trust-ca (ca.pem) through env",
+	}
+	if !reflect.DeepEqual(described, want) {
+		t.Errorf("readers: %q; want %q", described, want)
+	}
+	if len(got) == 2 && len(got[1].Sources) != 2 {
+		t.Errorf("env of ca.pem reads sources %+v; want ca.pem's two", got[1].Sources)
+	}
+}
