@@ -95,7 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.BundleEndpointRefreshHint, "bundle-endpoint-refresh-hint", o.BundleEndpointRefreshHint, "The refresh hint the bundles carry: how often peers fetch them. With the endpoint on, a new CA waits at least "+fmt.Sprint(peerPolls)+" refresh hints after it is published before it signs, so that peers have it too; keep it well below --ca-propagation-window and --ca-propagation-max-wait.")
 	fs.IntVar(&o.BundleEndpointMaxConnections, "bundle-endpoint-max-connections", o.BundleEndpointMaxConnections, "The most connections the bundle endpoint holds at once; more wait in the kernel's backlog until one closes. Each costs about 30 KiB of the signer's memory, so this bounds what the network can make the key holder spend.")
 	fs.DurationVar(&o.BundleEndpointIdleTimeout, "bundle-endpoint-idle-timeout", o.BundleEndpointIdleTimeout, "How long the bundle endpoint keeps an idle keep-alive connection; peers fetch once per refresh hint, so a connection is rarely worth keeping longer.")
-	fs.DurationVar(&o.CAPropagationMinWait, "ca-propagation-min-wait", o.CAPropagationMinWait, "With --ca-propagation=observed: the least a new CA waits when any consumer of the signer's bundle cannot be observed (a trust object read through env, a truststore whose password is in a Secret) or none is observed at all: seeing nobody is not everybody holding it. The default covers the kubelet's worst refresh of a configMap or secret volume. 0 is safe only where every consumer is a pod whose trust files the node agents observe.")
+	fs.DurationVar(&o.CAPropagationMinWait, "ca-propagation-min-wait", o.CAPropagationMinWait, "With --ca-propagation=observed: the least a new CA waits when any consumer of the signer's bundle cannot be observed (a trust object read through env, a truststore whose password is in a Secret) or none is observed at all: seeing nobody is not everybody holding it. The default covers the kubelet's worst refresh of a configMap or secret volume; never more than --ca-propagation-max-wait. 0 is safe only where every consumer is a pod whose trust files the node agents observe.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
@@ -176,8 +176,8 @@ func (o *Options) Validate() error {
 	if o.CAPropagationMaxWait <= 0 {
 		errs = append(errs, fmt.Errorf("--ca-propagation-max-wait %s must be positive", o.CAPropagationMaxWait))
 	}
-	if o.CAPropagationMinWait < 0 || o.CAPropagationMinWait > o.CAPropagationMaxWait {
-		errs = append(errs, fmt.Errorf("--ca-propagation-min-wait %s must be between 0 and --ca-propagation-max-wait (%s): a floor above the ceiling is never reached", o.CAPropagationMinWait, o.CAPropagationMaxWait))
+	if o.CAPropagationMinWait < 0 {
+		errs = append(errs, fmt.Errorf("--ca-propagation-min-wait %s must not be negative", o.CAPropagationMinWait))
 	}
 	if o.BundleEndpointAddress != "" {
 		if o.BundleEndpointRefreshHint < time.Second {

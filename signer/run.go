@@ -165,7 +165,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 		mgr := &caManager{
 			signer: name, namespace: o.Namespace, secretName: secretName(o.CASecretPrefix, name), validity: o.CAValidity,
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second,
-				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait(), Floor: o.CAPropagationMinWait},
+				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait(), Floor: min(o.CAPropagationMinWait, o.CAPropagationMaxWait)},
 			client: client, clock: clock.RealClock{}, metrics: m,
 			publisher: &publisher{signer: name}, events: recorder,
 		}

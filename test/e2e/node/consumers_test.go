@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
+	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/trustreport/query"
+	"github.com/trustsync/trustsync/trusttarget"
+)
+
+// A platform team moving from trust-manager: a TrustTarget writes the signer's live
+// bundle into a ConfigMap, as PEM and as a PKCS#12 truststore, and plain pods read it
+// as an ordinary configMap volume, a Java truststore, or an env variable. The agent
+// observes the volumes as the kubelet wrote them: who-trusts lists the pods and the
+// ConfigMap; a CA rotation names the volume pod while the kubelet has not refreshed
+// it, names the env pod as not observable, and signs only once the volume's file
+// holds the new CA and the floor has passed.
+func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "consumers", restricted)
+	c := dynamic.NewForConfigOrDie(n.Config).Resource(trusttarget.Resource)
+	live := map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]any{liveLabel: "live"}}}
+	withPath := func(path, format string) map[string]any {
+		s := map[string]any{"path": path}
+		for k, v := range live {
+			s[k] = v
+		}
+		if format != "" {
+			s["format"] = format
+		}
+		return s
+	}
+	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": "e2e-consumers"},
+		"spec": map[string]any{
+			"sources": []any{withPath("ca.pem", ""), withPath("truststore.p12", "pkcs12")},
+			"target":  map[string]any{"configMap": map[string]any{"name": "trust-ca"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), "e2e-consumers", metav1.DeleteOptions{}) })
+	waitFor(t, "the TrustTarget's ConfigMap", func() bool {
+		_, err := n.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "trust-ca", metav1.GetOptions{})
+		return err == nil
+	})
+
+	mount := func(name string, items ...corev1.KeyToPath) *corev1.Pod {
+		pod := appPod(name, nil, 1000, "exec sleep 3600")
+		pod.Spec.Volumes = []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Items: items}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "trust", MountPath: "/etc/trust", ReadOnly: true}}
+		return pod
+	}
+	env := appPod("env", nil, 1000, "exec sleep 3600")
+	env.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CA_PEM", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}}}
+	for _, pod := range []*corev1.Pod{mount("volume"), mount("java", corev1.KeyToPath{Key: "truststore.p12", Path: "cacerts"}), env} {
+		createPod(t, ns, pod)
+	}
+	for _, name := range []string{"volume", "java", "env"} {
+		n.WaitPod(t, ns, name, 2*time.Minute, "Ready", cluster.PodReady)
+	}
+
+	rotation := func() plugin.Rotation {
+		var r plugin.Rotation
+		kubectlTrustsync(t, n, &r, "rotation", "trustsync.io/workload")
+		return r
+	}
+	var r plugin.Rotation
+	waitFor(t, "a stable rotation", func() bool { r = rotation(); return r.Phase == "Stable" })
+	oldCA := r.CurrentCA
+
+	// who-trusts: both volume pods, by the agent's observation, and the ConfigMap's
+	// keys; the env pod as one that may hold it.
+	type answer struct {
+		Items         []query.Holder    `json:"items"`
+		NotObservable []query.Straggler `json:"notObservable"`
+	}
+	var who answer
+	holds := func() []string {
+		who = answer{}
+		kubectlTrustsync(t, n, &who, "who-trusts", oldCA, "-n", ns)
+		var out []string
+		for _, h := range who.Items {
+			if h.Kind != "" {
+				out = append(out, h.Kind+"/"+h.Name+"/"+h.Key)
+			} else {
+				out = append(out, h.Pod+"/"+h.Delivery+"/"+h.Path)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := []string{"ConfigMap/trust-ca/ca.pem", "ConfigMap/trust-ca/truststore.p12", "java/configMap//etc/trust/cacerts", "volume/configMap//etc/trust/ca.pem", "volume/configMap//etc/trust/truststore.p12"}
+	waitFor(t, "who-trusts listing the configMap pods and the ConfigMap", func() bool { return slices.Equal(holds(), want) })
+	if len(who.NotObservable) != 1 || who.NotObservable[0].Pod != "env" || !strings.Contains(who.NotObservable[0].Detail, "ConfigMap trust-ca (ca.pem) through env") {
+		t.Errorf("who-trusts' not observable: %+v; want the env pod, reading trust-ca's ca.pem through env", who.NotObservable)
+	}
+
+	// The rotation: the volume pod is behind until the kubelet refreshes its volume;
+	// the env pod is named; nothing signs before the floor.
+	requestRotation(t, n)
+	waitFor(t, "a new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != "" })
+	newCA := r.NewCA
+	if r.FloorUntil == nil || r.PublishedAt == nil || r.FloorUntil.Sub(*r.PublishedAt) != 2*time.Minute {
+		t.Errorf("rotation's floor: published %v, floor until %v; want the chart's default floor of 2m after publishing", r.PublishedAt, r.FloorUntil)
+	}
+	if !slices.ContainsFunc(r.NotObservable, func(s query.Straggler) bool { return s.Namespace == ns && s.Pod == "env" }) {
+		t.Errorf("rotation does not name the env pod as not observable: %+v", r.NotObservable)
+	}
+	reads := func(pod, file string) bool {
+		out, err := n.Exec(context.Background(), ns, pod, "app", "cat", file)
+		return err == nil && slices.Contains(anchorSet(t, out), newCA)
+	}
+	volumeBehind := false
+	var fileHeld, stable time.Time
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) && stable.IsZero() {
+		r = rotation()
+		if fileHeld.IsZero() && reads("volume", "/etc/trust/ca.pem") {
+			fileHeld = time.Now()
+		}
+		switch {
+		case r.Phase == "Stable" && r.CurrentCA == newCA:
+			stable = time.Now()
+		case slices.ContainsFunc(r.Stragglers, func(s query.Straggler) bool { return s.Pod == "volume" && s.Reason == query.Behind }):
+			volumeBehind = true
+			if issuer := issuer(t, n, ns); issuer != oldCA {
+				t.Errorf("a certificate issued while the volume pod lacks the new CA comes from %s, not the old CA %s", issuer, oldCA)
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
+	switch {
+	case stable.IsZero():
+		t.Fatalf("the new CA did not sign within 5 minutes: %+v", r)
+	case !volumeBehind:
+		t.Errorf("the rotation never named the volume pod behind while the kubelet had not refreshed its ConfigMap")
+	case fileHeld.IsZero() || fileHeld.After(stable):
+		t.Errorf("the new CA signed (seen at %s) before the volume pod's file held it (seen at %s)", stable.Format(time.RFC3339), fileHeld.Format(time.RFC3339))
+	case r.FloorUntil != nil && stable.Before(*r.FloorUntil):
+		t.Errorf("the new CA signed at %s, before its floor %s, though a pod reads it through env", stable.Format(time.RFC3339), r.FloorUntil.Format(time.RFC3339))
+	}
+	if !reads("java", "/etc/trust/cacerts") {
+		t.Errorf("the Java pod's truststore does not hold the new CA once it signs")
+	}
+	t.Logf("the volume pod's file held the new CA %.0fs after the rotation was requested; the new CA signed %.0fs after publishing", fileHeld.Sub(*r.PublishedAt).Seconds(), stable.Sub(*r.PublishedAt).Seconds())
+
+	// With no consumer left at all, seeing nobody is not everyone holding it: the next
+	// new CA does not sign before the floor.
+	for _, name := range []string{"volume", "java", "env"} {
+		if err := n.Client.CoreV1().Pods(ns).Delete(context.Background(), name, *metav1.NewDeleteOptions(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the pods gone", func() bool {
+		pods, err := n.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	requestRotation(t, n)
+	waitFor(t, "another new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != newCA })
+	third, floor := r.NewCA, r.FloorUntil
+	if floor == nil {
+		t.Fatalf("the rotation says no floor: %+v", r)
+	}
+	if r.Expected == 0 && len(r.NotObservable) == 0 {
+		time.Sleep(time.Until(floor.Add(-5 * time.Second)))
+		if r = rotation(); r.Phase != "Waiting" || r.CurrentCA == third {
+			t.Errorf("with no consumer observed the new CA signs before its floor %s: %+v", floor.Format(time.RFC3339), r)
+		}
+	} else {
+		t.Logf("other pods select the bundle (%d observed, %d not observable): the floor is not what holds this rotation", r.Expected, len(r.NotObservable))
+	}
+	waitForUpTo(t, "the third CA signing after the floor", 4*time.Minute, func() bool { r = rotation(); return r.Phase == "Stable" && r.CurrentCA == third })
+}
