@@ -28,10 +28,17 @@ import (
 // readObjects learns which ConfigMaps and Secrets trustsync writes from the
 // TrustTargets and the namespaces' labels, as the agents and the signer do; none where
 // TrustTargets are not served.
-func readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, error) {
+func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, error) {
+	forbidden := func(err error) (trustfiles.Objects, error) {
+		fmt.Fprintf(o.stderr, "warning: the pods reading TrustTargets' ConfigMaps and Secrets are not counted: %s\n", safe(err.Error()))
+		return nil, nil
+	}
 	list, err := dyn.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
+	}
+	if apierrors.IsForbidden(err) {
+		return forbidden(err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list TrustTargets: %w", err)
@@ -43,6 +50,9 @@ func readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Int
 		}
 	}
 	nss, err := core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if apierrors.IsForbidden(err) {
+		return forbidden(err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
@@ -79,19 +89,30 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 		if kind == trustfiles.KindSecret {
 			gvr = corev1.SchemeGroupVersion.WithResource("secrets")
 		}
-		list, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		add := func(u *unstructured.Unstructured, writer string) {
+			for key, data := range objectData(u) {
+				if ids, ok := anchorsIn(data); ok {
+					out = append(out, query.ObjectContent{Kind: kind, Namespace: u.GetNamespace(), Name: u.GetName(), Key: key, Writer: writer, Anchors: ids})
+				}
+			}
+		}
+		// A TrustTarget's objects carry its label: one list finds them.
+		targets, err := dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: trusttarget.TargetLabel})
 		if err != nil {
 			warn(kind+"s", err)
 			continue
 		}
+		for i := range targets.Items {
+			add(&targets.Items[i], trusttarget.Kind+" "+targets.Items[i].GetLabels()[trusttarget.TargetLabel])
+		}
+		// Annotated ones only by their annotation: their metadata, then each one.
+		list, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			warn("annotated "+kind+"s", err)
+			continue
+		}
 		for _, m := range list.Items {
-			writer := ""
-			switch {
-			case m.Labels[trusttarget.TargetLabel] != "":
-				writer = trusttarget.Kind + " " + m.Labels[trusttarget.TargetLabel]
-			case m.Annotations[injector.AnnotationInject] == "true":
-				writer = "annotation"
-			default:
+			if m.Annotations[injector.AnnotationInject] != "true" || m.Labels[trusttarget.TargetLabel] != "" {
 				continue
 			}
 			u, err := dyn.Resource(gvr).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
@@ -99,11 +120,7 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 				warn(kind+" "+m.Namespace+"/"+m.Name, err)
 				continue
 			}
-			for key, data := range objectData(u) {
-				if ids, ok := anchorsIn(data); ok {
-					out = append(out, query.ObjectContent{Kind: kind, Namespace: m.Namespace, Name: m.Name, Key: key, Writer: writer, Anchors: ids})
-				}
-			}
+			add(u, "annotation")
 		}
 	}
 	if namespace != "" {

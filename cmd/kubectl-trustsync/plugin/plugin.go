@@ -208,7 +208,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	for _, u := range listing.Unreadable {
 		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
 	}
-	if c.Objects, err = readObjects(ctx, core, dyn); err != nil {
+	if c.Objects, err = o.readObjects(ctx, core, dyn); err != nil {
 		return c, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
