@@ -126,9 +126,7 @@ func Run(ctx context.Context, o *Options) error {
 		if err != nil {
 			return err
 		}
-		if objects != nil {
-			go objects.Run(ctx)
-		}
+		go objects.Run(ctx)
 		publisher, err := newReportPublisher(ctx, o, podsClient, dyn, pods, objects, m, events)
 		if err != nil {
 			return err

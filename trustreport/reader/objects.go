@@ -2,12 +2,10 @@ package reader
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -37,15 +35,9 @@ type TrustObjects struct {
 	current trustfiles.Objects
 }
 
-// NewTrustObjects watches the TrustTargets and namespaces; nil where TrustTargets are
-// not served (no controller installed): there are no trust objects then.
+// NewTrustObjects watches the TrustTargets and namespaces. Where TrustTargets are not
+// served (yet), the watch retries and there are no trust objects meanwhile.
 func NewTrustObjects(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, resync time.Duration) (*TrustObjects, error) {
-	if _, err := dyn.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) {
-		klog.InfoS("TrustTargets are not served: only the files trustsync delivers and the kubelet projects from bundles are observed")
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("list TrustTargets, to observe the pods reading what they write: %w", err)
-	}
 	o := &TrustObjects{
 		targets:    dynamicinformer.NewFilteredDynamicInformer(dyn, trusttarget.Resource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
 		namespaces: metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),

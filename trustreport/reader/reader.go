@@ -24,6 +24,7 @@ import (
 
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // Reader serves the read model from watches.
@@ -84,9 +85,14 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 	} else if err != nil {
 		return fmt.Errorf("list NodeTrustReports: %w", err)
 	}
-	objects, err := NewTrustObjects(ctx, r.Dynamic, r.Metadata, r.Resync)
-	if err != nil {
-		return err
+	// Without TrustTargets served there are no trust objects, and nothing to wait for.
+	var objects *TrustObjects
+	if _, err := r.Dynamic.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+		if objects, err = NewTrustObjects(ctx, r.Dynamic, r.Metadata, r.Resync); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("list TrustTargets: %w", err)
 	}
 	lw := cache.NewListWatchFromClient(r.Client.CoreV1().RESTClient(), "pods", metav1.NamespaceAll, fields.Everything())
 	r.pods = cache.NewSharedIndexInformer(lw, &corev1.Pod{}, r.Resync, cache.Indexers{})

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
@@ -102,7 +103,15 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		return out
 	}
 	want := []string{"ConfigMap/trust-ca/ca.pem", "ConfigMap/trust-ca/truststore.p12", "java/configMap//etc/trust/cacerts", "volume/configMap//etc/trust/ca.pem", "volume/configMap//etc/trust/truststore.p12"}
-	waitFor(t, "who-trusts listing the configMap pods and the ConfigMap", func() bool { return slices.Equal(holds(), want) })
+	var got []string
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
+		got = holds()
+		return slices.Equal(got, want), nil
+	}); err != nil {
+		report, _ := n.Run(context.Background(), "kubectl", "get", "nodetrustreports", "-o", "yaml")
+		logs, _ := n.Run(context.Background(), "kubectl", "-n", releaseNamespace, "logs", "ds/trustsync-agent", "--tail=40")
+		t.Fatalf("who-trusts lists %q; want %q\nthe reports:\n%s\nthe agent's log:\n%s", got, want, report, logs)
+	}
 	if len(who.NotObservable) != 1 || who.NotObservable[0].Pod != "env" || !strings.Contains(who.NotObservable[0].Detail, "ConfigMap trust-ca (ca.pem) through env") {
 		t.Errorf("who-trusts' not observable: %+v; want the env pod, reading trust-ca's ca.pem through env", who.NotObservable)
 	}
