@@ -196,10 +196,8 @@ func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interfa
 	return &ReportPublisher{
 		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {
-			if objects != nil {
-				if objs, changed := objects.Current(); changed {
-					observer.SetObjects(objs)
-				}
+			if objs, changed := objects.Current(); changed {
+				observer.SetObjects(objs)
 			}
 			held, changed := observer.Scan(pods.List())
 			files := 0

@@ -193,6 +193,7 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	objs := trustfiles.Objects{}
 	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{
 		{Key: "ca.pem", Format: contract.FormatPEM}, {Key: "trust.p12", Format: contract.FormatPKCS12}, {Key: "trust.jks", Format: contract.FormatJKS},
+		{Key: "broken.p12", Format: contract.FormatPKCS12},
 		{Key: "locked.p12", Format: contract.FormatPKCS12, Sources: []contract.Source{{Name: "corp", Path: "locked.p12", Format: contract.FormatPKCS12, PasswordSecret: &contract.KeyRef{Name: "pw", Key: "password"}}}},
 	}})
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "java", UID: "uid-java"}, Spec: corev1.PodSpec{
@@ -205,7 +206,7 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	// not be read however it looks.
 	ts := filepath.Join(dir, "..2026_11_26")
 	must(t, os.Mkdir(ts, 0o755))
-	for name, data := range map[string][]byte{"ca.pem": []byte(fixtures.Bundle(a)), "trust.p12": p12, "trust.jks": jks, "locked.p12": p12, "secret.txt": []byte(fixtures.Bundle(a))} {
+	for name, data := range map[string][]byte{"ca.pem": []byte(fixtures.Bundle(a)), "trust.p12": p12, "trust.jks": jks, "locked.p12": p12, "broken.p12": []byte("not a store"), "secret.txt": []byte(fixtures.Bundle(a))} {
 		must(t, os.WriteFile(filepath.Join(ts, name), data, 0o644))
 		must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)))
 	}
@@ -224,6 +225,12 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	for _, f := range held[0].Files {
 		got[f.File] = fmt.Sprintf("%s %d %s", f.Delivery, len(f.Anchors), f.Err)
 	}
+	// A key that is not what its format says is named unreadable; its neighbours are
+	// read all the same.
+	if e := got["broken.p12"]; !strings.HasPrefix(e, "configMap 0 not a pkcs12 trust file: ") {
+		t.Errorf("a broken truststore: %q; want it reported not a pkcs12 trust file", e)
+	}
+	delete(got, "broken.p12")
 	want := map[string]string{
 		"ca.pem":     "configMap 1 ",
 		"trust.p12":  "configMap 2 ",

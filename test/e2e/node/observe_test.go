@@ -174,11 +174,7 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 	ns := n.Namespace(t, "rotation", restricted)
 	createPod(t, ns, appPod("frozen", map[string]string{"trustsync.io/inject": "true", "trustsync.io/signer-name": "trustsync.io/workload"}, 1000, "exec sleep 3600"))
 	n.WaitPod(t, ns, "frozen", 2*time.Minute, "Ready", cluster.PodReady)
-	rotation := func() plugin.Rotation {
-		var r plugin.Rotation
-		kubectlTrustsync(t, n, &r, "rotation", "trustsync.io/workload")
-		return r
-	}
+	rotation := func() plugin.Rotation { return workloadRotation(t, n) }
 	var r plugin.Rotation
 	waitFor(t, "a stable rotation with every pod holding the CA", func() bool { r = rotation(); return r.Phase == "Stable" })
 	oldCA := r.CurrentCA
@@ -258,6 +254,15 @@ func sidecarSignal(t *testing.T, n *cluster.Node, ns, pod, signal string) {
 		}
 	}
 	t.Fatalf("no trustsync sidecar in %+v", p.Status.InitContainerStatuses)
+}
+
+// workloadRotation is the chart's signer's rotation, as `kubectl trustsync rotation
+// trustsync.io/workload -o json` prints it.
+func workloadRotation(t *testing.T, n *cluster.Node) plugin.Rotation {
+	t.Helper()
+	var r plugin.Rotation
+	kubectlTrustsync(t, n, &r, "rotation", "trustsync.io/workload")
+	return r
 }
 
 // requestRotation asks the chart's signer to rotate its CA now.

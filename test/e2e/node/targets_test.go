@@ -30,18 +30,9 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 	ns := n.Namespace(t, "targets", restricted)
 	rootA, rootB := fixtures.CA("targets node A"), fixtures.CA("targets node B")
 	ctb := createBundle(t, "e2e-targets", rootA)
-	c := dynamic.NewForConfigOrDie(n.Config).Resource(trusttarget.Resource)
-	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": "e2e-targets"},
-		"spec": map[string]any{
-			"sources": []any{map[string]any{"name": ctb.Name, "path": "ca.crt"},
-				map[string]any{"name": ctb.Name, "path": "truststore.p12", "format": "pkcs12"},
-				map[string]any{"name": ctb.Name, "path": "truststore.jks", "format": "jks"}},
-			"target": map[string]any{"configMap": map[string]any{"name": "corp-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
-		}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), "e2e-targets", metav1.DeleteOptions{}) })
+	createTarget(t, n, "e2e-targets", ns, "corp-roots", map[string]any{"name": ctb.Name, "path": "ca.crt"},
+		map[string]any{"name": ctb.Name, "path": "truststore.p12", "format": "pkcs12"},
+		map[string]any{"name": ctb.Name, "path": "truststore.jks", "format": "jks"})
 
 	pod := appPod("reader", nil, 1000, "exec sleep 3600")
 	pod.Spec.Volumes = []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -103,6 +94,22 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// createTarget creates the TrustTarget name writing sources into the ConfigMap object
+// of namespace ns alone, deleted when the test ends.
+func createTarget(t *testing.T, n *cluster.Node, name, ns, object string, sources ...any) {
+	t.Helper()
+	c := dynamic.NewForConfigOrDie(n.Config).Resource(trusttarget.Resource)
+	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"sources": sources,
+			"target":  map[string]any{"configMap": map[string]any{"name": object}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},
+		}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }
 
 // Whoever holds view may ask kubectl trustsync: the chart aggregates into view exactly
