@@ -81,6 +81,22 @@ const TargetLabel = "trustsync.io/target"
 // label and this annotation are taken out of it.
 const CreatedAnnotation = "trustsync.io/created"
 
+// CABundleKind is a kind of object whose caBundle fields trustsync fills when it is
+// annotated trustsync.io/inject: the controller that fills them and the plugin that
+// lists what they hold read this one list.
+type CABundleKind struct {
+	Resource schema.GroupVersionResource
+	Kind     string
+}
+
+// CABundleKinds are the cluster-scoped kinds with caBundle fields.
+var CABundleKinds = []CABundleKind{
+	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, "ValidatingWebhookConfiguration"},
+	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, "MutatingWebhookConfiguration"},
+	{schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, "APIService"},
+	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "CustomResourceDefinition"},
+}
+
 // Ready is the condition that says whether every selected namespace holds the
 // current content.
 const Ready = "Ready"

@@ -55,12 +55,13 @@ type injectKind struct {
 var (
 	kindConfigMap = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), kind: "ConfigMap", namespaced: true}
 	kindSecret    = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("secrets"), kind: "Secret", namespaced: true}
-	caBundleKinds = []injectKind{
-		{gvr: schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, kind: "ValidatingWebhookConfiguration", caBundle: true},
-		{gvr: schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, kind: "MutatingWebhookConfiguration", caBundle: true},
-		{gvr: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, kind: "APIService", caBundle: true},
-		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, kind: "CustomResourceDefinition", caBundle: true},
-	}
+	caBundleKinds = func() []injectKind {
+		var out []injectKind
+		for _, k := range trusttarget.CABundleKinds {
+			out = append(out, injectKind{gvr: k.Resource, kind: k.Kind, caBundle: true})
+		}
+		return out
+	}()
 )
 
 // FillConfig is what the injection controller needs.

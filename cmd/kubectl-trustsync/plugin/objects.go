@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -61,17 +60,6 @@ func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dy
 		namespaces[i] = &metav1.PartialObjectMetadata{ObjectMeta: nss.Items[i].ObjectMeta}
 	}
 	return trustfiles.FromTargets(targets, namespaces), nil
-}
-
-// caBundleKinds are the kinds whose caBundle fields trustsync fills when annotated.
-var caBundleKinds = []struct {
-	gvr  schema.GroupVersionResource
-	kind string
-}{
-	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, "ValidatingWebhookConfiguration"},
-	{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, "MutatingWebhookConfiguration"},
-	{schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}, "APIService"},
-	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "CustomResourceDefinition"},
 }
 
 // readContents reads what the objects trustsync writes hold, in namespace ("" for
@@ -126,11 +114,11 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 	if namespace != "" {
 		return out
 	}
-	for _, k := range caBundleKinds {
-		list, err := meta.Resource(k.gvr).List(ctx, metav1.ListOptions{})
+	for _, k := range trusttarget.CABundleKinds {
+		list, err := meta.Resource(k.Resource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			if !apierrors.IsNotFound(err) {
-				warn(k.kind+"s", err)
+				warn(k.Kind+"s", err)
 			}
 			continue
 		}
@@ -138,14 +126,14 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 			if m.Annotations[injector.AnnotationInject] != "true" {
 				continue
 			}
-			u, err := dyn.Resource(k.gvr).Get(ctx, m.Name, metav1.GetOptions{})
+			u, err := dyn.Resource(k.Resource).Get(ctx, m.Name, metav1.GetOptions{})
 			if err != nil {
-				warn(k.kind+" "+m.Name, err)
+				warn(k.Kind+" "+m.Name, err)
 				continue
 			}
 			for field, pemData := range caBundles(u) {
 				if ids, ok := anchorsIn(pemData); ok {
-					out = append(out, query.ObjectContent{Kind: k.kind, Name: m.Name, Key: field, Writer: "annotation", Anchors: ids})
+					out = append(out, query.ObjectContent{Kind: k.Kind, Name: m.Name, Key: field, Writer: "annotation", Anchors: ids})
 				}
 			}
 		}
