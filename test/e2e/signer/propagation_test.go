@@ -139,20 +139,12 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 // writeReport makes pod's node report that the pod's ca.pem holds anchors.
 func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, anchors ...string) {
 	t.Helper()
-	slices.Sort(anchors)
-	id := trustreport.SetID(anchors)
-	r := &trustreport.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Spec.NodeName}, Node: pod.Spec.NodeName, UpdatedAt: metav1.Now(),
-		AnchorSets: []trustreport.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}},
-		Pods: []trustreport.PodHolding{{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
-			Files: []trustreport.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}}}}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	obj, err := nodeReport(pod.Spec.NodeName, []*corev1.Pod{pod}, anchors...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
-	obj := &unstructured.Unstructured{Object: m}
-	if cur, err := c.Get(context.Background(), r.Name, metav1.GetOptions{}); err == nil {
+	if cur, err := c.Get(context.Background(), obj.GetName(), metav1.GetOptions{}); err == nil {
 		obj.SetResourceVersion(cur.GetResourceVersion())
 		_, err = c.Update(context.Background(), obj, metav1.UpdateOptions{})
 		if err != nil {
@@ -163,7 +155,23 @@ func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, a
 	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), r.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() { _ = c.Delete(context.Background(), obj.GetName(), metav1.DeleteOptions{}) })
+}
+
+// nodeReport is node's report, as its agent writes it, that each of pods' ca.pem
+// (a projected volume "roots" at /etc/roots) holds anchors.
+func nodeReport(node string, pods []*corev1.Pod, anchors ...string) (*unstructured.Unstructured, error) {
+	anchors = slices.Sorted(slices.Values(anchors))
+	id := trustreport.SetID(anchors)
+	r := &trustreport.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
+		ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, UpdatedAt: metav1.Now(),
+		AnchorSets: []trustreport.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}}}
+	for _, pod := range pods {
+		r.Pods = append(r.Pods, trustreport.PodHolding{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
+			Files: []trustreport.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}})
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	return &unstructured.Unstructured{Object: m}, err
 }
 
 // requestRotation asks the observed signer to rotate its CA now.
