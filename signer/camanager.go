@@ -71,8 +71,7 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 
 	before := st.phase()
 	rot, progress, unobserved := m.observe(ctx, secret, st)
-	propagated := unobserved == nil && progress != nil && progress.Holding == progress.Expected
-	changed, next, err := st.advance(now, rot, propagated, func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
+	changed, next, err := st.advance(now, rot, propagated(progress, unobserved), func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
 	if err != nil {
 		return 0, err
 	}
@@ -115,6 +114,13 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	return wait, nil
 }
 
+// propagated says whether what could be observed of a new CA lets it sign: every pod
+// and every object counted holds it (the floor and the maximum wait are the
+// rotation's own).
+func propagated(p *query.Progress, unobserved error) bool {
+	return unobserved == nil && p != nil && p.Done()
+}
+
 // observeEvery is how often a waiting rotation asks the reports again.
 const observeEvery = 5 * time.Second
 
@@ -153,12 +159,16 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 		rot.MinWait = max(rot.MinWait, rot.Floor)
 	}
 	waitingFloor := floor != "" && m.clock.Now().Before(st.NextPublishedAt.Add(rot.Floor))
-	summary := fmt.Sprintf("%d/%d %s", progress.Holding, progress.Expected, floor)
-	if summary != m.lastProgress && m.events != nil && (progress.Holding < progress.Expected || waitingFloor) {
+	behind := progress.ObjectsBehind()
+	summary := fmt.Sprintf("%d/%d %s %s", progress.Holding, progress.Expected, describeObjects(behind), floor)
+	if summary != m.lastProgress && m.events != nil && (!progress.Done() || waitingFloor) {
 		m.lastProgress = summary
 		var why []string
 		if progress.Holding < progress.Expected {
 			why = append(why, fmt.Sprintf("%d of %d pods selecting %s hold it; not yet: %s", progress.Holding, progress.Expected, liveName(m.signer), describeStragglers(progress.Stragglers)))
+		}
+		if len(behind) > 0 {
+			why = append(why, "objects written from "+liveName(m.signer)+" that do not all hold it: "+describeObjects(behind))
 		}
 		if waitingFloor {
 			why = append(why, fmt.Sprintf("%s; waiting the floor of %s, until %s", floor, rot.Floor, st.NextPublishedAt.Add(rot.Floor).UTC().Format(time.RFC3339)))
@@ -203,14 +213,21 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededUnobserved", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s; whether it reached the pods could not be told: %v", ca, m.rotation.MaxWait, unobserved)
 	case p == nil:
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: its propagation window has passed", ca)
-	case p.Holding == p.Expected && floorReason(*p, liveName(m.signer)) != "":
-		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods observed selecting %s hold it, and the floor of %s has passed for what cannot be observed (%s)",
-			ca, p.Expected, liveName(m.signer), m.rotation.Floor, floorReason(*p, liveName(m.signer)))
-	case p.Holding == p.Expected:
-		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods selecting %s hold it", ca, p.Expected, liveName(m.signer))
+	case p.Done() && floorReason(*p, liveName(m.signer)) != "":
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods observed selecting %s hold it%s, and the floor of %s has passed for what cannot be observed (%s)",
+			ca, p.Expected, liveName(m.signer), objectsHolding(p.Objects), m.rotation.Floor, floorReason(*p, liveName(m.signer)))
+	case p.Done():
+		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationProceeded", "The new CA (SHA-256 %s) signs now: all %d pods selecting %s hold it%s", ca, p.Expected, liveName(m.signer), objectsHolding(p.Objects))
 	default:
-		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededWithoutAllPods", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s, though %d of %d pods selecting %s were not seen holding it: %s",
-			ca, m.rotation.MaxWait, len(p.Stragglers), p.Expected, liveName(m.signer), describeStragglers(p.Stragglers))
+		var why []string
+		if p.Holding < p.Expected {
+			why = append(why, fmt.Sprintf("%d of %d pods selecting %s were not seen holding it: %s", len(p.Stragglers), p.Expected, liveName(m.signer), describeStragglers(p.Stragglers)))
+		}
+		if behind := p.ObjectsBehind(); len(behind) > 0 {
+			why = append(why, "objects written from it do not all hold it: "+describeObjects(behind))
+		}
+		m.events.Eventf(secret, corev1.EventTypeWarning, "RotationProceededWithoutAllPods", "The new CA (SHA-256 %s) signs now, after the maximum wait of %s, though %s",
+			ca, m.rotation.MaxWait, strings.Join(why, "; "))
 	}
 }
 

@@ -80,27 +80,36 @@ func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
+	staleObjects := query.ObjectProgress{Kind: "ConfigMap", Name: "trust-ca", Writer: "TrustTarget roots", Expected: 3, Detail: "its content does not hold it yet"}
 	envPod := query.Straggler{Namespace: "apps", Pod: "env", Reason: query.NotObservable, Detail: "container app reads ConfigMap trust-ca (ca.pem) through env"}
 	for _, tc := range []struct {
 		name     string
 		progress query.Progress
 		after    time.Duration
 		signs    bool
-		event    string
+		// event is what the Event says, if any; floor, that it names the floor.
+		event string
+		floor bool
 	}{
 		{name: "every observed pod holding it and nothing unobservable signs at once",
 			progress: query.Progress{Holding: 2, Expected: 2}, after: time.Second, signs: true},
 		{name: "no consumer observed at all waits the floor",
-			progress: query.Progress{}, after: time.Minute, signs: false, event: "no pod is observed selecting example.com:s:live"},
+			progress: query.Progress{}, after: time.Minute, signs: false, event: "no pod is observed selecting example.com:s:live", floor: true},
 		{name: "no consumer observed signs once the floor passed",
 			progress: query.Progress{}, after: 2*time.Minute + time.Second, signs: true},
 		{name: "a pod reading through env waits the floor, named",
 			progress: query.Progress{Holding: 1, Expected: 1, NotObservable: []query.Straggler{envPod}}, after: time.Minute, signs: false,
-			event: "1 pod read example.com:s:live where no one can observe it: apps/env (NotObservable: container app reads ConfigMap trust-ca (ca.pem) through env); waiting the floor of 2m0s"},
+			event: "1 pod read example.com:s:live where no one can observe it: apps/env (NotObservable: container app reads ConfigMap trust-ca (ca.pem) through env); waiting the floor of 2m0s", floor: true},
 		{name: "a pod reading through env does not hold back a rotation past the floor",
 			progress: query.Progress{Holding: 1, Expected: 1, NotObservable: []query.Straggler{envPod}}, after: 3 * time.Minute, signs: true},
 		{name: "an observed pod behind still holds it back past the floor",
-			progress: query.Progress{Holding: 0, Expected: 1, Stragglers: []query.Straggler{{Namespace: "apps", Pod: "slow", Reason: query.Behind}}}, after: 3 * time.Minute, signs: false},
+			progress: query.Progress{Holding: 0, Expected: 1, Stragglers: []query.Straggler{{Namespace: "apps", Pod: "slow", Reason: query.Behind}}}, after: 3 * time.Minute, signs: false,
+			event: "0 of 1 pods selecting example.com:s:live hold it; not yet: apps/slow (Behind"},
+		{name: "a TrustTarget's objects without it hold it back past the floor, every pod holding it or not",
+			progress: query.Progress{Holding: 2, Expected: 2, Objects: []query.ObjectProgress{staleObjects}}, after: 3 * time.Minute, signs: false,
+			event: "objects written from example.com:s:live that do not all hold it: ConfigMap trust-ca of TrustTarget roots in 0 of 3 namespaces (its content does not hold it yet)"},
+		{name: "a TrustTarget's objects holding it in every namespace let it sign",
+			progress: query.Progress{Holding: 2, Expected: 2, Objects: []query.ObjectProgress{{Kind: "ConfigMap", Name: "trust-ca", Writer: "TrustTarget roots", Holding: 3, Expected: 3}}}, after: time.Second, signs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := publishedAt.Add(tc.after)
@@ -109,8 +118,7 @@ func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T
 				clock: clocktesting.NewFakePassiveClock(now), rotation: rotation{Propagation: PropagationObserved, MaxWait: time.Hour, Floor: DefaultMinWait, MaxLeafLifetime: time.Hour}}
 			st := &caState{Current: current, Next: next, NextPublishedAt: publishedAt, Managed: true}
 			rot, p, unobserved := m.observe(context.Background(), &corev1.Secret{}, st)
-			propagated := unobserved == nil && p != nil && p.Holding == p.Expected
-			if _, _, err := st.advance(now, rot, propagated, nil); err != nil {
+			if _, _, err := st.advance(now, rot, propagated(p, unobserved), nil); err != nil {
 				t.Fatal(err)
 			}
 			if signs := st.Next == nil; signs != tc.signs {
@@ -120,7 +128,7 @@ func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T
 			if len(events.Events) > 0 {
 				event = <-events.Events
 			}
-			if !strings.Contains(event, tc.event) || (tc.event == "") != (!strings.Contains(event, "floor")) {
+			if !strings.Contains(event, tc.event) || (tc.event == "") != (event == "") || tc.floor != strings.Contains(event, "floor") {
 				t.Errorf("Event %q; want one containing %q", event, tc.event)
 			}
 		})

@@ -50,3 +50,28 @@ func describeStragglers(ss []query.Straggler) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// describeObjects names up to ten objects' progress, with why, and how many more.
+func describeObjects(os []query.ObjectProgress) string {
+	var names []string
+	for i, o := range os {
+		if i == 10 {
+			names = append(names, fmt.Sprintf("and %d more (kubectl trustsync rotation)", len(os)-10))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s %s of %s in %d of %d namespaces (%s)", o.Kind, o.Name, o.Writer, o.Holding, o.Expected, o.Detail))
+	}
+	return strings.Join(names, ", ")
+}
+
+// objectsHolding is ", and the N objects written from it" where there are any.
+func objectsHolding(os []query.ObjectProgress) string {
+	n := 0
+	for _, o := range os {
+		n += o.Expected
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", and so do the %d objects TrustTargets write from it", n)
+}

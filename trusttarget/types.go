@@ -60,6 +60,10 @@ type Status struct {
 	// Namespaces the selector matches now, and how many hold the current content.
 	Namespaces int `json:"namespaces"`
 	Synced     int `json:"synced"`
+	// Anchors are the anchors (bundle.AnchorID) the current content holds, sorted:
+	// the Synced namespaces hold them. A rotation waits until its new CA is among
+	// them and every selected namespace is synced.
+	Anchors []string `json:"anchors,omitempty"`
 	// Failures name up to ten namespaces whose object could not be written, and why.
 	Failures []Failure `json:"failures,omitempty"`
 }

@@ -139,6 +139,13 @@ func New(cfg Config) *Controller {
 			informer := cfg.ObjectMeta.ForResource(k.gvr)
 			c.metadata[kind] = informer.Lister()
 			c.synced = append(c.synced, informer.Informer().HasSynced)
+			// Another tool's object where a target writes (a conflict) may go or
+			// change hands: the targets writing that name look again now, not at
+			// the next resync.
+			_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+				UpdateFunc: func(_, n any) { c.enqueueWriters(kind, n) },
+				DeleteFunc: func(o any) { c.enqueueWriters(kind, o) },
+			})
 		}
 	}
 	c.start = func(ctx context.Context) {
@@ -254,7 +261,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, err
 	}
 	claimed := claims(c.targets.GetStore().List(), c.cfg.Secrets)
-	status := trusttarget.Status{}
+	status := trusttarget.Status{Anchors: r.AnchorIDs()}
 	selected := map[string]bool{}
 	var shared []string // what this target writes and another claims too
 	failed, conflicted := 0, 0
@@ -440,6 +447,25 @@ func targetName(t *trusttarget.TrustTarget) string {
 		return t.Spec.Target.Secret.Name
 	}
 	return t.Spec.Target.ConfigMap.Name
+}
+
+// enqueueWriters queues the targets that write an object of kind named as obj is,
+// where obj is not one the controller wrote (those come through their label).
+func (c *Controller) enqueueWriters(kind string, obj any) {
+	m, err := metaOf(obj)
+	if err != nil || m.GetLabels()[trusttarget.TargetLabel] != "" {
+		return
+	}
+	field := map[string]string{"ConfigMap": "configMap", "Secret": "secret"}[kind]
+	for _, t := range c.targets.GetStore().List() {
+		u, ok := t.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "target", field, "name"); name == m.GetName() {
+			c.queue.Add(u.GetName())
+		}
+	}
 }
 
 // written is the object of kind in namespace as the informer holds it, if it carries

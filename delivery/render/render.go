@@ -2,8 +2,10 @@ package render
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -80,6 +82,19 @@ func (r *Rendering) Fresh() map[string]Path {
 		}
 	}
 	return out
+}
+
+// AnchorIDs are the anchors the paths with content hold, as bundle.AnchorID names
+// them, sorted and once each. A held-back path counts with what it holds; one found on
+// disk and not read back adds none, so a reader waiting for an anchor keeps waiting.
+func (r *Rendering) AnchorIDs() []string {
+	ids := map[string]bool{}
+	for _, path := range r.Paths {
+		for _, a := range path.Anchors {
+			ids[hex.EncodeToString(a.Sum[:])] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(ids))
 }
 
 // Err summarises every held-back path in one line, paths in order.

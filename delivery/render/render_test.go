@@ -541,3 +541,22 @@ func TestRender_PathsHoldingTheSameSetShareOneEncoding(t *testing.T) {
 		t.Error("a path holding more anchors shares the others' encoding")
 	}
 }
+
+// What a rendering's content holds is named once per anchor, across its paths; what
+// was found on disk and not read back names nothing, so a reader waiting for an
+// anchor in it keeps waiting.
+func TestRendering_AnchorIDsAreWhatItsPathsHoldOnceEach(t *testing.T) {
+	w := newWorld()
+	w.configMaps["a"] = configMap("a", map[string]string{"ca.crt": fixtures.Bundle(cmCA, sharedCA)})
+	w.configMaps["b"] = configMap("b", map[string]string{"ca.crt": fixtures.Bundle(sharedCA)})
+	p := newPod(t, w, `[{"configMap": {"name": "a", "key": "ca.crt"}, "path": "a.pem"}, {"configMap": {"name": "b", "key": "ca.crt"}, "path": "b.pem"}]`)
+	r := p.render()
+	want := []string{tsbundle.AnchorID(cmCA.Cert.Raw), tsbundle.AnchorID(sharedCA.Cert.Raw)}
+	slices.Sort(want)
+	if got := r.AnchorIDs(); !slices.Equal(got, want) {
+		t.Errorf("anchor IDs %v, want %v", got, want)
+	}
+	if got := p.restart(r).last.AnchorIDs(); len(got) != 0 {
+		t.Errorf("a rendering found on disk names %v, want nothing", got)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // States of a trust file.
@@ -59,6 +60,9 @@ type Cluster struct {
 	// caller could read them: TrustTargets' and annotated ConfigMaps and Secrets,
 	// and injected caBundle fields.
 	Contents []ObjectContent
+	// Targets are the TrustTargets, with the status their controller wrote: what
+	// their objects hold, and in how many of the namespaces they select.
+	Targets []*trusttarget.TrustTarget
 }
 
 // ObjectContent is one key of an object trustsync writes (a ConfigMap's or
@@ -513,6 +517,43 @@ type Progress struct {
 	// bundle through env or envFrom: what they hold cannot be seen, so a rotation
 	// waits its floor for them.
 	NotObservable []Straggler `json:"notObservable,omitempty"`
+	// Objects are the objects TrustTargets write from the bundle, a target at a
+	// time: whoever reads them (a volume the kubelet refreshes, env, a controller
+	// through the API) gets what they hold, so they are waited for like pods.
+	Objects []ObjectProgress `json:"objects,omitempty"`
+}
+
+// ObjectProgress is how many of the objects one TrustTarget writes (one in each
+// namespace it selects) hold the anchor, by its controller's status.
+type ObjectProgress struct {
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Writer   string `json:"writer"`
+	Holding  int    `json:"holding"`
+	Expected int    `json:"expected"`
+	// Detail says why not all hold it.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Done reports whether every pod and every object counted holds the anchor.
+func (p Progress) Done() bool {
+	for _, o := range p.Objects {
+		if o.Holding < o.Expected {
+			return false
+		}
+	}
+	return p.Holding == p.Expected
+}
+
+// ObjectsBehind are the objects' progresses that are not complete.
+func (p Progress) ObjectsBehind() []ObjectProgress {
+	var out []ObjectProgress
+	for _, o := range p.Objects {
+		if o.Holding < o.Expected {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // Straggler is a pod that selects the bundle and is not seen holding the anchor, or
@@ -588,6 +629,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 			p.Stragglers = append(p.Stragglers, s)
 		}
 	}
+	p.Objects = c.objectsProgress(anchor, bundles)
 	slices.SortFunc(p.Stragglers, func(a, b Straggler) int {
 		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
 	})
@@ -596,6 +638,41 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
 	})
 	return p
+}
+
+// objectsProgress counts, for each TrustTarget whose sources select one of bundles,
+// the objects it writes that hold anchor: all those its status says are synced when
+// the current content holds anchor, none otherwise. A target its controller has not
+// written yet counts no object, since none exists to be read.
+func (c Cluster) objectsProgress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) []ObjectProgress {
+	var out []ObjectProgress
+	for _, t := range c.Targets {
+		if len(t.Spec.Validate()) > 0 || !selectsAny(t.Spec.Sources, bundles) || t.Status.Namespaces == 0 {
+			continue
+		}
+		kind, name := trustfiles.KindConfigMap, ""
+		if r := t.Spec.Target.ConfigMap; r != nil {
+			name = r.Name
+		} else if r := t.Spec.Target.Secret; r != nil {
+			kind, name = trustfiles.KindSecret, r.Name
+		}
+		o := ObjectProgress{Kind: kind, Name: name, Writer: trusttarget.Kind + " " + t.Name, Expected: t.Status.Namespaces}
+		switch {
+		case !slices.Contains(t.Status.Anchors, anchor):
+			o.Detail = "its content does not hold it yet"
+		default:
+			o.Holding = min(t.Status.Synced, o.Expected)
+			if o.Holding < o.Expected {
+				o.Detail = fmt.Sprintf("not written in %d of them", o.Expected-o.Holding)
+				if len(t.Status.Failures) > 0 {
+					o.Detail += fmt.Sprintf(", first %s: %s", t.Status.Failures[0].Namespace, t.Status.Failures[0].Message)
+				}
+			}
+		}
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b ObjectProgress) int { return strings.Compare(a.Writer, b.Writer) })
+	return out
 }
 
 // selectsAny reports whether one of sources selects one of bundles.

@@ -19,6 +19,7 @@ import (
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/trusttarget"
 )
 
 func TestResolveAnchor_TakesAPEMFileAHashOrAUniquePrefix(t *testing.T) {
@@ -182,6 +183,51 @@ func trustCM(bundleName string) trustfiles.Objects {
 		{Key: "trust.p12", Format: "pkcs12", Sources: []contract.Source{{Name: bundleName, Path: "trust.p12", Format: "pkcs12"}}},
 	}})
 	return objs
+}
+
+func TestProgress_TheObjectsATrustTargetWritesAreWaitedForByItsStatus(t *testing.T) {
+	oldCA, newCA := fixtures.CA("objects old"), fixtures.CA("objects new")
+	oldID, newID := bundle.AnchorID(oldCA.Cert.Raw), bundle.AnchorID(newCA.Cert.Raw)
+	corp := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(oldCA, newCA)}}
+	target := func(source string, status trusttarget.Status) *trusttarget.TrustTarget {
+		return &trusttarget.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: "roots"}, Spec: trusttarget.Spec{
+			Sources: []contract.Source{{Name: source, Path: "ca.pem"}}, Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "trust-ca"}}}, Status: status}
+	}
+	for _, tc := range []struct {
+		name   string
+		target *trusttarget.TrustTarget
+		want   string // holding/expected and why, "" for not counted
+		done   bool
+	}{
+		{name: "every namespace synced with content holding the new CA holds it",
+			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{newID, oldID}}), want: "3/3 ", done: true},
+		{name: "content without the new CA holds it nowhere, however synced",
+			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "0/3 its content does not hold it yet"},
+		{name: "a namespace not written is behind, named with why",
+			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 2, Anchors: []string{oldID, newID},
+				Failures: []trusttarget.Failure{{Namespace: "team-a", Message: "conflict"}}}), want: "2/3 not written in 1 of them, first team-a: conflict"},
+		{name: "a target of another bundle is not waited for",
+			target: target("other", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "", done: true},
+		{name: "a target that selects no namespace writes nothing to wait for",
+			target: target("corp", trusttarget.Status{}), want: "", done: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Cluster{Targets: []*trusttarget.TrustTarget{tc.target}}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})
+			got := ""
+			for _, o := range p.Objects {
+				if o.Kind != trustfiles.KindConfigMap || o.Name != "trust-ca" || o.Writer != "TrustTarget roots" {
+					t.Errorf("object %+v, want ConfigMap trust-ca of TrustTarget roots", o)
+				}
+				got += fmt.Sprintf("%d/%d %s", o.Holding, o.Expected, o.Detail)
+			}
+			if got != tc.want {
+				t.Errorf("objects %q; want %q", got, tc.want)
+			}
+			if p.Done() != tc.done {
+				t.Errorf("done %v with no pod and objects %q; want %v", p.Done(), got, tc.done)
+			}
+		})
+	}
 }
 
 func TestProgress_EveryConsumerOfATrustObjectCounts(t *testing.T) {

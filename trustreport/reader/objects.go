@@ -33,6 +33,8 @@ type TrustObjects struct {
 
 	mu      sync.Mutex
 	current trustfiles.Objects
+	// parsed are the TrustTargets current was made from, with their status.
+	parsed []*trusttarget.TrustTarget
 }
 
 // NewTrustObjects watches the TrustTargets and namespaces. Where TrustTargets are not
@@ -92,6 +94,14 @@ func (o *TrustObjects) Current() (trustfiles.Objects, bool) {
 			namespaces = append(namespaces, ns)
 		}
 	}
-	o.current = trustfiles.FromTargets(targets, namespaces)
+	o.current, o.parsed = trustfiles.FromTargets(targets, namespaces), targets
 	return o.current, true
+}
+
+// Targets are the TrustTargets as of the last Current, with their status: what
+// their objects hold.
+func (o *TrustObjects) Targets() []*trusttarget.TrustTarget {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.parsed
 }

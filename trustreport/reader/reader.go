@@ -71,6 +71,7 @@ func (r *Reader) Cluster(ctx, runCtx context.Context) (c query.Cluster, served b
 	}
 	if r.objects != nil {
 		c.Objects, _ = r.objects.Current()
+		c.Targets = r.objects.Targets()
 	}
 	return c, true, nil
 }

@@ -27,20 +27,20 @@ import (
 // readObjects learns which ConfigMaps and Secrets trustsync writes from the
 // TrustTargets and the namespaces' labels, as the agents and the signer do; none where
 // TrustTargets are not served.
-func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, error) {
-	forbidden := func(err error) (trustfiles.Objects, error) {
-		fmt.Fprintf(o.stderr, "warning: the pods reading TrustTargets' ConfigMaps and Secrets are not counted: %s\n", safe(err.Error()))
-		return nil, nil
+func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, []*trusttarget.TrustTarget, error) {
+	forbidden := func(err error) (trustfiles.Objects, []*trusttarget.TrustTarget, error) {
+		fmt.Fprintf(o.stderr, "warning: TrustTargets' ConfigMaps and Secrets, and the pods reading them, are not counted: %s\n", safe(err.Error()))
+		return nil, nil, nil
 	}
 	list, err := dyn.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if apierrors.IsForbidden(err) {
 		return forbidden(err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list TrustTargets: %w", err)
+		return nil, nil, fmt.Errorf("list TrustTargets: %w", err)
 	}
 	var targets []*trusttarget.TrustTarget
 	for i := range list.Items {
@@ -53,13 +53,13 @@ func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dy
 		return forbidden(err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
+		return nil, nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	namespaces := make([]*metav1.PartialObjectMetadata, len(nss.Items))
 	for i := range nss.Items {
 		namespaces[i] = &metav1.PartialObjectMetadata{ObjectMeta: nss.Items[i].ObjectMeta}
 	}
-	return trustfiles.FromTargets(targets, namespaces), nil
+	return trustfiles.FromTargets(targets, namespaces), targets, nil
 }
 
 // readContents reads what the objects trustsync writes hold, in namespace ("" for

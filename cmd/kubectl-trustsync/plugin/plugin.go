@@ -208,7 +208,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	for _, u := range listing.Unreadable {
 		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
 	}
-	if c.Objects, err = o.readObjects(ctx, core, dyn); err != nil {
+	if c.Objects, c.Targets, err = o.readObjects(ctx, core, dyn); err != nil {
 		return c, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -473,6 +473,9 @@ type Rotation struct {
 	// env, or a truststore whose password is in a Secret): the new CA waits the
 	// floor (FloorUntil) for them.
 	NotObservable []query.Straggler `json:"notObservable,omitempty"`
+	// Objects are the ConfigMaps and Secrets TrustTargets write from the bundle, a
+	// target at a time: the new CA waits until they hold it too.
+	Objects []query.ObjectProgress `json:"objects,omitempty"`
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
@@ -493,8 +496,8 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if r.NewCA != "" {
 			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
-			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable
-			if p.Holding < p.Expected {
+			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable, r.Objects = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable, p.Objects
+			if !p.Done() {
 				o.code = ExitNotAll
 			}
 		}
@@ -521,6 +524,13 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
 		}
 		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
+		for _, obj := range r.Objects {
+			line := fmt.Sprintf("%s %s (%s) in %d of %d namespaces", obj.Kind, obj.Name, obj.Writer, obj.Holding, obj.Expected)
+			if obj.Detail != "" {
+				line += ": " + obj.Detail
+			}
+			fmt.Fprintf(o.stdout, "Objects:      %s\n", safe(line))
+		}
 		if r.FloorUntil != nil && (r.Expected == 0 || len(r.NotObservable) > 0) {
 			why := "no pod is observed selecting the bundle, which is not everyone holding it"
 			if len(r.NotObservable) > 0 {

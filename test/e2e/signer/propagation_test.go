@@ -97,7 +97,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	hold("holds-soon", oldCA)
 	hold("never-holds", oldCA)
 
-	requestRotation(t, cp)
+	requestRotation(t, cp, observedNamespace, observedSigner)
 	waitFor(t, "a new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" })
 	newCA := r.NewCA
 	if r.Holding != 0 || r.Expected != 2 || len(r.Stragglers) != 2 {
@@ -121,10 +121,10 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	if issuer := issuedBy(t, cp); issuer != newCA {
 		t.Errorf("a certificate issued once every pod holds the new CA comes from %s, not the new CA %s", issuer, newCA)
 	}
-	waitEvent(t, cp, "RotationProceeded", "all 2 pods selecting")
+	waitEvent(t, cp, observedNamespace, observedSigner, "RotationProceeded", "all 2 pods selecting")
 
 	// A second rotation that one pod never catches up with.
-	requestRotation(t, cp)
+	requestRotation(t, cp, observedNamespace, observedSigner)
 	waitFor(t, "a second new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" && r.NewCA != newCA })
 	third := r.NewCA
 	hold("holds-soon", newCA, third)
@@ -133,7 +133,82 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	if waited := time.Since(published); waited < observedMaxWait/2 {
 		t.Errorf("the rotation proceeded %s after the last report, before its maximum wait of %s", waited, observedMaxWait)
 	}
-	waitEvent(t, cp, "RotationProceededWithoutAllPods", "apps/never-holds (Behind")
+	waitEvent(t, cp, observedNamespace, observedSigner, "RotationProceededWithoutAllPods", "apps/never-holds (Behind")
+}
+
+// A rotation waits for the ConfigMaps a TrustTarget writes from the signer's bundle,
+// as it waits for pods: while another tool's ConfigMap stands where the target writes
+// in one of its two namespaces, `rotation` names the target's objects, one of two
+// holding the new CA, and the new CA does not sign, though no pod selects the bundle
+// and the floor is 0. Once the other tool's ConfigMap goes, the target writes there
+// at once, and the new CA signs with an Event counting the objects.
+func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
+	const namespace, signer, target = "objects-signer", "example.com/objects", "signer-roots"
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	admin := kube(t, cp.AdminConfig())
+	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.StartSigner("--namespace="+namespace, "--signer-name="+signer, "--ca-propagation=observed",
+		"--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=0", "--ca-propagation-window=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("signer log:\n%s", p.Tail())
+		}
+		p.Stop(10 * time.Second)
+	})
+	cli := controlplane.NewPlugin(t, cp)
+	var r plugin.Rotation
+	rotation := func() int {
+		out, code := cli.Run(t, "rotation", signer, "-o", "json")
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			return -1
+		}
+		return code
+	}
+	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
+
+	label := map[string]string{"objects-test": "signer-roots"}
+	labelledNamespace(t, admin, "objects-a", label)
+	labelledNamespace(t, admin, "objects-b", label)
+	if _, err := admin.CoreV1().ConfigMaps("objects-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: target},
+		Data: map[string]string{"ca.pem": "another tool's ca.pem"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
+		t.Fatal(err)
+	}
+	createTarget(t, cp, target, map[string]any{
+		"sources": []any{map[string]any{"signerName": signer, "path": "ca.pem",
+			"labelSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/cluster-trust-bundle-version": "live"}}}},
+		"target": map[string]any{"configMap": map[string]any{"name": target}, "namespaceSelector": map[string]any{"matchLabels": label}},
+	})
+	waitReason(t, cp, target, "WriteFailed")
+
+	requestRotation(t, cp, namespace, signer)
+	waitFor(t, "the new CA waiting, written by the target where it can be", func() bool {
+		return rotation() == 3 && r.Phase == "Waiting" && len(r.Objects) == 1 && r.Objects[0].Holding == 1
+	})
+	if o := r.Objects[0]; o.Kind != "ConfigMap" || o.Name != target || o.Writer != "TrustTarget "+target || o.Expected != 2 || !strings.Contains(o.Detail, "objects-b") {
+		t.Errorf("the target's objects as rotation names them: %+v; want ConfigMap %s of TrustTarget %s in 1 of 2 namespaces, objects-b named", o, target, target)
+	}
+	if r.Expected != 0 {
+		t.Errorf("%d pods selecting the bundle, want none: only the objects hold the rotation back", r.Expected)
+	}
+	// The signer saw the same and waits for it: no pod and a floor of 0 would have
+	// let it sign.
+	waitEvent(t, cp, namespace, signer, "RotationWaiting", "ConfigMap "+target+" of TrustTarget "+target+" in 1 of 2 namespaces")
+	if rotation(); r.Phase != "Waiting" {
+		t.Fatalf("the new CA signs while the target's ConfigMap in objects-b lacks it: %+v", r)
+	}
+	newCA := r.NewCA
+
+	if err := admin.CoreV1().ConfigMaps("objects-b").Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new CA signing once both namespaces' ConfigMaps hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
+	waitEvent(t, cp, namespace, signer, "RotationProceeded", "and so do the 2 objects TrustTargets write from it")
 }
 
 // writeReport makes pod's node report that the pod's ca.pem holds anchors.
@@ -174,12 +249,12 @@ func nodeReport(node string, pods []*corev1.Pod, anchors ...string) (*unstructur
 	return &unstructured.Unstructured{Object: m}, err
 }
 
-// requestRotation asks the observed signer to rotate its CA now.
-func requestRotation(t *testing.T, cp *controlplane.ControlPlane) {
+// requestRotation asks the signer running in namespace to rotate its CA now.
+func requestRotation(t *testing.T, cp *controlplane.ControlPlane, namespace, signer string) {
 	t.Helper()
-	secrets := kube(t, cp.AdminConfig()).CoreV1().Secrets(observedNamespace)
+	secrets := kube(t, cp.AdminConfig()).CoreV1().Secrets(namespace)
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		s, err := secrets.Get(ctx, "trustsync-ca-example.com-observed", metav1.GetOptions{})
+		s, err := secrets.Get(ctx, caSecret(signer), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -222,13 +297,16 @@ func waitFor(t testing.TB, what string, ok func() bool) {
 	}
 }
 
-// waitEvent waits for an Event of reason on the observed signer's CA Secret whose
-// message contains want.
-func waitEvent(t *testing.T, cp *controlplane.ControlPlane, reason, want string) {
+// caSecret is the name of signer's CA Secret, as the signer names it by default.
+func caSecret(signer string) string { return "trustsync-ca-" + strings.ReplaceAll(signer, "/", "-") }
+
+// waitEvent waits for an Event of reason on the CA Secret of signer, running in
+// namespace, whose message contains want.
+func waitEvent(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, reason, want string) {
 	t.Helper()
 	var seen []string
 	waitFor(t, "Event "+reason+" saying "+want, func() bool {
-		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(observedNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=trustsync-ca-example.com-observed"})
+		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + caSecret(signer)})
 		if err != nil {
 			return false
 		}
