@@ -40,26 +40,26 @@ func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progre
 
 // describeStragglers names up to ten pods, with why, and how many more.
 func describeStragglers(ss []query.Straggler) string {
-	var names []string
-	for i, s := range ss {
-		if i == 10 {
-			names = append(names, fmt.Sprintf("and %d more (kubectl trustsync rotation)", len(ss)-10))
-			break
-		}
-		names = append(names, fmt.Sprintf("%s/%s (%s: %s)", s.Namespace, s.Pod, s.Reason, s.Detail))
-	}
-	return strings.Join(names, ", ")
+	return firstTen(ss, func(s query.Straggler) string { return fmt.Sprintf("%s/%s (%s: %s)", s.Namespace, s.Pod, s.Reason, s.Detail) })
 }
 
 // describeObjects names up to ten objects' progress, with why, and how many more.
 func describeObjects(os []query.ObjectProgress) string {
+	return firstTen(os, func(o query.ObjectProgress) string {
+		return fmt.Sprintf("%s %s of %s in %d of %d namespaces (%s)", o.Kind, o.Name, o.Writer, o.Holding, o.Expected, o.Detail)
+	})
+}
+
+// firstTen names up to ten items, and how many more there are: an Event stays
+// readable, and the rest is one command away.
+func firstTen[T any](items []T, name func(T) string) string {
 	var names []string
-	for i, o := range os {
+	for i, item := range items {
 		if i == 10 {
-			names = append(names, fmt.Sprintf("and %d more (kubectl trustsync rotation)", len(os)-10))
+			names = append(names, fmt.Sprintf("and %d more (kubectl trustsync rotation)", len(items)-10))
 			break
 		}
-		names = append(names, fmt.Sprintf("%s %s of %s in %d of %d namespaces (%s)", o.Kind, o.Name, o.Writer, o.Holding, o.Expected, o.Detail))
+		names = append(names, name(item))
 	}
 	return strings.Join(names, ", ")
 }

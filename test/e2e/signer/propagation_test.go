@@ -40,20 +40,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	admin := kube(t, cp.AdminConfig())
-	if err := cp.CreateNamespace(ctx, observedNamespace, nil); err != nil {
-		t.Fatal(err)
-	}
-	p, err := cp.StartSigner("--namespace="+observedNamespace, "--signer-name="+observedSigner,
-		"--ca-propagation=observed", "--ca-propagation-max-wait="+observedMaxWait.String(), "--ca-propagation-window=1h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("signer log:\n%s", p.Tail())
-		}
-		p.Stop(10 * time.Second)
-	})
+	startObservedSigner(t, cp, observedNamespace, observedSigner, "--ca-propagation-max-wait="+observedMaxWait.String())
 	cli := controlplane.NewPlugin(t, cp)
 	// rotation asks kubectl trustsync; its exit code is 3 while pods lack the new CA.
 	rotation := func(code int) plugin.Rotation {
@@ -147,20 +134,7 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	admin := kube(t, cp.AdminConfig())
-	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
-		t.Fatal(err)
-	}
-	p, err := cp.StartSigner("--namespace="+namespace, "--signer-name="+signer, "--ca-propagation=observed",
-		"--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=0", "--ca-propagation-window=1h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("signer log:\n%s", p.Tail())
-		}
-		p.Stop(10 * time.Second)
-	})
+	startObservedSigner(t, cp, namespace, signer, "--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=0")
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
 	rotation := func() int {
@@ -209,6 +183,25 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	}
 	waitFor(t, "the new CA signing once both namespaces' ConfigMaps hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
 	waitEvent(t, cp, namespace, signer, "RotationProceeded", "and so do the 2 objects TrustTargets write from it")
+}
+
+// startObservedSigner runs a signer of its own in namespace, with observed
+// propagation, until the test ends (its log shown if the test failed).
+func startObservedSigner(t *testing.T, cp *controlplane.ControlPlane, namespace, signer string, extra ...string) {
+	t.Helper()
+	if err := cp.CreateNamespace(context.Background(), namespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.StartSigner(append([]string{"--namespace=" + namespace, "--signer-name=" + signer, "--ca-propagation=observed", "--ca-propagation-window=1h"}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("signer log:\n%s", p.Tail())
+		}
+		p.Stop(10 * time.Second)
+	})
 }
 
 // writeReport makes pod's node report that the pod's ca.pem holds anchors.
