@@ -40,7 +40,9 @@ func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progre
 
 // describeStragglers names up to ten pods, with why, and how many more.
 func describeStragglers(ss []query.Straggler) string {
-	return firstTen(ss, func(s query.Straggler) string { return fmt.Sprintf("%s/%s (%s: %s)", s.Namespace, s.Pod, s.Reason, s.Detail) })
+	return firstTen(ss, func(s query.Straggler) string {
+		return fmt.Sprintf("%s/%s (%s: %s)", s.Namespace, s.Pod, s.Reason, s.Detail)
+	})
 }
 
 // describeObjects names up to ten objects' progress, with why, and how many more.
