@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/rest"
 
 	"github.com/trustsync/trustsync/agent/store"
@@ -15,7 +16,6 @@ import (
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/delivery/write"
-	"github.com/trustsync/trustsync/policy"
 )
 
 // volume is one published volume's pipeline and what feeds it: the sidecar's
@@ -67,6 +67,14 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 	id := rec.VolumeID
 	var err error
 	v := &volume{rec: rec, plan: plan, needsToken: readsWithPodToken(plan, spec), done: make(chan struct{})}
+	// The identity first: a trust domain go-spiffe refuses fails the volume before
+	// anything reaches the API server.
+	var identity spiffeid.ID
+	if c := spec.Certificate; c != nil {
+		if identity, err = c.Identity(rec.Pod.Namespace, rec.Pod.ServiceAccount); err != nil {
+			return nil, err
+		}
+	}
 	// The pod's own token, read anew from its file as the kubelet renews it: a pod
 	// gets through the agent what its own RBAC allows, and no more.
 	var core, csrs rest.Interface
@@ -92,14 +100,10 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 		podIP := func() (string, error) { return m.cfg.Pods.IP(rec.Pod.Namespace, rec.Pod.Name, rec.Pod.UID) }
 		targets = append(targets, observe.NewPodURLTarget(r.URL, podIP))
 	}
-	var trustDomain string
-	if c := spec.Certificate; c != nil {
-		trustDomain = c.TrustDomain
-	}
 	a, err := pipeline.Assemble(pipeline.Parts{Spec: spec, Plan: v.plan, Sources: v.sources, Writer: writer,
 		Events:   m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID}),
 		Observer: m.metrics.observer(), ReloadTargets: targets, CSRs: csrs,
-		SPIFFEID: policy.SPIFFEID(trustDomain, rec.Pod.Namespace, rec.Pod.ServiceAccount), PodName: rec.Pod.Name, PodUID: rec.Pod.UID})
+		Identity: identity, PodName: rec.Pod.Name, PodUID: rec.Pod.UID})
 	if err != nil {
 		v.sources.Close()
 		return nil, err

@@ -15,6 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/trustsync/trustsync/bundle"
 )
 
@@ -71,6 +73,9 @@ type Signer struct {
 	// what the approver requires and what injected sidecars request. A signer's
 	// property, whether or not trustsync approves its CSRs.
 	TrustDomain string `json:"trustDomain,omitempty"`
+	// Domain is TrustDomain as go-spiffe parsed it, set by Parse and ForSigners: what
+	// every identity of this signer is built from and compared within.
+	Domain spiffeid.TrustDomain `json:"-"`
 	// Approval configures the signer's approver; nil leaves its CSRs to others.
 	Approval *Approval `json:"approval,omitempty"`
 	// KeyTypes are the key types the signer issues PodCertificateRequests for, named
@@ -246,7 +251,8 @@ func (p *Policy) validate() field.ErrorList {
 		errs = append(errs, field.NotSupported(field.NewPath("kind"), p.Kind, []string{Kind}))
 	}
 	seen := sets.New[string]()
-	for i, s := range p.Signers {
+	for i := range p.Signers {
+		s := &p.Signers[i]
 		path := field.NewPath("signers").Index(i)
 		if seen.Has(s.SignerName) {
 			errs = append(errs, field.Duplicate(path.Child("signerName"), s.SignerName))
@@ -260,7 +266,8 @@ func (p *Policy) validate() field.ErrorList {
 	return errs
 }
 
-func (s Signer) validate(path *field.Path) field.ErrorList {
+// validate checks the signer's rules, and parses its trust domain into Domain.
+func (s *Signer) validate(path *field.Path) field.ErrorList {
 	errs := bundle.ValidateSignerName(path.Child("signerName"), s.SignerName)
 	if s.MinExpirationSeconds < MinimumExpirationSeconds {
 		errs = append(errs, field.Invalid(path.Child("minExpirationSeconds"), s.MinExpirationSeconds, fmt.Sprintf("must be at least %d (10 minutes), the Kubernetes minimum", MinimumExpirationSeconds)))
@@ -274,13 +281,17 @@ func (s Signer) validate(path *field.Path) field.ErrorList {
 	if s.OverMaximum != Clamp && s.OverMaximum != Reject {
 		errs = append(errs, field.NotSupported(path.Child("overMaximum"), s.OverMaximum, []OverMaximum{Clamp, Reject}))
 	}
-	if s.TrustDomain == "" || strings.ContainsAny(s.TrustDomain, "/:") {
+	// go-spiffe's rule, as every SPIFFE verifier applies it: a trust domain it refuses
+	// would put URI SANs in certificates that no verifier accepts.
+	if td, err := spiffeid.TrustDomainFromString(s.TrustDomain); err != nil || strings.Contains(s.TrustDomain, "://") {
 		// Named where the user wrote it, the deprecated place included.
 		where := path.Child("trustDomain")
 		if s.Approval != nil && s.Approval.TrustDomain == s.TrustDomain {
 			where = path.Child("approval", "trustDomain")
 		}
-		errs = append(errs, field.Invalid(where, s.TrustDomain, "must be a SPIFFE trust domain such as cluster.local (no scheme, port or path)"))
+		errs = append(errs, field.Invalid(where, s.TrustDomain, TrustDomainRule))
+	} else {
+		s.Domain = td
 	}
 	for i, k := range s.KeyTypes {
 		if !slices.Contains(PodCertificateKeyTypes, k) {
@@ -342,9 +353,17 @@ func (p *Policy) SignerNames() []string {
 	return names
 }
 
-// SPIFFEID is the identity a ServiceAccount's workload certificate carries, in one
-// format for the approver, the signer of pod certificates, the sidecar and the agent:
+// TrustDomainRule is what a trust domain must be, as go-spiffe (and so every SPIFFE
+// verifier) takes it.
+const TrustDomainRule = "must be a SPIFFE trust domain such as cluster.local: lowercase letters, digits, '.', '-' and '_' only (no scheme, port or path)"
+
+// WorkloadID is the identity a ServiceAccount's workload certificate carries, built
+// one way for the approver, the signer of pod certificates, the sidecar and the agent:
 // spiffe://<trust domain>/ns/<namespace>/sa/<service account>.
-func SPIFFEID(trustDomain, namespace, serviceAccount string) string {
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, namespace, serviceAccount)
+func WorkloadID(td spiffeid.TrustDomain, namespace, serviceAccount string) (spiffeid.ID, error) {
+	id, err := spiffeid.FromSegments(td, "ns", namespace, "sa", serviceAccount)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("cannot form the SPIFFE ID of ServiceAccount %q in namespace %q of trust domain %q: %w", serviceAccount, namespace, td, err)
+	}
+	return id, nil
 }

@@ -97,6 +97,9 @@ func TestParse_Rejects(t *testing.T) {
 		{"a key type Kubernetes does not allow", head + "signers:\n- signerName: a.io/b\n  keyTypes: [ECDSAP256, RSA2048]\n", `signers[0].keyTypes[1]: Unsupported value: "RSA2048": supported values: "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519", "RSA3072", "RSA4096"`},
 		{"an empty keyTypes list", head + "signers:\n- signerName: a.io/b\n  keyTypes: []\n", `signers[0].keyTypes: Required value: must list at least one key type`},
 		{"a trust domain with a scheme", head + "signers:\n- signerName: a.io/b\n  trustDomain: spiffe://x\n", `signers[0].trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
+		{"a trust domain in capitals, which go-spiffe refuses", head + "signers:\n- signerName: a.io/b\n  trustDomain: Cluster.Local\n", `signers[0].trustDomain: Invalid value: "Cluster.Local": must be a SPIFFE trust domain such as cluster.local: lowercase letters`},
+		{"a trust domain with a space", head + "signers:\n- signerName: a.io/b\n  trustDomain: exa mple.org\n", `signers[0].trustDomain: Invalid value: "exa mple.org": must be a SPIFFE trust domain`},
+		{"a trust domain with a port", head + "signers:\n- signerName: a.io/b\n  trustDomain: example.org:8443\n", `signers[0].trustDomain: Invalid value: "example.org:8443": must be a SPIFFE trust domain`},
 		{"a trust domain with a scheme where it used to be written", head + "signers:\n- signerName: a.io/b\n  approval:\n    trustDomain: spiffe://x\n", `signers[0].approval.trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
 		{"two trust domains that disagree", head + "signers:\n- signerName: a.io/b\n  trustDomain: a.example\n  approval:\n    trustDomain: b.example\n", `signers[0].approval.trustDomain: Invalid value: "b.example": differs from the signer's trustDomain "a.example"`},
 		{"an unknown usage", head + "signers:\n- signerName: a.io/b\n  approval:\n    usages: [server auth, telepathy]\n", `signers[0].approval.usages[1]: Unsupported value: "telepathy"`},
@@ -205,8 +208,8 @@ func TestParse_TrustDomainIsTheSignersAndTheOldShapeStillWorks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, _ := p.Signer("a.io/b"); s.TrustDomain != tc.wantDomain {
-				t.Errorf("trust domain %q, want %q", s.TrustDomain, tc.wantDomain)
+			if s, _ := p.Signer("a.io/b"); s.TrustDomain != tc.wantDomain || s.Domain.Name() != tc.wantDomain {
+				t.Errorf("trust domain %q (parsed %q), want %q", s.TrustDomain, s.Domain, tc.wantDomain)
 			}
 			if got := strings.Join(p.Warnings, "; "); (tc.wantWarning == "") != (got == "") || !strings.Contains(got, tc.wantWarning) {
 				t.Errorf("warnings %q, want %q", got, tc.wantWarning)

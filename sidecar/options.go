@@ -2,10 +2,10 @@ package sidecar
 
 import (
 	"github.com/spf13/pflag"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/render"
-	"github.com/trustsync/trustsync/policy"
 )
 
 // Options are the sidecar's command line: the Spec the injector wrote into the pod
@@ -16,6 +16,9 @@ type Options struct {
 
 	// flags, once registered, hold the Spec until Validate reads it back.
 	flags *contract.Flags
+	// identity is the SPIFFE ID the certificate is requested for, once Validate
+	// has formed it (zero without a certificate).
+	identity spiffeid.ID
 }
 
 // NewOptions returns the defaults, taking the pod's identity from the environment the
@@ -41,19 +44,20 @@ func (o *Options) Validate(needAPI bool) error {
 	} else if err := o.Spec.Validate(); err != nil {
 		return err
 	}
-	if needAPI {
-		return o.Runtime.Validate(o.Spec)
+	if !needAPI {
+		return nil
+	}
+	if err := o.Runtime.Validate(o.Spec); err != nil {
+		return err
+	}
+	if c := o.Spec.Certificate; c != nil {
+		id, err := c.Identity(o.PodNamespace, o.ServiceAccount)
+		if err != nil {
+			return err
+		}
+		o.identity = id
 	}
 	return nil
-}
-
-// spiffeID is the workload identity the certificate is requested for; "" without a
-// certificate.
-func (o *Options) spiffeID() string {
-	if o.Spec.Certificate == nil {
-		return ""
-	}
-	return policy.SPIFFEID(o.Spec.Certificate.TrustDomain, o.PodNamespace, o.ServiceAccount)
 }
 
 // plan is the pod's sources as the pipeline reads them.

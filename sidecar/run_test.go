@@ -103,14 +103,27 @@ func parsed(t *testing.T, args ...string) *Options {
 	return o
 }
 
-func TestSpiffeID_OnlyWithACertificate(t *testing.T) {
-	o := NewOptions()
-	o.PodNamespace, o.ServiceAccount = "apps", "web"
-	if got := o.spiffeID(); got != "" {
-		t.Errorf("without a certificate: %q", got)
-	}
-	o.Spec.Certificate = &contract.Certificate{TrustDomain: "cluster.local"}
-	if got := o.spiffeID(); got != "spiffe://cluster.local/ns/apps/sa/web" {
-		t.Errorf("with a certificate: %q", got)
+func TestValidate_FormsTheIdentityOnlyWithACertificate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cert *contract.Certificate
+		want string
+	}{
+		{name: "without a certificate there is no identity"},
+		{name: "with one it is the ServiceAccount's SPIFFE ID in the trust domain",
+			cert: &contract.Certificate{Signer: "trustsync.io/workload", KeyType: contract.DefaultKeyType, TrustDomain: "cluster.local", StateDir: "/state"},
+			want: "spiffe://cluster.local/ns/apps/sa/web"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := contract.Spec{Dir: "/trust", Sources: []contract.Source{{Name: "a", Path: "a.pem"}}, Certificate: tc.cert}
+			o := parsed(t, spec.Args()...)
+			o.PodNamespace, o.ServiceAccount, o.PodName, o.PodUID = "apps", "web", "web-0", "uid"
+			if err := o.Validate(true); err != nil {
+				t.Fatal(err)
+			}
+			if got := o.identity; (got.IsZero() && tc.want != "") || (!got.IsZero() && got.String() != tc.want) {
+				t.Errorf("identity %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -86,7 +86,7 @@ func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
 		}
 	}
 	a, err := pipeline.Assemble(pipeline.Parts{Spec: o.Spec, Plan: p.plan, Sources: p.sources, Writer: write.NewAtomicWriter(o.Spec.Dir), Events: events,
-		Metrics: m, ReloadTargets: targets, CSRs: csrs, SPIFFEID: o.spiffeID(), PodName: o.PodName, PodUID: o.PodUID, Settled: startUpDone})
+		Metrics: m, ReloadTargets: targets, CSRs: csrs, Identity: o.identity, PodName: o.PodName, PodUID: o.PodUID, Settled: startUpDone})
 	if err != nil {
 		p.close()
 		return nil, err

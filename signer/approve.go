@@ -10,6 +10,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -31,7 +33,7 @@ type decision struct {
 // identity certified (one SPIFFE URI SAN for itself, DNS names its namespace's patterns
 // allow, no IP unless allowed, no email, usages from the allow-list); anything else is
 // denied, naming the rule. The subject is ignored: the signer never copies it.
-func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest, trustDomain string, a *policy.Approval) decision {
+func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.CertificateRequest, td spiffeid.TrustDomain, a *policy.Approval) decision {
 	deny := func(format string, args ...any) decision {
 		return decision{message: fmt.Sprintf(format, args...)}
 	}
@@ -39,12 +41,16 @@ func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.Certificate
 	if !ok {
 		return deny("requester %q is not a ServiceAccount; trustsync approves only a ServiceAccount's request for its own identity", csr.Spec.Username)
 	}
-	own := policy.SPIFFEID(trustDomain, namespace, name)
+	own, err := policy.WorkloadID(td, namespace, name)
+	if err != nil {
+		return deny("%v", err)
+	}
 	if len(req.URIs) != 1 {
 		return deny("the request has %d URI SANs; it must have exactly one, the requester's own SPIFFE ID %q", len(req.URIs), own)
 	}
-	if got := req.URIs[0].String(); got != own {
-		return deny("URI SAN %q is not the requester's own SPIFFE ID %q", got, own)
+	// Compared as SPIFFE IDs: a URI that is not one, however close, is refused.
+	if got, err := spiffeid.FromURI(req.URIs[0]); err != nil || got != own {
+		return deny("URI SAN %q is not the requester's own SPIFFE ID %q", req.URIs[0].String(), own)
 	}
 	for _, dns := range req.DNSNames {
 		if !slices.ContainsFunc(a.DNSNames, func(p string) bool { return dnsMatches(strings.ReplaceAll(p, "{namespace}", namespace), dns) }) {

@@ -13,11 +13,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
+
+var clusterLocal = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 func TestDecide(t *testing.T) {
 	rules := policy.DefaultApproval()
@@ -35,6 +38,7 @@ func TestDecide(t *testing.T) {
 		{name: "a user that is not a ServiceAccount is denied", csr: csrFor(t, "alice", nil, []string{own}), wantMessage: `requester "alice" is not a ServiceAccount`},
 		{name: "another namespace's identity is denied", csr: csrFor(t, sa, nil, []string{"spiffe://cluster.local/ns/other/sa/web"}), wantMessage: `URI SAN "spiffe://cluster.local/ns/other/sa/web" is not the requester's own SPIFFE ID "spiffe://cluster.local/ns/apps/sa/web"`},
 		{name: "another trust domain's identity is denied", csr: csrFor(t, sa, nil, []string{"spiffe://evil.example/ns/apps/sa/web"}), wantMessage: "is not the requester's own SPIFFE ID"},
+		{name: "a URI SAN go-spiffe refuses is denied, however close to the identity", csr: csrFor(t, sa, nil, []string{"spiffe://Cluster.Local/ns/apps/sa/web"}), wantMessage: `URI SAN "spiffe://Cluster.Local/ns/apps/sa/web" is not the requester's own SPIFFE ID`},
 		{name: "no URI SAN is denied", csr: csrFor(t, sa, []string{"web.apps.svc"}, nil), wantMessage: "the request has 0 URI SANs; it must have exactly one"},
 		{name: "two URI SANs are denied", csr: csrFor(t, sa, nil, []string{own, own + "2"}), wantMessage: "the request has 2 URI SANs"},
 		{name: "a DNS name of another namespace is denied", csr: csrFor(t, sa, []string{"web.other.svc"}, []string{own}), wantMessage: `DNS SAN "web.other.svc" matches none of the patterns allowed for namespace "apps": *.apps.svc, *.apps.svc.cluster.local`},
@@ -60,7 +64,7 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := decide(tc.csr, req, "cluster.local", r)
+			d := decide(tc.csr, req, clusterLocal, r)
 			if d.approve != tc.wantApprove || !strings.Contains(d.message, tc.wantMessage) {
 				t.Errorf("decide() = %v %q, want %v %q", d.approve, d.message, tc.wantApprove, tc.wantMessage)
 			}
@@ -73,11 +77,11 @@ func TestDecide_IPAddressesFollowThePolicy(t *testing.T) {
 	csr := csrWithIP(t, sa, own)
 	req, _ := parseRequest(csr.Spec.Request)
 	rules := policy.DefaultApproval()
-	if d := decide(csr, req, "cluster.local", rules); d.approve || !strings.Contains(d.message, "IP SANs") {
+	if d := decide(csr, req, clusterLocal, rules); d.approve || !strings.Contains(d.message, "IP SANs") {
 		t.Errorf("an IP SAN without permission: %v %q", d.approve, d.message)
 	}
 	rules.IPAddresses = true
-	if d := decide(csr, req, "cluster.local", rules); !d.approve {
+	if d := decide(csr, req, clusterLocal, rules); !d.approve {
 		t.Errorf("an IP SAN with permission was denied: %q", d.message)
 	}
 }

@@ -90,12 +90,12 @@ func (s *endpointSigner) observe(secret *corev1.Secret) {
 }
 
 // newBundleEndpoint groups the signers by trust domain; order is the policy's.
-func newBundleEndpoint(order []string, trustDomains, secretNames map[string]string, refreshHint time.Duration) (*bundleEndpoint, error) {
+func newBundleEndpoint(order []string, trustDomains map[string]spiffeid.TrustDomain, secretNames map[string]string, refreshHint time.Duration) (*bundleEndpoint, error) {
 	e := &bundleEndpoint{domains: map[spiffeid.TrustDomain][]*endpointSigner{}, refreshHint: refreshHint, clock: clock.RealClock{}}
 	for _, signer := range order {
-		td, err := spiffeid.TrustDomainFromString(trustDomains[signer])
-		if err != nil {
-			return nil, fmt.Errorf("signer %s: trust domain %q: %w", signer, trustDomains[signer], err)
+		td := trustDomains[signer]
+		if td.IsZero() {
+			return nil, fmt.Errorf("signer %s has no trust domain: the policy was not parsed", signer)
 		}
 		if len(e.domains) == 0 {
 			e.first = td

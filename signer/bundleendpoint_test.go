@@ -36,11 +36,11 @@ func endpointSignerWith(t *testing.T, signer string, sequence uint64, extra ...*
 func endpointOf(t *testing.T, hint time.Duration, signers ...any) *bundleEndpoint {
 	t.Helper()
 	var order []string
-	tds, names := map[string]string{}, map[string]string{}
+	tds, names := map[string]spiffeid.TrustDomain{}, map[string]string{}
 	byName := map[string]*endpointSigner{}
 	for i := 0; i < len(signers); i += 2 {
 		s, td := signers[i].(*endpointSigner), signers[i+1].(string)
-		order, tds[s.signer], names[s.signer], byName[s.signer] = append(order, s.signer), td, "secret-"+s.signer, s
+		order, tds[s.signer], names[s.signer], byName[s.signer] = append(order, s.signer), spiffeid.RequireTrustDomainFromString(td), "secret-"+s.signer, s
 	}
 	e, err := newBundleEndpoint(order, tds, names, hint)
 	if err != nil {

@@ -70,7 +70,7 @@ func (h *csrHandler) approveOrDeny(ctx context.Context, csr *certificatesv1.Cert
 	if req, err := parseRequest(csr.Spec.Request); err != nil {
 		d = decision{message: err.Error()}
 	} else {
-		d = decide(csr, req, sr.rules.TrustDomain, sr.rules.Approval)
+		d = decide(csr, req, sr.rules.Domain, sr.rules.Approval)
 	}
 	cond := certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reasonDenied, Message: d.message,

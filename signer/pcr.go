@@ -117,11 +117,11 @@ func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, 
 	if refusal != "" {
 		return deny(certificatesv1.PodCertificateRequestConditionInvalidUserConfig, "%s", refusal), nil
 	}
-	spiffeID := policy.SPIFFEID(rules.TrustDomain, pcr.Namespace, pcr.Spec.ServiceAccountName)
-	uri, err := url.Parse(spiffeID)
-	if err != nil || pcr.Spec.ServiceAccountName == "" {
-		return deny(reasonIdentity, "cannot form the SPIFFE ID of ServiceAccount %q in namespace %q", pcr.Spec.ServiceAccountName, pcr.Namespace), nil
+	id, err := policy.WorkloadID(rules.Domain, pcr.Namespace, pcr.Spec.ServiceAccountName)
+	if err != nil {
+		return deny(reasonIdentity, "%v", err), nil
 	}
+	uri := id.URL()
 
 	// The policy's default lifetime, within the request's maximum and the policy's.
 	lifetime := time.Duration(rules.DefaultExpirationSeconds) * time.Second
@@ -160,7 +160,7 @@ func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, 
 	chain := ca.withChain(leafPEM)
 
 	out := terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeIssued, reasonIssued,
-		fmt.Sprintf("Issued to %s, valid until %s", spiffeID, leaf.NotAfter.UTC().Format(time.RFC3339)), now)
+		fmt.Sprintf("Issued to %s, valid until %s", id, leaf.NotAfter.UTC().Format(time.RFC3339)), now)
 	out.status.CertificateChain = string(chain)
 	out.status.NotBefore = &metav1.Time{Time: leaf.NotBefore}
 	out.status.NotAfter = &metav1.Time{Time: leaf.NotAfter}

@@ -33,6 +33,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/kubeapi"
@@ -93,9 +95,9 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	// The bundle endpoint runs on every replica, leading or not: it serves what the CA
 	// Secrets say, the same on each.
 	if o.BundleEndpointAddress != "" {
-		trustDomains, secretNames := map[string]string{}, map[string]string{}
+		trustDomains, secretNames := map[string]spiffeid.TrustDomain{}, map[string]string{}
 		for _, s := range pol.Signers {
-			trustDomains[s.SignerName], secretNames[s.SignerName] = s.TrustDomain, secretName(o.CASecretPrefix, s.SignerName)
+			trustDomains[s.SignerName], secretNames[s.SignerName] = s.Domain, secretName(o.CASecretPrefix, s.SignerName)
 		}
 		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, secretNames, o.BundleEndpointRefreshHint)
 		if err != nil {

@@ -32,6 +32,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/metrics"
@@ -60,8 +62,9 @@ type Options struct {
 	DNSNames          []string
 	KeyType           string
 	CredentialBundle  bool
-	SPIFFEID          string
-	PodName, PodUID   string
+	// Identity is the SPIFFE ID the certificate is requested for.
+	Identity        spiffeid.ID
+	PodName, PodUID string
 	// StateDir keeps the pending key, where the app does not read it.
 	StateDir string
 }
@@ -315,7 +318,7 @@ func (m *Manager) Obtain(ctx context.Context, deliver Deliver) error {
 	} else if err != nil {
 		return fmt.Errorf("failed to create CertificateSigningRequest %q: %w", name, err)
 	} else {
-		klog.InfoS("Requested a workload certificate", "csr", name, "signer", m.opts.Signer, "identity", m.opts.SPIFFEID)
+		klog.InfoS("Requested a workload certificate", "csr", name, "signer", m.opts.Signer, "identity", m.opts.Identity)
 	}
 	done, err := m.api.waitDone(ctx, name)
 	if err != nil {
@@ -340,7 +343,7 @@ func (m *Manager) Obtain(ctx context.Context, deliver Deliver) error {
 	// Written: the key now lives with its certificate, and the next request gets a new one.
 	_ = os.Remove(filepath.Join(m.opts.StateDir, pendingKeyFile))
 	m.metrics.CertificateExpiry(issued.leaf.NotAfter)
-	m.events.Normal(reasonCertIssued, fmt.Sprintf("Certificate for %s issued, valid until %s", m.opts.SPIFFEID, issued.leaf.NotAfter.UTC().Format(time.RFC3339)))
+	m.events.Normal(reasonCertIssued, fmt.Sprintf("Certificate for %s issued, valid until %s", m.opts.Identity, issued.leaf.NotAfter.UTC().Format(time.RFC3339)))
 	klog.InfoS("Wrote the workload certificate", "csr", name, "notAfter", issued.leaf.NotAfter)
 	return nil
 }
@@ -397,11 +400,7 @@ func (m *Manager) request(key crypto.Signer) (string, *certificatesv1.Certificat
 		prefix = prefix[:200]
 	}
 	name := "trustsync-" + prefix + "-" + hex.EncodeToString(sum[:8])
-	uri, err := url.Parse(m.opts.SPIFFEID)
-	if err != nil {
-		return "", nil, err
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: m.opts.DNSNames, URIs: []*url.URL{uri}}, key)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: m.opts.DNSNames, URIs: []*url.URL{m.opts.Identity.URL()}}, key)
 	if err != nil {
 		return "", nil, fmt.Errorf("cannot build the certificate request: %w", err)
 	}

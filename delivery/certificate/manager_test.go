@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/podevents/podeventstest"
 	"github.com/trustsync/trustsync/delivery/write"
@@ -208,7 +210,7 @@ func newTestCertManager(t *testing.T, stateDir string, api csrAPI, expirationSec
 	events := &podeventstest.Recorder{}
 	clk := clocktesting.NewFakeClock(certNow)
 	m := &Manager{
-		opts: Options{Signer: "trustsync.io/workload", KeyType: "ECDSAP256", SPIFFEID: "spiffe://cluster.local/ns/apps/sa/web",
+		opts: Options{Signer: "trustsync.io/workload", KeyType: "ECDSAP256", Identity: spiffeid.RequireFromString("spiffe://cluster.local/ns/apps/sa/web"),
 			PodName: "web-1", PodUID: "uid-1", StateDir: stateDir, ExpirationSeconds: expirationSeconds, CredentialBundle: true},
 		api: api, clock: clk, jitter: func() float64 { return 0.5 }, events: events, failing: podevents.Throttle{Clock: clk},
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/policy"
 )
@@ -149,6 +150,26 @@ type Certificate struct {
 	StateDir string
 }
 
+// Identity is the SPIFFE ID requested for ServiceAccount serviceAccount of
+// namespace, in the certificate's trust domain.
+func (c Certificate) Identity(namespace, serviceAccount string) (spiffeid.ID, error) {
+	td, err := c.domain()
+	if err != nil {
+		return spiffeid.ID{}, err
+	}
+	return policy.WorkloadID(td, namespace, serviceAccount)
+}
+
+// domain is the certificate's trust domain as go-spiffe takes it (a bare name: a
+// SPIFFE ID is refused, it would be doubled in the identity).
+func (c Certificate) domain() (spiffeid.TrustDomain, error) {
+	td, err := spiffeid.TrustDomainFromString(c.TrustDomain)
+	if err != nil || strings.Contains(c.TrustDomain, "://") {
+		return td, fmt.Errorf("--%s %q %s", FlagTrustDomain, c.TrustDomain, policy.TrustDomainRule)
+	}
+	return td, nil
+}
+
 // Args renders the spec as the sidecar's flags, in a fixed order.
 func (s Spec) Args() []string {
 	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagSources, EncodeSources(s.Sources))}, s.optionArgs()...)
@@ -203,6 +224,9 @@ func (s Spec) Validate() error {
 		}
 		if c.ExpirationSeconds < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d is negative; use 0 for the signer's default", FlagCertificateExpirationSeconds, c.ExpirationSeconds))
+		}
+		if _, err := c.domain(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if r := s.Reload; r != nil {

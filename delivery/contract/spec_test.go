@@ -131,6 +131,8 @@ func TestSpec_FlagsRefuseWhatTheSidecarCannotDo(t *testing.T) {
 		{"a reload URL with a bad port", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadURL, "http://localhost:70000/r")}, `has port "70000"`},
 		{"a signal that is no reload signal", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadSignal, "SIGKILL"), Flag(FlagReloadContainer, "app")}, `--reload-signal "SIGKILL" is not one of SIGHUP, SIGUSR1, SIGUSR2`},
 		{"a signal for no container", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagReloadSignal, "SIGHUP")}, "--reload-container is required with --reload-signal"},
+		{"a trust domain go-spiffe refuses", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagTrustDomain, "Cluster.Local")}, `--trust-domain "Cluster.Local" must be a SPIFFE trust domain such as cluster.local`},
+		{"a trust domain given as a SPIFFE ID", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagTrustDomain, "spiffe://cluster.local")}, `--trust-domain "spiffe://cluster.local" must be a SPIFFE trust domain`},
 		{"a negative warning window", []string{Flag(FlagDir, "/d"), "--" + FlagCertificate, Flag(FlagExpiryWarningDays, "-1")}, "--expiry-warning-days -1 is negative"},
 	}
 	for _, tc := range tests {

@@ -4,6 +4,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/trustsync/trustsync/delivery/certificate"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/metrics"
@@ -31,10 +33,10 @@ type Parts struct {
 	Observer observe.Observer
 	// ReloadTargets tell the app of a change (Spec.Reload says whether to).
 	ReloadTargets []observe.Target
-	// CSRs, SPIFFEID, PodName and PodUID serve the workload certificate, when the
+	// CSRs, Identity, PodName and PodUID serve the workload certificate, when the
 	// Spec asks for one.
 	CSRs            rest.Interface
-	SPIFFEID        string
+	Identity        spiffeid.ID
 	PodName, PodUID string
 	Clock           clock.Clock
 	Settled         func()
@@ -79,7 +81,7 @@ func Assemble(p Parts) (*Assembled, error) {
 	if c := p.Spec.Certificate; c != nil {
 		a.Cert = certificate.New(certificate.Options{
 			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,
-			SPIFFEID: p.SPIFFEID, PodName: p.PodName, PodUID: p.PodUID, StateDir: c.StateDir,
+			Identity: p.Identity, PodName: p.PodName, PodUID: p.PodUID, StateDir: c.StateDir,
 		}, p.CSRs, p.Events, p.Metrics)
 		a.Cert.Adopt(onDisk)
 		certFiles = a.Cert.Files()
