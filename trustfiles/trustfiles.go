@@ -28,8 +28,8 @@ const (
 
 // Kinds of trust object.
 const (
-	KindConfigMap = "ConfigMap"
-	KindSecret    = "Secret"
+	KindConfigMap = trusttarget.KindConfigMap
+	KindSecret    = trusttarget.KindSecret
 )
 
 // Object is a ConfigMap or Secret trustsync writes: what each of its keys is made of.
@@ -74,13 +74,7 @@ func FromTargets(targets []*trusttarget.TrustTarget, namespaces []*metav1.Partia
 		if len(t.Spec.Validate()) > 0 {
 			continue
 		}
-		kind, name := KindConfigMap, ""
-		switch {
-		case t.Spec.Target.ConfigMap != nil:
-			name = t.Spec.Target.ConfigMap.Name
-		case t.Spec.Target.Secret != nil:
-			kind, name = KindSecret, t.Spec.Target.Secret.Name
-		}
+		kind, name := t.Spec.Target.Object()
 		selector := labels.Everything()
 		if t.Spec.Target.NamespaceSelector != nil {
 			s, err := metav1.LabelSelectorAsSelector(t.Spec.Target.NamespaceSelector)

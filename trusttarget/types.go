@@ -48,6 +48,24 @@ type Target struct {
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 }
 
+// The kinds of object a target writes.
+const (
+	KindConfigMap = "ConfigMap"
+	KindSecret    = "Secret"
+)
+
+// Object is the kind (KindConfigMap or KindSecret) and name of the object the target
+// writes in each namespace; a valid spec names exactly one.
+func (t Target) Object() (kind, name string) {
+	if t.Secret != nil {
+		return KindSecret, t.Secret.Name
+	}
+	if t.ConfigMap != nil {
+		return KindConfigMap, t.ConfigMap.Name
+	}
+	return KindConfigMap, ""
+}
+
 // ObjectRef names the object written in each namespace.
 type ObjectRef struct {
 	Name string `json:"name"`

@@ -30,12 +30,9 @@ func claimOf(u *unstructured.Unstructured, secrets bool) (claim, bool) {
 	if err != nil || len(t.Spec.Validate()) > 0 {
 		return claim{}, false
 	}
-	cl := claim{target: t.Name, created: t.CreationTimestamp.Time, kind: "ConfigMap", object: targetName(t), selector: labels.Everything()}
-	if t.Spec.Target.Secret != nil {
-		if !secrets {
-			return claim{}, false
-		}
-		cl.kind = "Secret"
+	cl := claim{target: t.Name, created: t.CreationTimestamp.Time, selector: labels.Everything()}
+	if cl.kind, cl.object = t.Spec.Target.Object(); cl.kind == trusttarget.KindSecret && !secrets {
+		return claim{}, false
 	}
 	if ns := t.Spec.Target.NamespaceSelector; ns != nil {
 		if cl.selector, err = metav1.LabelSelectorAsSelector(ns); err != nil {

@@ -223,9 +223,8 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		c.cfg.Events.Event(u, corev1.EventTypeWarning, "InvalidSpec", msg)
 		return 0, c.setStatus(ctx, u, trusttarget.Status{}, "InvalidSpec", msg, false)
 	}
-	kind := "ConfigMap"
-	if t.Spec.Target.Secret != nil {
-		kind = "Secret"
+	kind, object := t.Spec.Target.Object()
+	if kind == trusttarget.KindSecret {
 		if !c.cfg.Secrets {
 			msg := "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors"
 			c.cfg.Events.Event(u, corev1.EventTypeWarning, "SecretsNotAllowed", msg)
@@ -239,7 +238,6 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !st.set.HasSynced() {
 		return time.Second, nil
 	}
-	object := targetName(t)
 	if st.last == nil {
 		// After a restart (or a spec change) there is no earlier rendering: the
 		// objects written before hold the last good content, and a source that
@@ -442,13 +440,6 @@ func tooLarge(data map[string]string, binary map[string][]byte) error {
 	return fmt.Errorf("the %d keys would hold %d bytes, more than one object holds (%d): name fewer sources, or have sources share a key (the public roots alone are about 200 KB)", len(data)+len(binary), n, MaxObjectBytes)
 }
 
-func targetName(t *trusttarget.TrustTarget) string {
-	if t.Spec.Target.Secret != nil {
-		return t.Spec.Target.Secret.Name
-	}
-	return t.Spec.Target.ConfigMap.Name
-}
-
 // enqueueWriters queues the targets that write an object of kind named as obj is,
 // where obj is not one the controller wrote (those come through their label).
 func (c *Controller) enqueueWriters(kind string, obj any) {
@@ -456,7 +447,7 @@ func (c *Controller) enqueueWriters(kind string, obj any) {
 	if err != nil || m.GetLabels()[trusttarget.TargetLabel] != "" {
 		return
 	}
-	field := map[string]string{"ConfigMap": "configMap", "Secret": "secret"}[kind]
+	field := map[string]string{trusttarget.KindConfigMap: "configMap", trusttarget.KindSecret: "secret"}[kind]
 	for _, t := range c.targets.GetStore().List() {
 		u, ok := t.(*unstructured.Unstructured)
 		if !ok {

@@ -111,9 +111,12 @@ func (c Cluster) EnvHolders(namespace string) []Straggler {
 			out = append(out, Straggler{Namespace: pod.Namespace, Pod: pod.Name, Node: pod.Spec.NodeName, Reason: NotObservable, Detail: strings.Join(how, "; ")})
 		}
 	}
-	slices.SortFunc(out, func(a, b Straggler) int { return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod) })
+	slices.SortFunc(out, byPod)
 	return out
 }
+
+// byPod orders stragglers by namespace and pod.
+func byPod(a, b Straggler) int { return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod) }
 
 // files are the pod's trust files: trustsync's and the kubelet's, and the keys of
 // trust objects it mounts.
@@ -536,14 +539,7 @@ type ObjectProgress struct {
 }
 
 // Done reports whether every pod and every object counted holds the anchor.
-func (p Progress) Done() bool {
-	for _, o := range p.Objects {
-		if o.Holding < o.Expected {
-			return false
-		}
-	}
-	return p.Holding == p.Expected
-}
+func (p Progress) Done() bool { return p.Holding == p.Expected && len(p.ObjectsBehind()) == 0 }
 
 // ObjectsBehind are the objects' progresses that are not complete.
 func (p Progress) ObjectsBehind() []ObjectProgress {
@@ -630,13 +626,9 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		}
 	}
 	p.Objects = c.objectsProgress(anchor, bundles)
-	slices.SortFunc(p.Stragglers, func(a, b Straggler) int {
-		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
-	})
+	slices.SortFunc(p.Stragglers, byPod)
 	slices.Sort(p.NotStarted)
-	slices.SortFunc(p.NotObservable, func(a, b Straggler) int {
-		return strings.Compare(a.Namespace+"/"+a.Pod, b.Namespace+"/"+b.Pod)
-	})
+	slices.SortFunc(p.NotObservable, byPod)
 	return p
 }
 
@@ -650,12 +642,7 @@ func (c Cluster) objectsProgress(anchor string, bundles []*certificatesv1.Cluste
 		if len(t.Spec.Validate()) > 0 || !selectsAny(t.Spec.Sources, bundles) || t.Status.Namespaces == 0 {
 			continue
 		}
-		kind, name := trustfiles.KindConfigMap, ""
-		if r := t.Spec.Target.ConfigMap; r != nil {
-			name = r.Name
-		} else if r := t.Spec.Target.Secret; r != nil {
-			kind, name = trustfiles.KindSecret, r.Name
-		}
+		kind, name := t.Spec.Target.Object()
 		o := ObjectProgress{Kind: kind, Name: name, Writer: trusttarget.Kind + " " + t.Name, Expected: t.Status.Namespaces}
 		switch {
 		case !slices.Contains(t.Status.Anchors, anchor):
