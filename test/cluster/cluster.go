@@ -18,6 +18,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -373,21 +374,48 @@ func (c *node) writeKubeconfig(path string, cert, ca *fixtures.Cert) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// FreePort returns a loopback port free at the time of asking, chosen below the
+// kernel's ephemeral range. A port the kernel hands out for ":0" comes from the same
+// range as the source ports of outgoing connections, so between asking and binding a
+// client (kube-apiserver dialling etcd, a test's own requests) can take it: that was
+// "bind: address already in use" from etcd, now and then, in a long run.
+func FreePort() (int, error) {
+	low := ephemeralLow()
+	const floor = 10000
+	for range 200 {
+		port := floor + rand.IntN(low-floor)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no free loopback port between %d and %d after 200 tries", floor, low)
+}
+
+// ephemeralLow is where the kernel's ephemeral ports begin (Linux's default when it
+// cannot be read).
+func ephemeralLow() int {
+	low := 32768
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return low
+	}
+	if f := strings.Fields(string(data)); len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 10001 {
+			low = n
+		}
+	}
+	return low
 }
 
 func (c *node) startEtcd() error {
-	clientPort, err := freePort()
+	clientPort, err := FreePort()
 	if err != nil {
 		return err
 	}
-	peerPort, err := freePort()
+	peerPort, err := FreePort()
 	if err != nil {
 		return err
 	}

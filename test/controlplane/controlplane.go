@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -328,15 +329,8 @@ func (cp *ControlPlane) ensureServiceAccount(ctx context.Context, client kuberne
 	return nil
 }
 
-// FreePort returns a loopback port free at the time of asking.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort returns a loopback port free at the time of asking (cluster.FreePort).
+func FreePort() (int, error) { return cluster.FreePort() }
 
 // Context returns a context for one test that ends with it, or after two minutes.
 func Context(t testing.TB) context.Context {
