@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/controller/federation"
 	"github.com/trustsync/trustsync/controller/targets"
@@ -30,7 +31,6 @@ import (
 	federationapi "github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // resync re-checks every object now and then even without an event, as a safety net.
@@ -164,8 +164,8 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
 	go in.Run(ctx, 2)
 	if o.Targets {
-		if !serves(client, trusttarget.Resource) {
-			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", trusttarget.Resource.String())
+		if !serves(client, v1alpha1.TrustTargetResource) {
+			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
 		} else {
 			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
 			go c.Run(ctx, 2)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/policy"
@@ -167,7 +168,7 @@ func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
 // request is what the annotations ask for, parsed and checked.
 type request struct {
 	delivery        Delivery
-	sources         []contract.Source
+	sources         []v1alpha1.Source
 	mountPath       string
 	containers      []string // nil: every app container
 	sslCertFile     string   // relative to the volume; "" for none
@@ -299,7 +300,7 @@ func listKey(a map[string]string) string {
 }
 
 // sources reads either the JSON list or the one-item shorthand.
-func (p *annotationParser) sources(certificateRequested bool) []contract.Source {
+func (p *annotationParser) sources(certificateRequested bool) []v1alpha1.Source {
 	list := listKey(p.a)
 	hasList := list != ""
 	_, hasSigner := p.a[AnnotationSignerName]
@@ -318,7 +319,7 @@ func (p *annotationParser) sources(certificateRequested bool) []contract.Source 
 				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\" and \"passwordSecret\"", list))
 			}
 		}
-		sources, err := contract.ParseSources([]byte(p.a[list]))
+		sources, err := v1alpha1.ParseSources([]byte(p.a[list]))
 		if err != nil {
 			p.invalid(list, err.Error())
 		}
@@ -336,24 +337,24 @@ func (p *annotationParser) sources(certificateRequested bool) []contract.Source 
 
 // shorthand builds the one item the single-source annotations describe. Unlike the
 // JSON form, a signer without a label selector means all of that signer's bundles.
-func (p *annotationParser) shorthand() []contract.Source {
+func (p *annotationParser) shorthand() []v1alpha1.Source {
 	if _, both := p.a[AnnotationBundleName]; both && p.a[AnnotationSignerName] != "" {
 		p.invalid(AnnotationBundleName, fmt.Sprintf("set either %s or %s, not both", AnnotationSignerName, AnnotationBundleName))
 		return nil
 	}
-	s := contract.Source{
+	s := v1alpha1.Source{
 		Name:       p.a[AnnotationBundleName],
 		SignerName: p.a[AnnotationSignerName],
 		Path:       DefaultPath,
 		Optional:   p.bool(AnnotationOptional, false),
-		Format:     p.choice(AnnotationFormat, "", contract.Formats),
+		Format:     p.choice(AnnotationFormat, "", v1alpha1.Formats),
 	}
 	if v, ok := p.a[AnnotationPasswordSecret]; ok {
 		name, key, found := strings.Cut(v, "/")
 		if !found {
 			p.invalid(AnnotationPasswordSecret, "must be <secret name>/<key>, such as truststore-password/password: the key of a Secret in the pod's namespace that holds the password")
 		} else {
-			s.PasswordSecret = &contract.KeyRef{Name: name, Key: key}
+			s.PasswordSecret = &v1alpha1.KeyRef{Name: name, Key: key}
 		}
 	}
 	if v, ok := p.a[AnnotationPath]; ok {
@@ -389,11 +390,11 @@ func (p *annotationParser) shorthand() []contract.Source {
 		}
 		p.errs = append(p.errs, &field.Error{Type: e.Type, Field: annotationPath(key).String(), BadValue: p.a[key], Detail: e.Detail})
 	}
-	return []contract.Source{s}
+	return []v1alpha1.Source{s}
 }
 
 // sslCertFile resolves trustsync.io/ssl-cert-file to a file in the volume.
-func (p *annotationParser) sslCertFile(sources []contract.Source) string {
+func (p *annotationParser) sslCertFile(sources []v1alpha1.Source) string {
 	v, ok := p.a[AnnotationSSLCertFile]
 	if !ok || v == "false" {
 		return ""
@@ -401,7 +402,7 @@ func (p *annotationParser) sslCertFile(sources []contract.Source) string {
 	// SSL_CERT_FILE is read as PEM by every library that reads it.
 	var paths []string
 	for _, s := range sources {
-		if !slices.Contains(paths, s.Path) && s.FileFormat() == contract.FormatPEM {
+		if !slices.Contains(paths, s.Path) && s.FileFormat() == v1alpha1.FormatPEM {
 			paths = append(paths, s.Path)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 )
 
@@ -254,7 +255,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 	s := sidecarSpec{req: req, cfg: cfg, volume: volume, uid: appUID(pod, targets), gid: appGID(pod, targets)}
 	if req.certificate != nil && s.uid == defaultUID && !runsAs(pod, targets, defaultUID) {
 		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the sidecar writes %s (mode 0600) as uid %d, which an app running as another uid (its image's USER, say) cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids",
-			targets[0].c.Name, contract.FileKey, defaultUID))
+			targets[0].c.Name, v1alpha1.FileKey, defaultUID))
 	}
 	volumes := []corev1.Volume{{Name: volume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		Medium: corev1.StorageMediumMemory, SizeLimit: &req.volumeSizeLimit,
@@ -336,7 +337,7 @@ func buildNative(pod *corev1.Pod, req *request, targets []target) ([]PatchOp, []
 		if runsAs(pod, targets, appUID(pod, targets)) {
 			uid = ptr.To(appUID(pod, targets))
 		} else {
-			warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the kubelet writes %s owned by root, which an app running as another uid cannot read; set securityContext.runAsUser to the app's uid", targets[0].c.Name, contract.FileKey))
+			warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the kubelet writes %s owned by root, which an app running as another uid cannot read; set securityContext.runAsUser to the app's uid", targets[0].c.Name, v1alpha1.FileKey))
 		}
 	}
 	appendItems(p, "/spec/volumes", pod.Spec.Volumes != nil, nativeVolume(volume, req, uid))

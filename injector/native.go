@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -78,7 +78,7 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 			invalid(sourcesKey, fmt.Sprintf("the ConfigMap or Secret source for %q is read by the sidecar alone (the kubelet would copy the key unchecked, keys and all); use %s: sidecar", s.Path, AnnotationDelivery))
 		case s.DefaultCAs:
 			invalid(sourcesKey, fmt.Sprintf("the public roots for %q are added by the sidecar alone; use %s: sidecar", s.Path, AnnotationDelivery))
-		case s.FileFormat() != contract.FormatPEM:
+		case s.FileFormat() != v1alpha1.FormatPEM:
 			key := sourcesKey
 			if _, ok := a[AnnotationFormat]; ok {
 				key = AnnotationFormat
@@ -123,7 +123,7 @@ func nativeVolume(name string, r *request, uid *int64) corev1.Volume {
 	}
 	if c := r.certificate; c != nil {
 		pc := &corev1.PodCertificateProjection{
-			SignerName: c.signer, KeyType: c.keyType, KeyPath: contract.FileKey, CertificateChainPath: contract.FileCertificate,
+			SignerName: c.signer, KeyType: c.keyType, KeyPath: v1alpha1.FileKey, CertificateChainPath: v1alpha1.FileCertificate,
 			// The app's uid owns the key, as the sidecar would write it, where the API
 			// server keeps the field (the AtomicWriteVolumeUserFields gate).
 			User: uid,
@@ -132,7 +132,7 @@ func nativeVolume(name string, r *request, uid *int64) corev1.Volume {
 			pc.MaxExpirationSeconds = ptr.To(c.expirationSeconds)
 		}
 		if c.credentialBundle {
-			pc.CredentialBundlePath = contract.FileCredentialBundle
+			pc.CredentialBundlePath = v1alpha1.FileCredentialBundle
 		}
 		if len(c.dnsNames) > 0 {
 			pc.UserAnnotations = map[string]string{policy.PodCertificateDNSNamesAnnotation: strings.Join(c.dnsNames, ",")}

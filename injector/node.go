@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 )
 
@@ -43,7 +44,7 @@ func buildNode(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]P
 	p := &patch{}
 	addStatus(p, pod, Status{Delivery: DeliveryNode, Volume: volume, MountPath: req.mountPath})
 	if req.certificate != nil && !runsAs(pod, targets, appUID(pod, targets)) {
-		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the node agent writes %s (mode 0600) owned by root, which an app running as another uid cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids", targets[0].c.Name, contract.FileKey))
+		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the node agent writes %s (mode 0600) owned by root, which an app running as another uid cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids", targets[0].c.Name, v1alpha1.FileKey))
 	}
 	if r := req.reload; r != nil && r.URL != "" {
 		warnings = append(warnings, fmt.Sprintf("trustsync: with %s: node the agent POSTs the reload to the pod's own address, at the port and path of %s, not to its loopback: the app must listen there", AnnotationDelivery, r.URL))

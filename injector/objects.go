@@ -3,7 +3,7 @@ package injector
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // ObjectSources reads what an annotated object other than a pod asks for (a ConfigMap
@@ -11,7 +11,7 @@ import (
 // as a pod's (trustsync.io/sources, or bundle-name, or signer-name with
 // label-selector; path, format, optional), meaning the same. ok is false when the
 // object does not ask (no trustsync.io/inject: "true").
-func ObjectSources(annotations map[string]string) (sources []contract.Source, ok bool, errs field.ErrorList) {
+func ObjectSources(annotations map[string]string) (sources []v1alpha1.Source, ok bool, errs field.ErrorList) {
 	p := &annotationParser{a: annotations}
 	switch v, set := annotations[AnnotationInject]; {
 	case !set || v == "false":

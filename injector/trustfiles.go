@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 )
 
@@ -20,12 +21,12 @@ type TrustFile struct {
 	// Volume is the pod's volume holding the file; File its path in the volume.
 	Volume string
 	File   string
-	// Format is contract.FormatPEM, or a Java truststore's.
+	// Format is v1alpha1.FormatPEM, or a Java truststore's.
 	Format string
 	// MountPaths are where the pod's containers see the file, each once.
 	MountPaths []string
 	// Sources are what the file is made of.
-	Sources []contract.Source
+	Sources []v1alpha1.Source
 }
 
 // Path is where the app sees the file: its first mount path, or the file in the
@@ -45,7 +46,7 @@ func TrustFiles(pod *corev1.Pod) []TrustFile {
 	var st Status
 	injected := json.Unmarshal([]byte(pod.Annotations[AnnotationStatus]), &st) == nil && st.Volume != ""
 	for _, v := range pod.Spec.Volumes {
-		var sources []contract.Source
+		var sources []v1alpha1.Source
 		delivery := DeliveryNative
 		switch {
 		case v.Projected != nil:
@@ -69,14 +70,14 @@ func TrustFiles(pod *corev1.Pod) []TrustFile {
 }
 
 // projectedTrust is a projected volume's ClusterTrustBundle sources, as sources.
-func projectedTrust(p *corev1.ProjectedVolumeSource) []contract.Source {
-	var sources []contract.Source
+func projectedTrust(p *corev1.ProjectedVolumeSource) []v1alpha1.Source {
+	var sources []v1alpha1.Source
 	for _, s := range p.Sources {
 		ctb := s.ClusterTrustBundle
 		if ctb == nil {
 			continue
 		}
-		src := contract.Source{Path: ctb.Path, LabelSelector: ctb.LabelSelector, Optional: ctb.Optional != nil && *ctb.Optional}
+		src := v1alpha1.Source{Path: ctb.Path, LabelSelector: ctb.LabelSelector, Optional: ctb.Optional != nil && *ctb.Optional}
 		if ctb.Name != nil {
 			src.Name = *ctb.Name
 		}
@@ -89,7 +90,7 @@ func projectedTrust(p *corev1.ProjectedVolumeSource) []contract.Source {
 }
 
 // filesOf groups sources by the file they write, in the order of first mention.
-func filesOf(pod *corev1.Pod, volume, sidecar string, delivery Delivery, sources []contract.Source) []TrustFile {
+func filesOf(pod *corev1.Pod, volume, sidecar string, delivery Delivery, sources []v1alpha1.Source) []TrustFile {
 	var files []TrustFile
 	index := map[string]int{}
 	for _, s := range sources {

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 func injected(t *testing.T, annotations map[string]string) *corev1.Pod {
@@ -44,20 +44,20 @@ func TestTrustFiles_ListsEveryDeliverysTrustFilesAndNeverACertificate(t *testing
 	}{
 		{name: "the sidecar's files, read back from its arguments, as the app mounts them",
 			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationCertificate: "true"}),
-			want: []TrustFile{{Delivery: DeliverySidecar, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			want: []TrustFile{{Delivery: DeliverySidecar, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
 		{name: "the node agent's files, read back from the volume's attributes",
 			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "node"}),
-			want: []TrustFile{{Delivery: DeliveryNode, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			want: []TrustFile{{Delivery: DeliveryNode, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
 		{name: "the kubelet's projected bundle, injected with delivery native",
 			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "native"}),
-			want: []TrustFile{{Delivery: DeliveryNative, Volume: "trustsync-anchors", File: DefaultPath, Format: contract.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []contract.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			want: []TrustFile{{Delivery: DeliveryNative, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
 		{name: "a projected bundle written by hand, without trustsync's annotations; other projections are not trust files",
 			pod: handMade,
-			want: []TrustFile{{Delivery: DeliveryNative, Volume: "roots", File: "roots.pem", Format: contract.FormatPEM,
-				MountPaths: []string{"/etc/roots/roots.pem"}, Sources: []contract.Source{{Name: "corp-roots", Path: "roots.pem"}}}}},
+			want: []TrustFile{{Delivery: DeliveryNative, Volume: "roots", File: "roots.pem", Format: v1alpha1.FormatPEM,
+				MountPaths: []string{"/etc/roots/roots.pem"}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: "roots.pem"}}}}},
 		{name: "a pod without trust has none", pod: &corev1.Pod{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestTrustFiles_ListsEveryDeliverysTrustFilesAndNeverACertificate(t *testing
 					len(g.Sources) != len(w.Sources) || g.Sources[0].Name != w.Sources[0].Name {
 					t.Errorf("file %d:\n got %+v\nwant %+v", i, g, w)
 				}
-				if contract.ReservedPaths.Has(g.File) {
+				if v1alpha1.ReservedPaths.Has(g.File) {
 					t.Errorf("file %d is a certificate's file %q", i, g.File)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/write"
 )
@@ -115,7 +116,7 @@ func TestValidate_FormsTheIdentityOnlyWithACertificate(t *testing.T) {
 			want: "spiffe://cluster.local/ns/apps/sa/web"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec := contract.Spec{Dir: "/trust", Sources: []contract.Source{{Name: "a", Path: "a.pem"}}, Certificate: tc.cert}
+			spec := contract.Spec{Dir: "/trust", Sources: []v1alpha1.Source{{Name: "a", Path: "a.pem"}}, Certificate: tc.cert}
 			o := parsed(t, spec.Args()...)
 			o.PodNamespace, o.ServiceAccount, o.PodName, o.PodUID = "apps", "web", "web-0", "uid"
 			if err := o.Validate(true); err != nil {

@@ -14,9 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // Deliveries of a trust object's keys, as the kubelet writes them into a pod's
@@ -28,8 +27,8 @@ const (
 
 // Kinds of trust object.
 const (
-	KindConfigMap = trusttarget.KindConfigMap
-	KindSecret    = trusttarget.KindSecret
+	KindConfigMap = v1alpha1.KindConfigMap
+	KindSecret    = v1alpha1.KindSecret
 )
 
 // Object is a ConfigMap or Secret trustsync writes: what each of its keys is made of.
@@ -46,7 +45,7 @@ type Object struct {
 type Key struct {
 	Key     string
 	Format  string
-	Sources []contract.Source
+	Sources []v1alpha1.Source
 }
 
 // Objects are the trust objects of a cluster, by kind, namespace and name.
@@ -68,34 +67,26 @@ func (objs Objects) Add(o *Object) {
 // FromTargets lists the objects the TrustTargets write in namespaces (their labels
 // decide which a target selects; terminating namespaces are written no more). A target
 // whose spec is invalid writes nothing and is skipped.
-func FromTargets(targets []*trusttarget.TrustTarget, namespaces []*metav1.PartialObjectMetadata) Objects {
+func FromTargets(targets []*v1alpha1.TrustTarget, namespaces []*metav1.PartialObjectMetadata) Objects {
 	objs := Objects{}
 	for _, t := range targets {
-		if len(t.Spec.Validate()) > 0 {
+		spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
+		if err != nil {
 			continue
 		}
-		kind, name := t.Spec.Target.Object()
-		selector := labels.Everything()
-		if t.Spec.Target.NamespaceSelector != nil {
-			s, err := metav1.LabelSelectorAsSelector(t.Spec.Target.NamespaceSelector)
-			if err != nil {
-				continue
-			}
-			selector = s
-		}
-		keys := keysOf(t.Spec.Sources)
+		keys := keysOf(spec.Sources)
 		for _, ns := range namespaces {
-			if ns.DeletionTimestamp != nil || !selector.Matches(labels.Set(ns.Labels)) {
+			if ns.DeletionTimestamp != nil || !spec.Namespaces.Matches(labels.Set(ns.Labels)) {
 				continue
 			}
-			objs.Add(&Object{Kind: kind, Namespace: ns.Name, Name: name, Writer: trusttarget.Kind + " " + t.Name, Keys: keys})
+			objs.Add(&Object{Kind: spec.Kind, Namespace: ns.Name, Name: spec.Name, Writer: v1alpha1.TrustTargetKind + " " + t.Name, Keys: keys})
 		}
 	}
 	return objs
 }
 
 // keysOf groups sources by the key they write, in the order of first mention.
-func keysOf(sources []contract.Source) []Key {
+func keysOf(sources []v1alpha1.Source) []Key {
 	var keys []Key
 	for _, s := range sources {
 		i := slices.IndexFunc(keys, func(k Key) bool { return k.Key == s.Path })
@@ -173,7 +164,7 @@ type EnvReader struct {
 	Keys []string `json:"keys"`
 	// How: "env" or "envFrom".
 	How     string            `json:"how"`
-	Sources []contract.Source `json:"-"`
+	Sources []v1alpha1.Source `json:"-"`
 }
 
 // EnvReaders lists the pod's containers (init and ephemeral ones included) that read
@@ -238,8 +229,8 @@ func (r EnvReader) Describe() string {
 // PasswordSecret is the Secret holding the password of a truststore file, nil for
 // one with the default password (or a PEM file): the node's agent reads no Secret, so
 // such a store cannot be observed.
-func PasswordSecret(tf injector.TrustFile) *contract.KeyRef {
-	if tf.Format == contract.FormatPEM {
+func PasswordSecret(tf injector.TrustFile) *v1alpha1.KeyRef {
+	if tf.Format == v1alpha1.FormatPEM {
 		return nil
 	}
 	for _, s := range tf.Sources {

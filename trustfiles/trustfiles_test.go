@@ -7,34 +7,33 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 func namespace(name string, labels map[string]string) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 }
 
-func target(name string, spec trusttarget.Spec) *trusttarget.TrustTarget {
-	return &trusttarget.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+func target(name string, spec v1alpha1.TrustTargetSpec) *v1alpha1.TrustTarget {
+	return &v1alpha1.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
 }
 
-var corpSources = []contract.Source{
+var corpSources = []v1alpha1.Source{
 	{Name: "corp", Path: "ca.pem"},
 	{SignerName: "example.com/internal", LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"},
-	{Name: "corp", Path: "truststore.p12", Format: contract.FormatPKCS12},
+	{Name: "corp", Path: "truststore.p12", Format: v1alpha1.FormatPKCS12},
 }
 
 func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
 	gone := namespace("gone", map[string]string{"trust": "corp"})
 	gone.DeletionTimestamp = &metav1.Time{}
 	namespaces := []*metav1.PartialObjectMetadata{namespace("apps", map[string]string{"trust": "corp"}), namespace("other", nil), gone}
-	objs := FromTargets([]*trusttarget.TrustTarget{
-		target("corp", trusttarget.Spec{Sources: corpSources, Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "trust-ca"},
+	objs := FromTargets([]*v1alpha1.TrustTarget{
+		target("corp", v1alpha1.TrustTargetSpec{Sources: corpSources, Target: v1alpha1.Target{ConfigMap: &v1alpha1.ObjectRef{Name: "trust-ca"},
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"trust": "corp"}}}}),
-		target("everywhere", trusttarget.Spec{Sources: []contract.Source{{Name: "corp", Path: "ca.pem"}}, Target: trusttarget.Target{Secret: &trusttarget.ObjectRef{Name: "trust-ca"}}}),
-		target("invalid", trusttarget.Spec{Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "invalid"}}}),
+		target("everywhere", v1alpha1.TrustTargetSpec{Sources: []v1alpha1.Source{{Name: "corp", Path: "ca.pem"}}, Target: v1alpha1.Target{Secret: &v1alpha1.ObjectRef{Name: "trust-ca"}}}),
+		target("invalid", v1alpha1.TrustTargetSpec{Target: v1alpha1.Target{ConfigMap: &v1alpha1.ObjectRef{Name: "invalid"}}}),
 	}, namespaces)
 
 	want := map[ObjectRef][]string{
@@ -51,7 +50,7 @@ func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("objects: %v; want %v (a terminating namespace, an unselected one and an invalid target hold none)", got, want)
 	}
-	if o := objs[ObjectRef{KindConfigMap, "apps", "trust-ca"}]; o.Writer != "TrustTarget corp" || len(o.Keys[0].Sources) != 2 || o.Keys[1].Format != contract.FormatPKCS12 {
+	if o := objs[ObjectRef{KindConfigMap, "apps", "trust-ca"}]; o.Writer != "TrustTarget corp" || len(o.Keys[0].Sources) != 2 || o.Keys[1].Format != v1alpha1.FormatPKCS12 {
 		t.Errorf("the ConfigMap's keys: %+v, writer %q; want ca.pem of two sources, a PKCS#12 truststore.p12, written by TrustTarget corp", o.Keys, o.Writer)
 	}
 }
@@ -61,7 +60,7 @@ func TestObjectFiles_TheKeysOfTrustObjectsAPodMountsAreItsTrustFiles(t *testing.
 	objs.Add(&Object{Kind: KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
 	objs.Add(&Object{Kind: KindSecret, Namespace: "apps", Name: "trust-secret", Keys: keysOf(corpSources[:1])})
 	mount := func(volume, path string) corev1.VolumeMount { return corev1.VolumeMount{Name: volume, MountPath: path} }
-	pem, p12, secretPEM := []contract.Source{corpSources[0], corpSources[1]}, []contract.Source{corpSources[2]}, corpSources[:1]
+	pem, p12, secretPEM := []v1alpha1.Source{corpSources[0], corpSources[1]}, []v1alpha1.Source{corpSources[2]}, corpSources[:1]
 	for _, tc := range []struct {
 		name   string
 		volume corev1.VolumeSource

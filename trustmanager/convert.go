@@ -15,9 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // TrustManagerBundle is one object read from a conversion's input: trust-manager's
@@ -115,7 +114,7 @@ type clusterBundleTarget struct {
 // be carried over, and the objects the controller would refuse (printed for review,
 // never as ready to apply).
 type Conversion struct {
-	Targets []*trusttarget.TrustTarget
+	Targets []*v1alpha1.TrustTarget
 	Bundles []*certificatesv1.ClusterTrustBundle
 	Notes   []string
 	// Refused are converted objects the controller or the API server would refuse,
@@ -142,7 +141,7 @@ type targetPlan struct {
 type converter struct {
 	b       *TrustManagerBundle
 	c       Conversion
-	anchors []contract.Source // each source once; copied onto every key
+	anchors []v1alpha1.Source // each source once; copied onto every key
 	inline  int
 }
 
@@ -250,7 +249,7 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 	for i, s := range spec.Sources {
 		switch {
 		case s.UseDefaultCAs != nil && *s.UseDefaultCAs:
-			cv.anchors = append(cv.anchors, contract.Source{DefaultCAs: true})
+			cv.anchors = append(cv.anchors, v1alpha1.Source{DefaultCAs: true})
 		case s.UseDefaultCAs != nil:
 		case s.InLine != nil:
 			cv.inLine(*s.InLine)
@@ -273,10 +272,10 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 	if f := t.AdditionalFormats; f != nil {
 		// trust-manager's defaults: "changeit" for JKS, none for PKCS#12.
 		if f.JKS != nil {
-			keys = append(keys, cv.store(f.JKS.Key, contract.FormatJKS, f.JKS.Password, contract.DefaultStorePassword))
+			keys = append(keys, cv.store(f.JKS.Key, v1alpha1.FormatJKS, f.JKS.Password, v1alpha1.DefaultStorePassword))
 		}
 		if f.PKCS12 != nil {
-			keys = append(keys, cv.store(f.PKCS12.Key, contract.FormatPKCS12, f.PKCS12.Password, ""))
+			keys = append(keys, cv.store(f.PKCS12.Key, v1alpha1.FormatPKCS12, f.PKCS12.Password, ""))
 			if f.PKCS12.Profile != "" {
 				cv.noteProfile("additionalFormats.pkcs12", f.PKCS12.Key, f.PKCS12.Profile)
 			}
@@ -297,7 +296,7 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 		}
 		cv.noteMetadata(which, obj.ref.Metadata)
 		if obj.ref.Key != "" {
-			p.keys = append(p.keys, key{path: obj.ref.Key, format: contract.FormatPEM})
+			p.keys = append(p.keys, key{path: obj.ref.Key, format: v1alpha1.FormatPEM})
 		}
 		// trust-manager writes the additional formats into every target object.
 		p.keys = append(p.keys, keys...)
@@ -315,7 +314,7 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 	if d := spec.DefaultCAs; d != nil {
 		switch d.Provider {
 		case "System":
-			cv.anchors = append(cv.anchors, contract.Source{DefaultCAs: true})
+			cv.anchors = append(cv.anchors, v1alpha1.Source{DefaultCAs: true})
 		case "Disabled":
 		default:
 			cv.note("defaultCAs.provider %q is neither System nor Disabled; left out", d.Provider)
@@ -344,10 +343,10 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 		for _, d := range obj.t.Data {
 			switch d.Format {
 			case "", "PEM":
-				p.keys = append(p.keys, key{path: d.Key, format: contract.FormatPEM})
+				p.keys = append(p.keys, key{path: d.Key, format: v1alpha1.FormatPEM})
 			case "PKCS12":
 				// trust-manager's ClusterBundle default: a password-less PKCS#12.
-				p.keys = append(p.keys, cv.store(d.Key, contract.FormatPKCS12, d.Password, ""))
+				p.keys = append(p.keys, cv.store(d.Key, v1alpha1.FormatPKCS12, d.Password, ""))
 				if d.Profile != "" {
 					cv.noteProfile("target."+obj.field, d.Key, d.Profile)
 				}
@@ -398,7 +397,7 @@ func (cv *converter) inLine(pem string) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "ClusterTrustBundle"},
 		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: pem}}
 	cv.c.Bundles = append(cv.c.Bundles, b)
-	cv.anchors = append(cv.anchors, contract.Source{Name: name})
+	cv.anchors = append(cv.anchors, v1alpha1.Source{Name: name})
 	if errs := tsbundle.ValidateTrustBundle(field.NewPath("spec", "trustBundle"), pem); len(errs) > 0 {
 		cv.refuse(b, fmt.Sprintf("ClusterTrustBundle %s (from the inline CAs) would be refused by the API server: %s; fix the PEM in the trust-manager object first", name, errs.ToAggregate()))
 	}
@@ -416,8 +415,8 @@ func (cv *converter) store(path, format string, password *string, def string) ke
 	if password != nil {
 		pw = *password
 	}
-	if pw != contract.DefaultStorePassword {
-		cv.note("its %s store at key %q had password %q; trustsync's truststores use %q (a truststore's content is public): tell its readers", format, path, pw, contract.DefaultStorePassword)
+	if pw != v1alpha1.DefaultStorePassword {
+		cv.note("its %s store at key %q had password %q; trustsync's truststores use %q (a truststore's content is public): tell its readers", format, path, pw, v1alpha1.DefaultStorePassword)
 	}
 	return key{path: path, format: format}
 }
@@ -433,9 +432,9 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 			name += "-secret"
 		}
 	}
-	t := &trusttarget.TrustTarget{TypeMeta: metav1.TypeMeta{APIVersion: trusttarget.Resource.GroupVersion().String(), Kind: trusttarget.Kind},
+	t := &v1alpha1.TrustTarget{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.TrustTargetResource.GroupVersion().String(), Kind: v1alpha1.TrustTargetKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"trustsync.io/converted-from": strings.ToLower(cv.b.Kind)}}}
-	ref := &trusttarget.ObjectRef{Name: cv.b.Name}
+	ref := &v1alpha1.ObjectRef{Name: cv.b.Name}
 	if p.secret {
 		t.Spec.Target.Secret = ref
 		cv.note("it writes a Secret: trustsync writes Secrets only where the chart allows it (targets.secrets: true, which lets the controller read and write Secrets in every namespace); a ConfigMap target may serve, as the anchors are public")
@@ -448,7 +447,7 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 		for _, a := range cv.anchors {
 			s := a
 			s.Path, s.Format = k.path, k.format
-			if s.Format == contract.FormatPEM {
+			if s.Format == v1alpha1.FormatPEM {
 				s.Format = ""
 			}
 			t.Spec.Sources = append(t.Spec.Sources, s)
@@ -464,8 +463,8 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 	} else if len(name) > 63 {
 		why = append(why, fmt.Sprintf("metadata.name %q: a TrustTarget's name has at most 63 characters", name))
 	}
-	if errs := t.Spec.Validate(); len(errs) > 0 {
-		why = append(why, errs.ToAggregate().Error())
+	if _, err := v1alpha1.ParseTrustTargetSpec(&t.Spec); err != nil {
+		why = append(why, err.Error())
 	}
 	if len(why) > 0 {
 		cv.refuse(t, fmt.Sprintf("TrustTarget %q would be refused: %s", name, strings.Join(why, "; ")))
@@ -474,7 +473,7 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 
 func (cv *converter) refuse(obj any, why string) {
 	cv.c.Refused = append(cv.c.Refused, Refusal{Object: obj, Why: why})
-	cv.c.Targets = slices.DeleteFunc(cv.c.Targets, func(t *trusttarget.TrustTarget) bool { return any(t) == obj })
+	cv.c.Targets = slices.DeleteFunc(cv.c.Targets, func(t *v1alpha1.TrustTarget) bool { return any(t) == obj })
 }
 
 func (cv *converter) refused(obj any) bool {

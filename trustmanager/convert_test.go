@@ -217,8 +217,8 @@ spec:
 				t.Errorf("refused %q; want %q", refused, tc.wantRefused)
 			}
 			for _, tt := range c.Targets {
-				if errs := tt.Spec.Validate(); len(errs) > 0 {
-					t.Errorf("a TrustTarget offered as ready is refused by the controller: %v", errs.ToAggregate())
+				if _, err := v1alpha1.ParseTrustTargetSpec(&tt.Spec); err != nil {
+					t.Errorf("a TrustTarget offered as ready is refused by the controller: %v", err)
 				}
 			}
 		})

@@ -20,9 +20,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 )
@@ -210,10 +210,10 @@ func decode(format string, data []byte) ([][]byte, error) {
 	var ders [][]byte
 	var err error
 	switch format {
-	case contract.FormatPKCS12:
-		ders, err = truststore.DecodePKCS12(data, contract.DefaultStorePassword)
-	case contract.FormatJKS:
-		ders, err = truststore.DecodeJKS(data, contract.DefaultStorePassword)
+	case v1alpha1.FormatPKCS12:
+		ders, err = truststore.DecodePKCS12(data, v1alpha1.DefaultStorePassword)
+	case v1alpha1.FormatJKS:
+		ders, err = truststore.DecodeJKS(data, v1alpha1.DefaultStorePassword)
 	default:
 		ders, err = bundle.DecodeCertificates(data)
 		format = "PEM"

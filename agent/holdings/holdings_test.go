@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustfiles"
 )
@@ -186,15 +186,15 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	podsDir := t.TempDir()
 	a, b := fixtures.CA("object a"), fixtures.CA("object b")
 	anchors := []*bundle.Anchor{bundle.NewAnchor(a.Cert.Raw), bundle.NewAnchor(b.Cert.Raw)}
-	p12, err := truststore.EncodePKCS12(anchors, contract.DefaultStorePassword)
+	p12, err := truststore.EncodePKCS12(anchors, v1alpha1.DefaultStorePassword)
 	must(t, err)
-	jks, err := truststore.EncodeJKS(anchors, contract.DefaultStorePassword)
+	jks, err := truststore.EncodeJKS(anchors, v1alpha1.DefaultStorePassword)
 	must(t, err)
 	objs := trustfiles.Objects{}
 	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{
-		{Key: "ca.pem", Format: contract.FormatPEM}, {Key: "trust.p12", Format: contract.FormatPKCS12}, {Key: "trust.jks", Format: contract.FormatJKS},
-		{Key: "broken.p12", Format: contract.FormatPKCS12},
-		{Key: "locked.p12", Format: contract.FormatPKCS12, Sources: []contract.Source{{Name: "corp", Path: "locked.p12", Format: contract.FormatPKCS12, PasswordSecret: &contract.KeyRef{Name: "pw", Key: "password"}}}},
+		{Key: "ca.pem", Format: v1alpha1.FormatPEM}, {Key: "trust.p12", Format: v1alpha1.FormatPKCS12}, {Key: "trust.jks", Format: v1alpha1.FormatJKS},
+		{Key: "broken.p12", Format: v1alpha1.FormatPKCS12},
+		{Key: "locked.p12", Format: v1alpha1.FormatPKCS12, Sources: []v1alpha1.Source{{Name: "corp", Path: "locked.p12", Format: v1alpha1.FormatPKCS12, PasswordSecret: &v1alpha1.KeyRef{Name: "pw", Key: "password"}}}},
 	}})
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "java", UID: "uid-java"}, Spec: corev1.PodSpec{
 		Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}}}}}}

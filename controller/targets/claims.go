@@ -6,11 +6,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/trustsync/trustsync/trusttarget"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // claim is one TrustTarget's claim on an object name: the ConfigMap (or Secret)
@@ -26,20 +25,15 @@ type claim struct {
 // claimOf is the claim target t makes, or false when it makes none it could act on
 // (its spec is invalid, or it names a Secret where Secrets are not allowed).
 func claimOf(u *unstructured.Unstructured, secrets bool) (claim, bool) {
-	t, err := trusttarget.FromUnstructured(u)
-	if err != nil || len(t.Spec.Validate()) > 0 {
+	t, err := v1alpha1.TrustTargetFromUnstructured(u)
+	if err != nil {
 		return claim{}, false
 	}
-	cl := claim{target: t.Name, created: t.CreationTimestamp.Time, selector: labels.Everything()}
-	if cl.kind, cl.object = t.Spec.Target.Object(); cl.kind == trusttarget.KindSecret && !secrets {
+	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
+	if err != nil || (spec.Kind == v1alpha1.KindSecret && !secrets) {
 		return claim{}, false
 	}
-	if ns := t.Spec.Target.NamespaceSelector; ns != nil {
-		if cl.selector, err = metav1.LabelSelectorAsSelector(ns); err != nil {
-			return claim{}, false
-		}
-	}
-	return cl, true
+	return claim{target: t.Name, created: t.CreationTimestamp.Time, kind: spec.Kind, object: spec.Name, selector: spec.Namespaces}, true
 }
 
 // claims are every TrustTarget's claims, oldest first (then by name): the order in

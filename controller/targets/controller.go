@@ -31,12 +31,11 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi/queue"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // FieldManager is the controller's name in the written objects' managedFields: it owns
@@ -82,7 +81,7 @@ func New(cfg Config) *Controller {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_targets"})}
 	c.state = newTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
-	c.targets = dyn.ForResource(trusttarget.Resource).Informer()
+	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -112,10 +111,10 @@ func New(cfg Config) *Controller {
 		DeleteFunc: func(any) { c.enqueueAll() },
 	})
 	// Only what the controller wrote: the objects carrying its label.
-	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = trusttarget.TargetLabel }))
+	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel }))
 	byTarget := func(obj any) {
 		if m, err := metaOf(obj); err == nil {
-			c.queue.Add(m.GetLabels()[trusttarget.TargetLabel])
+			c.queue.Add(m.GetLabels()[v1alpha1.TargetLabel])
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: byTarget, UpdateFunc: func(_, n any) { byTarget(n) }, DeleteFunc: byTarget}
@@ -168,7 +167,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		return
 	}
 	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
-	queue.Work(ctx, c.queue, workers, trusttarget.Kind, c.reconcile)
+	queue.Work(ctx, c.queue, workers, v1alpha1.TrustTargetKind, c.reconcile)
 	<-ctx.Done()
 	c.state.closeAll()
 }
@@ -214,24 +213,24 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
 	}
 	u := obj.(*unstructured.Unstructured)
-	t, err := trusttarget.FromUnstructured(u)
+	t, err := v1alpha1.TrustTargetFromUnstructured(u)
 	if err != nil {
-		return 0, c.setStatus(ctx, u, trusttarget.Status{}, "InvalidSpec", err.Error(), false)
+		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonInvalidSpec, err.Error(), false)
 	}
-	if errs := t.Spec.Validate(); len(errs) > 0 {
-		msg := errs.ToAggregate().Error()
-		c.cfg.Events.Event(u, corev1.EventTypeWarning, "InvalidSpec", msg)
-		return 0, c.setStatus(ctx, u, trusttarget.Status{}, "InvalidSpec", msg, false)
+	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
+	if err != nil {
+		c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, err.Error())
+		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonInvalidSpec, err.Error(), false)
 	}
-	kind, object := t.Spec.Target.Object()
-	if kind == trusttarget.KindSecret {
+	kind, object := spec.Kind, spec.Name
+	if kind == v1alpha1.KindSecret {
 		if !c.cfg.Secrets {
 			msg := "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors"
-			c.cfg.Events.Event(u, corev1.EventTypeWarning, "SecretsNotAllowed", msg)
-			return 0, c.setStatus(ctx, u, trusttarget.Status{}, "SecretsNotAllowed", msg, false)
+			c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonSecretsNotAllowed, msg)
+			return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonSecretsNotAllowed, msg, false)
 		}
 	}
-	st, err := c.state.get(ctx, name, specKey(t.Spec), t.Spec.Sources)
+	st, err := c.state.get(ctx, name, specKey(t.Spec), spec.Sources)
 	if err != nil {
 		return 0, err
 	}
@@ -248,18 +247,13 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	r := st.render()
 
-	selector := labels.Everything()
-	if ns := t.Spec.Target.NamespaceSelector; ns != nil {
-		if selector, err = metav1.LabelSelectorAsSelector(ns); err != nil {
-			return 0, err
-		}
-	}
+	selector := spec.Namespaces
 	all, err := c.namespaces.List(labels.Everything())
 	if err != nil {
 		return 0, err
 	}
 	claimed := claims(c.targets.GetStore().List(), c.cfg.Secrets)
-	status := trusttarget.Status{Anchors: r.AnchorIDs()}
+	status := v1alpha1.TrustTargetStatus{Anchors: r.AnchorIDs()}
 	selected := map[string]bool{}
 	var shared []string // what this target writes and another claims too
 	failed, conflicted := 0, 0
@@ -280,7 +274,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 				conflicted++
 			}
 			if len(status.Failures) < 10 {
-				status.Failures = append(status.Failures, trusttarget.Failure{Namespace: ns.Name, Message: err.Error()})
+				status.Failures = append(status.Failures, v1alpha1.NamespaceFailure{Namespace: ns.Name, Message: err.Error()})
 			}
 		case written:
 			status.Synced++
@@ -290,24 +284,24 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, err
 	}
 
-	reason, msg, ok := "Synced", fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, object, status.Synced, status.Namespaces), true
+	reason, msg, ok := v1alpha1.ReasonSynced, fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, object, status.Synced, status.Namespaces), true
 	switch {
 	case r.Err() != nil && status.Synced == 0 && failed == 0 && status.Namespaces > 0:
-		reason, msg, ok = "SourceMissing", "nothing written: "+r.Err().Error(), false
+		reason, msg, ok = v1alpha1.ReasonSourceMissing, "nothing written: "+r.Err().Error(), false
 	case r.Err() != nil:
-		reason, msg, ok = "SourceMissing", msg+"; kept the last good content of: "+r.Err().Error(), false
+		reason, msg, ok = v1alpha1.ReasonSourceMissing, msg+"; kept the last good content of: "+r.Err().Error(), false
 	case status.Namespaces == 0:
-		reason, msg = "NoNamespaces", "the namespace selector matches no namespace"
+		reason, msg = v1alpha1.ReasonNoNamespaces, "the namespace selector matches no namespace"
 	case len(shared) > 0 || conflicted > 0:
 		first := status.Failures
-		reason, ok = "Conflict", false
+		reason, ok = v1alpha1.ReasonConflict, false
 		if len(shared) > 0 {
 			msg = fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", msg, shared[0], len(shared))
 		} else {
 			msg = fmt.Sprintf("%s; %d namespaces not written, first %s: %s", msg, failed, first[0].Namespace, first[0].Message)
 		}
 	case failed > 0:
-		reason, msg, ok = "WriteFailed", fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
+		reason, msg, ok = v1alpha1.ReasonWriteFailed, fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
 	}
 	return 0, c.setStatus(ctx, u, status, reason, msg, ok)
 }
@@ -320,11 +314,11 @@ func (e *conflictError) Error() string { return e.msg }
 // write brings target's object in namespace ns up to date, and says whether it holds
 // the current content. note names another claimant of an object this target writes;
 // an object another target (or an annotation) writes is left to it: an error.
-func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespace, kind, object, target string, sources []contract.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
+func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespace, kind, object, target string, sources []v1alpha1.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
 	live := c.written(kind, ns.Name, object)
 	labelled := ""
 	if live != nil {
-		labelled = live.meta.GetLabels()[trusttarget.TargetLabel]
+		labelled = live.meta.GetLabels()[v1alpha1.TargetLabel]
 	}
 	w, others := writer(claimed, ns, kind, object, labelled)
 	if w != target {
@@ -338,7 +332,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	if err := tooLarge(data, binary); err != nil {
 		return false, note, err
 	}
-	d := desired{data: data, binary: binary, labels: map[string]string{trusttarget.TargetLabel: target}}
+	d := desired{data: data, binary: binary, labels: map[string]string{v1alpha1.TargetLabel: target}}
 	last := st.applied[ns.Name]
 	if live != nil && live.meta.GetResourceVersion() == last.after {
 		// The informer has seen this controller's last write: what it holds is the
@@ -357,7 +351,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 		live = fetched
 	}
 	if live == nil {
-		d.annotations = map[string]string{trusttarget.CreatedAnnotation: "true"}
+		d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
 	} else {
 		if _, asks := live.meta.GetAnnotations()[injector.AnnotationInject]; asks {
 			if labelled != target {
@@ -366,7 +360,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, injector.AnnotationInject)
 		}
 		if createdByTargets(live.meta) {
-			d.annotations = map[string]string{trusttarget.CreatedAnnotation: "true"}
+			d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
 		}
 		keepHeld(sources, r, live, d.data, d.binary)
 	}
@@ -394,7 +388,7 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 
 // payload splits a rendering's files into text keys (PEM) and binary keys
 // (truststores).
-func payload(sources []contract.Source, r *render.Rendering) (data map[string]string, binary map[string][]byte) {
+func payload(sources []v1alpha1.Source, r *render.Rendering) (data map[string]string, binary map[string][]byte) {
 	data, binary = map[string]string{}, map[string][]byte{}
 	// Keys holding the same anchors share one string, as their renderings share
 	// one encoding: 32 keys of the public roots are one copy, not 32.
@@ -404,7 +398,7 @@ func payload(sources []contract.Source, r *render.Rendering) (data map[string]st
 		if !ok {
 			continue
 		}
-		if src.FileFormat() != contract.FormatPEM {
+		if src.FileFormat() != v1alpha1.FormatPEM {
 			binary[src.Path] = f.Data
 			continue
 		}
@@ -444,10 +438,10 @@ func tooLarge(data map[string]string, binary map[string][]byte) error {
 // where obj is not one the controller wrote (those come through their label).
 func (c *Controller) enqueueWriters(kind string, obj any) {
 	m, err := metaOf(obj)
-	if err != nil || m.GetLabels()[trusttarget.TargetLabel] != "" {
+	if err != nil || m.GetLabels()[v1alpha1.TargetLabel] != "" {
 		return
 	}
-	field := map[string]string{trusttarget.KindConfigMap: "configMap", trusttarget.KindSecret: "secret"}[kind]
+	field := map[string]string{v1alpha1.KindConfigMap: "configMap", v1alpha1.KindSecret: "secret"}[kind]
 	for _, t := range c.targets.GetStore().List() {
 		u, ok := t.(*unstructured.Unstructured)
 		if !ok {
@@ -507,7 +501,7 @@ func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name strin
 
 // writtenBy is every object carrying target's label, as the informers hold them.
 func (c *Controller) writtenBy(target string) ([]object, error) {
-	sel := labels.SelectorFromSet(labels.Set{trusttarget.TargetLabel: target})
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.TargetLabel: target})
 	var found []object
 	cms, err := c.configMaps.List(sel)
 	if err != nil {
@@ -545,7 +539,7 @@ func (c *Controller) anyWritten(kind, target, name string) *object {
 // createdByTargets reports whether a TrustTarget created the object: it carries
 // CreatedAnnotation, set by the targets' field manager.
 func createdByTargets(m metav1.Object) bool {
-	return m.GetAnnotations()[trusttarget.CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[trusttarget.CreatedAnnotation]
+	return m.GetAnnotations()[v1alpha1.CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[v1alpha1.CreatedAnnotation]
 }
 
 // apply writes d into namespace's object with server-side apply, without force: a key
@@ -706,10 +700,10 @@ func ignoreNotFound(err error) error {
 
 // setStatus records the status and the Ready condition, and an Event when Ready
 // changed.
-func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status trusttarget.Status, reason, message string, ready bool) error {
-	old, _ := trusttarget.FromUnstructured(u)
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status v1alpha1.TrustTargetStatus, reason, message string, ready bool) error {
+	old, _ := v1alpha1.TrustTargetFromUnstructured(u)
 	status.ObservedGeneration = u.GetGeneration()
-	cond := metav1.Condition{Type: trusttarget.Ready, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: u.GetGeneration()}
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: u.GetGeneration()}
 	if ready {
 		cond.Status = metav1.ConditionTrue
 	}
@@ -723,7 +717,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	}
 	if changed {
 		typ := corev1.EventTypeNormal
-		if !ready && reason != "NoNamespaces" {
+		if !ready && reason != v1alpha1.ReasonNoNamespaces {
 			typ = corev1.EventTypeWarning
 		}
 		c.cfg.Events.Event(u, typ, reason, message)
@@ -734,14 +728,14 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	}
 	updated := u.DeepCopy()
 	updated.Object["status"] = m
-	_, err = c.cfg.Dynamic.Resource(trusttarget.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	_, err = c.cfg.Dynamic.Resource(v1alpha1.TrustTargetResource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // a newer version is queued already
 	}
 	return err
 }
 
-func equalStatus(a, b trusttarget.Status) bool {
+func equalStatus(a, b v1alpha1.TrustTargetStatus) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

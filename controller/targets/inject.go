@@ -28,11 +28,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi/queue"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // MaxInjectedPerNamespace is how many annotated ConfigMaps (and as many Secrets) of
@@ -57,7 +56,7 @@ var (
 	kindSecret    = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("secrets"), kind: "Secret", namespaced: true}
 	caBundleKinds = func() []injectKind {
 		var out []injectKind
-		for _, k := range trusttarget.CABundleKinds {
+		for _, k := range v1alpha1.CABundleKinds {
 			out = append(out, injectKind{gvr: k.Resource, kind: k.Kind, caBundle: true})
 		}
 		return out
@@ -191,8 +190,8 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		in.warnOnce(key, ref, "TrustInjectInvalid", errs.ToAggregate().Error())
 		return 0, nil
 	}
-	if t := m.Labels[trusttarget.TargetLabel]; t != "" && !k.caBundle {
-		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, trusttarget.TargetLabel, injector.AnnotationInject))
+	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.caBundle {
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, injector.AnnotationInject))
 		in.state.forget(key)
 		return 0, nil
 	}
@@ -290,20 +289,20 @@ func (in *Filler) warnOnce(key string, ref *corev1.ObjectReference, reason, msg 
 }
 
 // checkInjectSources refuses what an annotated object cannot take.
-func checkInjectSources(k injectKind, sources []contract.Source) (errs field.ErrorList) {
+func checkInjectSources(k injectKind, sources []v1alpha1.Source) (errs field.ErrorList) {
 	path := func(key string) *field.Path { return field.NewPath("metadata", "annotations").Key(key) }
 	var files []string
 	for _, s := range sources {
 		if s.ConfigMap != nil || s.Secret != nil || s.PasswordSecret != nil {
 			errs = append(errs, field.Forbidden(path(injector.AnnotationSources), "an annotated object takes bundles and the public roots; a ConfigMap or Secret source, or a password Secret, is for pods (publish those anchors as a bundle)"))
 		}
-		if !trusttarget.KeyPattern.MatchString(s.Path) {
+		if !v1alpha1.KeyPattern.MatchString(s.Path) {
 			errs = append(errs, field.Invalid(path(injector.AnnotationPath), s.Path, "must be a key: letters, digits, '-', '_' and '.' only"))
 		}
 		if !slices.Contains(files, s.Path) {
 			files = append(files, s.Path)
 		}
-		if k.caBundle && s.FileFormat() != contract.FormatPEM {
+		if k.caBundle && s.FileFormat() != v1alpha1.FormatPEM {
 			errs = append(errs, field.Invalid(path(injector.AnnotationFormat), s.Format, "a caBundle is PEM"))
 		}
 	}
@@ -388,7 +387,7 @@ func keysOf(data map[string]string, binary map[string][]byte) []string {
 	return keys
 }
 
-func describeSources(sources []contract.Source) string {
+func describeSources(sources []v1alpha1.Source) string {
 	var out []string
 	for _, s := range sources {
 		switch {

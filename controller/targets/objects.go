@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/write"
 )
@@ -186,7 +186,7 @@ func hasKey[V any](m map[string]V, k string) bool {
 // keepHeld adds to data and binary, for every path whose sources failed with no
 // content rendered, the content the live object holds: a payload never lacks a key
 // only because its source failed, so server-side apply never removes it.
-func keepHeld(sources []contract.Source, r *render.Rendering, live *object, data map[string]string, binary map[string][]byte) {
+func keepHeld(sources []v1alpha1.Source, r *render.Rendering, live *object, data map[string]string, binary map[string][]byte) {
 	if live == nil {
 		return
 	}
@@ -198,7 +198,7 @@ func keepHeld(sources []contract.Source, r *render.Rendering, live *object, data
 		if !ok {
 			continue
 		}
-		if src.FileFormat() == contract.FormatPEM {
+		if src.FileFormat() == v1alpha1.FormatPEM {
 			data[src.Path] = string(v)
 		} else {
 			binary[src.Path] = v

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/trustsync/trustsync/trusttarget"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // managed is a managedFields entry of manager applying fields.
@@ -24,8 +24,8 @@ func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
 		o, _ := objectOf(c)
 		return o
 	}
-	want := desired{data: map[string]string{"ca.crt": "PEM"}, binary: map[string][]byte{"t.p12": []byte("store")}, labels: map[string]string{trusttarget.TargetLabel: "corp"}}
-	label := map[string]string{trusttarget.TargetLabel: "corp"}
+	want := desired{data: map[string]string{"ca.crt": "PEM"}, binary: map[string][]byte{"t.p12": []byte("store")}, labels: map[string]string{v1alpha1.TargetLabel: "corp"}}
+	label := map[string]string{v1alpha1.TargetLabel: "corp"}
 	for _, tc := range []struct {
 		name  string
 		obj   object
@@ -36,7 +36,7 @@ func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
 		{name: "a value that differs", obj: cm(ours, map[string]string{"ca.crt": "OLD"}, label)},
 		{name: "a key of ours the apply drops", obj: cm(`{"f:data":{"f:ca.crt":{},"f:gone.crt":{}},"f:binaryData":{"f:t.p12":{}},"f:metadata":{"f:labels":{"f:trustsync.io/target":{}}}}`, map[string]string{"ca.crt": "PEM", "gone.crt": "x"}, label)},
 		{name: "the key held but owned by another manager", obj: cm(`{"f:binaryData":{"f:t.p12":{}},"f:metadata":{"f:labels":{"f:trustsync.io/target":{}}}}`, map[string]string{"ca.crt": "PEM"}, label)},
-		{name: "another target's label", obj: cm(ours, map[string]string{"ca.crt": "PEM"}, map[string]string{trusttarget.TargetLabel: "other"})},
+		{name: "another target's label", obj: cm(ours, map[string]string{"ca.crt": "PEM"}, map[string]string{v1alpha1.TargetLabel: "other"})},
 		{name: "no managed fields at all", obj: func() object {
 			o := cm(ours, map[string]string{"ca.crt": "PEM"}, label)
 			o.meta.SetManagedFields(nil)
@@ -52,7 +52,7 @@ func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
 }
 
 func TestCreatedByTargets_OnlyTheTargetsOwnMarker(t *testing.T) {
-	marker := map[string]string{trusttarget.CreatedAnnotation: "true"}
+	marker := map[string]string{v1alpha1.CreatedAnnotation: "true"}
 	for _, tc := range []struct {
 		name    string
 		meta    metav1.ObjectMeta
@@ -76,7 +76,7 @@ func TestWriter_OneWriterPerObjectSettledTheSameWayByEveryone(t *testing.T) {
 		if selector != nil {
 			spec["target"].(map[string]any)["namespaceSelector"] = map[string]any{"matchLabels": selector}
 		}
-		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "spec": spec,
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind, "spec": spec,
 			"metadata": map[string]any{"name": name, "creationTimestamp": time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(age).Format(time.RFC3339)}}}
 	}
 	store := []any{

@@ -9,7 +9,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/pipeline"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
@@ -48,7 +48,7 @@ func (w *watched) seed(files map[string]write.File) {
 
 // watchSources acquires the watches sources read from registry; changed is called on
 // every change of them until close.
-func watchSources(ctx context.Context, registry *watch.Registry, spec string, sources []contract.Source, changed func()) (*watched, error) {
+func watchSources(ctx context.Context, registry *watch.Registry, spec string, sources []v1alpha1.Source, changed func()) (*watched, error) {
 	plan, err := render.NewPlan(sources, "", false)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func newTended(registry *watch.Registry, changed func(key string)) *tended {
 
 // get returns key's watches for sources, made for spec (specKey of what the object
 // asks), made anew when spec changed.
-func (t *tended) get(ctx context.Context, key, spec string, sources []contract.Source) (*watched, error) {
+func (t *tended) get(ctx context.Context, key, spec string, sources []v1alpha1.Source) (*watched, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st, ok := t.by[key]; ok && st.spec == spec {

@@ -34,8 +34,8 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/metrics"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/write"
@@ -45,9 +45,9 @@ import (
 // The workload certificate's files (contract.File*), and the pending key's in the
 // state directory.
 const (
-	fileCert       = contract.FileCertificate
-	fileKey        = contract.FileKey
-	fileCredential = contract.FileCredentialBundle
+	fileCert       = v1alpha1.FileCertificate
+	fileKey        = v1alpha1.FileKey
+	fileCredential = v1alpha1.FileCredentialBundle
 	pendingKeyFile = "pending.key"
 
 	reasonCertIssued  = "CertificateIssued"

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // What the injector writes into a CSI volume, the node agent reads back to the same
@@ -35,7 +37,7 @@ func TestSpec_AttributesReadBackToTheSameSpec(t *testing.T) {
 }
 
 func TestSpec_AttributesNameNoDirectory(t *testing.T) {
-	s := Spec{Dir: "/trust", Sources: []Source{{Name: "a", Path: "a.pem"}}, Certificate: &Certificate{Signer: "s", KeyType: DefaultKeyType, TrustDomain: "td", StateDir: "/state"}}
+	s := Spec{Dir: "/trust", Sources: []v1alpha1.Source{{Name: "a", Path: "a.pem"}}, Certificate: &Certificate{Signer: "s", KeyType: DefaultKeyType, TrustDomain: "td", StateDir: "/state"}}
 	attrs := s.Attributes()
 	for _, name := range []string{FlagDir, FlagStateDir} {
 		if v, ok := attrs[name]; ok {

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -63,13 +64,6 @@ const (
 // Flag renders one flag with its value ("--name=value").
 func Flag(name, value string) string { return "--" + name + "=" + value }
 
-// The files the sidecar writes for a workload certificate, next to the trust files.
-const (
-	FileCertificate      = "tls.crt"
-	FileKey              = "tls.key"
-	FileCredentialBundle = "credential.pem"
-)
-
 // DefaultKeyType is the workload certificate's key type when none is asked for.
 const DefaultKeyType = policy.KeyECDSAP256
 
@@ -82,7 +76,7 @@ type Spec struct {
 	// Dir is the shared volume, as mounted into the sidecar.
 	Dir string
 	// Sources are the trust files to write and where their anchors come from.
-	Sources []Source
+	Sources []v1alpha1.Source
 	// Certificate asks for a rotating workload certificate; nil asks for none.
 	Certificate *Certificate
 	// Reload tells the app when what it trusts or presents changed; nil: never.
@@ -172,7 +166,7 @@ func (c Certificate) domain() (spiffeid.TrustDomain, error) {
 
 // Args renders the spec as the sidecar's flags, in a fixed order.
 func (s Spec) Args() []string {
-	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagSources, EncodeSources(s.Sources))}, s.optionArgs()...)
+	args := append([]string{Flag(FlagDir, s.Dir), Flag(FlagSources, v1alpha1.EncodeSources(s.Sources))}, s.optionArgs()...)
 	c := s.Certificate
 	if c == nil {
 		return args
@@ -311,12 +305,12 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	// The flag's former name, which pods injected before the rename still carry.
 	fs.StringVar(&f.formerSources, flagSourcesFormer, "", "Former name of --"+FlagSources+".")
 	_ = fs.MarkDeprecated(flagSourcesFormer, "use --"+FlagSources)
-	fs.BoolVar(&f.certificate, FlagCertificate, false, "Also obtain and rotate a workload certificate ("+FileCertificate+", "+FileKey+").")
+	fs.BoolVar(&f.certificate, FlagCertificate, false, "Also obtain and rotate a workload certificate ("+v1alpha1.FileCertificate+", "+v1alpha1.FileKey+").")
 	fs.StringVar(&f.cert.Signer, FlagCertificateSigner, f.cert.Signer, "Signer to request the workload certificate from.")
 	fs.Int32Var(&f.cert.ExpirationSeconds, FlagCertificateExpirationSeconds, 0, "Lifetime to request; 0 means the signer's default.")
 	fs.StringSliceVar(&f.cert.DNSNames, FlagCertificateDNSNames, nil, "DNS names for the workload certificate, comma-separated.")
 	fs.StringVar(&f.cert.KeyType, FlagCertificateKeyType, f.cert.KeyType, "Key type: "+strings.Join(KeyTypes, ", ")+".")
-	fs.BoolVar(&f.cert.CredentialBundle, FlagCertificateCredentialBundle, false, "Also write "+FileCredentialBundle+" (key, then chain).")
+	fs.BoolVar(&f.cert.CredentialBundle, FlagCertificateCredentialBundle, false, "Also write "+v1alpha1.FileCredentialBundle+" (key, then chain).")
 	fs.StringVar(&f.cert.TrustDomain, FlagTrustDomain, f.cert.TrustDomain, "SPIFFE trust domain of the workload identity.")
 	fs.StringVar(&f.cert.StateDir, FlagStateDir, "", "Sidecar-only directory that keeps a pending private key across sidecar restarts.")
 	fs.StringVar(&f.reload.URL, FlagReloadURL, "", "URL on the pod's loopback (http or https, host 127.0.0.1 or localhost) to POST to after the set of anchors of a file, or the workload certificate, changed. Not at start-up.")
@@ -353,7 +347,7 @@ func (f *Flags) Spec() (Spec, error) {
 		list, flag = f.formerSources, flagSourcesFormer
 	}
 	if list != "" && list != "[]" {
-		sources, err := ParseSources([]byte(list))
+		sources, err := v1alpha1.ParseSources([]byte(list))
 		if err != nil {
 			return s, fmt.Errorf("--%s: %w", flag, err)
 		}
@@ -373,7 +367,9 @@ func (rt Runtime) Validate(s Spec) error {
 	if rt.APIDiscoveryInterval < 0 {
 		errs = append(errs, fmt.Errorf("--%s %s is negative; use 0 to discover only at start", FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval))
 	}
-	if rt.PodNamespace == "" && slices.ContainsFunc(s.Sources, func(src Source) bool { return src.ConfigMap != nil || src.Secret != nil || src.PasswordSecret != nil }) {
+	if rt.PodNamespace == "" && slices.ContainsFunc(s.Sources, func(src v1alpha1.Source) bool {
+		return src.ConfigMap != nil || src.Secret != nil || src.PasswordSecret != nil
+	}) {
 		errs = append(errs, fmt.Errorf("--%s (or $%s) is required for ConfigMap and Secret sources and truststore passwords", FlagPodNamespace, EnvPodNamespace))
 	}
 	if c := s.Certificate; c != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -38,32 +39,32 @@ type namedSpec struct {
 func specs() []namedSpec {
 	live := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/cluster-trust-bundle-version": "live"}}
 	tests := []namedSpec{
-		{name: "one named bundle", spec: Spec{Dir: "/var/run/trust-anchors", Sources: []Source{{Name: "corp-root", Path: "ca_certificates.pem"}}}},
-		{name: "every kind of source, optional and nested paths", spec: Spec{Dir: "/trust", Sources: []Source{
+		{name: "one named bundle", spec: Spec{Dir: "/var/run/trust-anchors", Sources: []v1alpha1.Source{{Name: "corp-root", Path: "ca_certificates.pem"}}}},
+		{name: "every kind of source, optional and nested paths", spec: Spec{Dir: "/trust", Sources: []v1alpha1.Source{
 			{SignerName: "example.com/server-tls", LabelSelector: live, Path: "ca_certificates.pem"},
 			{SignerName: "example.com/all", LabelSelector: &metav1.LabelSelector{}, Path: "ca_certificates.pem"},
 			{Name: "corp-root", Path: "ca_certificates.pem"},
-			{ConfigMap: &KeyRef{Name: "extra-cas", Key: "ca.crt"}, Path: "ca_certificates.pem", Optional: true},
-			{Secret: &KeyRef{Name: "partner-ca", Key: "ca.crt"}, Path: "partner.pem"},
+			{ConfigMap: &v1alpha1.KeyRef{Name: "extra-cas", Key: "ca.crt"}, Path: "ca_certificates.pem", Optional: true},
+			{Secret: &v1alpha1.KeyRef{Name: "partner-ca", Key: "ca.crt"}, Path: "partner.pem"},
 			{DefaultCAs: true, Path: "nested/dir/public.pem"},
 		}}},
 		{name: "a certificate alone, with defaults", spec: Spec{Dir: "/trust", Certificate: &Certificate{
 			Signer: "trustsync.io/workload", KeyType: DefaultKeyType, TrustDomain: "cluster.local", StateDir: "/var/run/trustsync-state",
 		}}},
-		{name: "trust and a certificate with every option", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, Certificate: &Certificate{
+		{name: "trust and a certificate with every option", spec: Spec{Dir: "/trust", Sources: []v1alpha1.Source{{Name: "corp-root", Path: "ca.pem"}}, Certificate: &Certificate{
 			Signer: "example.com/workload", KeyType: policy.KeyRSA3072, ExpirationSeconds: 3600, DNSNames: []string{"web.apps.svc", "*.web.apps.svc"},
 			CredentialBundle: true, TrustDomain: "prod.example.com", StateDir: "/state",
 		}}},
 		{name: "truststores, reloads by URL and signal, and another warning window", spec: Spec{Dir: "/trust",
-			Sources: []Source{
-				{Name: "corp-root", Path: "truststore.p12", Format: FormatPKCS12, PasswordSecret: &KeyRef{Name: "store-pass", Key: "password"}},
-				{Name: "corp-root", Path: "truststore.jks", Format: FormatJKS},
+			Sources: []v1alpha1.Source{
+				{Name: "corp-root", Path: "truststore.p12", Format: v1alpha1.FormatPKCS12, PasswordSecret: &v1alpha1.KeyRef{Name: "store-pass", Key: "password"}},
+				{Name: "corp-root", Path: "truststore.jks", Format: v1alpha1.FormatJKS},
 			},
 			Reload:            &Reload{URL: "https://localhost:8443/-/reload", Signal: "SIGHUP", Container: "app"},
 			ExpiryWarningDays: 7,
 		}},
-		{name: "no expiry warnings", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: 0}},
-		{name: "the default warning window is not rendered", spec: Spec{Dir: "/trust", Sources: []Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: DefaultExpiryWarningDays}},
+		{name: "no expiry warnings", spec: Spec{Dir: "/trust", Sources: []v1alpha1.Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: 0}},
+		{name: "the default warning window is not rendered", spec: Spec{Dir: "/trust", Sources: []v1alpha1.Source{{Name: "corp-root", Path: "ca.pem"}}, ExpiryWarningDays: DefaultExpiryWarningDays}},
 	}
 	for _, kt := range KeyTypes {
 		tests = append(tests, namedSpec{name: "key type " + kt, spec: Spec{Dir: "/trust", Certificate: &Certificate{Signer: "s.example/w", KeyType: kt, TrustDomain: "td", StateDir: "/s"}}})
@@ -147,7 +148,7 @@ func TestSpec_FlagsRefuseWhatTheSidecarCannotDo(t *testing.T) {
 
 func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
 	cert := Spec{Dir: "/d", Certificate: &Certificate{Signer: "s", KeyType: DefaultKeyType, TrustDomain: "td"}}
-	namespaced := Spec{Dir: "/d", Sources: []Source{{ConfigMap: &KeyRef{Name: "cm", Key: "ca.crt"}, Path: "a.pem"}}}
+	namespaced := Spec{Dir: "/d", Sources: []v1alpha1.Source{{ConfigMap: &v1alpha1.KeyRef{Name: "cm", Key: "ca.crt"}, Path: "a.pem"}}}
 	tests := []struct {
 		name    string
 		rt      Runtime
@@ -158,9 +159,9 @@ func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
 			[]string{"--service-account is required with --certificate", "--state-dir is required with --certificate"}},
 		{"ConfigMap sources are read from the pod's namespace", Runtime{}, namespaced, []string{"--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources"}},
 		{"a negative discovery interval", Runtime{PodNamespace: "a", APIDiscoveryInterval: -1}, namespaced, []string{"--api-discovery-interval -1ns is negative"}},
-		{"a truststore password is read from the pod's namespace", Runtime{}, Spec{Dir: "/d", Sources: []Source{{Name: "a", Path: "t.jks", Format: FormatJKS, PasswordSecret: &KeyRef{Name: "p", Key: "k"}}}},
+		{"a truststore password is read from the pod's namespace", Runtime{}, Spec{Dir: "/d", Sources: []v1alpha1.Source{{Name: "a", Path: "t.jks", Format: v1alpha1.FormatJKS, PasswordSecret: &v1alpha1.KeyRef{Name: "p", Key: "k"}}}},
 			[]string{"--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources and truststore passwords"}},
-		{"bundle sources need no identity", Runtime{}, Spec{Dir: "/d", Sources: []Source{{Name: "a", Path: "a.pem"}}}, nil},
+		{"bundle sources need no identity", Runtime{}, Spec{Dir: "/d", Sources: []v1alpha1.Source{{Name: "a", Path: "a.pem"}}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

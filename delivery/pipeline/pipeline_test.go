@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/certificate"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/observe"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/write"
@@ -59,7 +59,7 @@ func (f *failingWriter) Write(payload map[string]write.File) (bool, error) {
 
 func newPipeline(t *testing.T, dir string, src *sources, certificate bool, observers ...observe.Observer) (*Pipeline, *failingWriter) {
 	t.Helper()
-	sourcesList, err := contract.ParseSources([]byte(`[{"name": "corp", "path": "ca.pem"}]`))
+	sourcesList, err := v1alpha1.ParseSources([]byte(`[{"name": "corp", "path": "ca.pem"}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +154,12 @@ func TestRun_ACertificateOfferIsWrittenWithTheTrustFilesOrRefused(t *testing.T) 
 
 	offer := certificate.OfferTo(p.Offers())
 	cert := func(name string) map[string]write.File {
-		return map[string]write.File{contract.FileCertificate: {Data: []byte(name), Mode: 0o644}, contract.FileKey: {Data: []byte("key of " + name), Mode: 0o600}}
+		return map[string]write.File{v1alpha1.FileCertificate: {Data: []byte(name), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + name), Mode: 0o600}}
 	}
 	if err := offer(ctx, cert("cert-1")); err != nil {
 		t.Fatal(err)
 	}
-	if read(t, dir, contract.FileCertificate) != "cert-1" || read(t, dir, contract.FileKey) != "key of cert-1" || !strings.Contains(read(t, dir, "ca.pem"), "CERTIFICATE") {
+	if read(t, dir, v1alpha1.FileCertificate) != "cert-1" || read(t, dir, v1alpha1.FileKey) != "key of cert-1" || !strings.Contains(read(t, dir, "ca.pem"), "CERTIFICATE") {
 		t.Fatal("the certificate, its key and the trust file are not all written")
 	}
 	w.err = errors.New("read-only file system")
@@ -177,7 +177,7 @@ func TestRun_ACertificateOfferIsWrittenWithTheTrustFilesOrRefused(t *testing.T) 
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if read(t, dir, contract.FileCertificate) != "cert-1" {
+	if read(t, dir, v1alpha1.FileCertificate) != "cert-1" {
 		t.Error("the refused certificate replaced the one written")
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // Plan is what one pod asked for: its trust paths, what each is made of, and whether a
@@ -40,12 +40,12 @@ type pathPlan struct {
 	path   string
 	format string
 	// password is a truststore's password Secret key; nil means the default password.
-	password *contract.KeyRef
+	password *v1alpha1.KeyRef
 	items    []item
 }
 
 type item struct {
-	source contract.Source
+	source v1alpha1.Source
 	// selector indexes Plan.selectors for a bundle item; -1 otherwise.
 	selector int
 }
@@ -62,7 +62,7 @@ func (p pathPlan) optional() bool {
 
 // NewPlan groups sources by path, in order of first appearance, for a pod in
 // namespace; certificate says the pod's files include a workload certificate.
-func NewPlan(sources []contract.Source, namespace string, certificate bool) (*Plan, error) {
+func NewPlan(sources []v1alpha1.Source, namespace string, certificate bool) (*Plan, error) {
 	p := &Plan{namespace: namespace, certificate: certificate}
 	for _, s := range sources {
 		i := slices.IndexFunc(p.paths, func(g pathPlan) bool { return g.path == s.Path })
@@ -120,17 +120,17 @@ func (p *Plan) Selectors() []BundleSelector { return p.selectors }
 // ConfigMaps and Secrets list, once each, the objects of the pod's namespace the plan
 // reads: sources, and truststore passwords.
 func (p *Plan) ConfigMaps() []string {
-	return p.objects(func(s contract.Source) *contract.KeyRef { return s.ConfigMap }, nil)
+	return p.objects(func(s v1alpha1.Source) *v1alpha1.KeyRef { return s.ConfigMap }, nil)
 }
 
 // Secrets: see ConfigMaps.
 func (p *Plan) Secrets() []string {
-	return p.objects(func(s contract.Source) *contract.KeyRef { return s.Secret }, func(g pathPlan) *contract.KeyRef { return g.password })
+	return p.objects(func(s v1alpha1.Source) *v1alpha1.KeyRef { return s.Secret }, func(g pathPlan) *v1alpha1.KeyRef { return g.password })
 }
 
-func (p *Plan) objects(ofItem func(contract.Source) *contract.KeyRef, ofPath func(pathPlan) *contract.KeyRef) []string {
+func (p *Plan) objects(ofItem func(v1alpha1.Source) *v1alpha1.KeyRef, ofPath func(pathPlan) *v1alpha1.KeyRef) []string {
 	var names []string
-	add := func(ref *contract.KeyRef) {
+	add := func(ref *v1alpha1.KeyRef) {
 		if ref != nil && !slices.Contains(names, ref.Name) {
 			names = append(names, ref.Name)
 		}
@@ -160,7 +160,7 @@ func (p *Plan) Paths() []string {
 func (p *Plan) Required() []string {
 	var out []string
 	if p.certificate {
-		out = append(out, contract.FileCertificate, contract.FileKey)
+		out = append(out, v1alpha1.FileCertificate, v1alpha1.FileKey)
 	}
 	for _, g := range p.paths {
 		if !g.optional() && !slices.Contains(out, g.path) {

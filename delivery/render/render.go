@@ -13,8 +13,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/write"
 )
 
@@ -133,9 +133,9 @@ func (r *Rendering) State() (state string, complete bool) {
 		fmt.Fprintf(&b, "%s=%x;", g.path, p.Set)
 	}
 	if r.plan.certificate {
-		crt, ok := r.Files[contract.FileCertificate]
+		crt, ok := r.Files[v1alpha1.FileCertificate]
 		complete = complete && ok
-		fmt.Fprintf(&b, "%s=%x", contract.FileCertificate, sha256.Sum256(crt.Data))
+		fmt.Fprintf(&b, "%s=%x", v1alpha1.FileCertificate, sha256.Sum256(crt.Data))
 	}
 	return b.String(), complete
 }
@@ -192,7 +192,7 @@ func renderPath(plan *Plan, g pathPlan, snap Snapshot, last Path, d *decoder) (P
 		return Path{}, errors.Join(errs...)
 	}
 	p := Path{Anchors: pool.Anchors(), FirstExpiry: pool.EarliestNotAfter(), Set: pool.SetSum(), Known: true}
-	if g.format != contract.FormatPEM {
+	if g.format != v1alpha1.FormatPEM {
 		var err error
 		if p.Password, err = password(plan.namespace, g, snap); err != nil {
 			return Path{}, err
@@ -205,7 +205,7 @@ func renderPath(plan *Plan, g pathPlan, snap Snapshot, last Path, d *decoder) (P
 		p.Content = last.Content
 		return p, nil
 	}
-	if g.format == contract.FormatPEM {
+	if g.format == v1alpha1.FormatPEM {
 		p.shared = sharedPEMOf(p.Set, pool)
 		p.Content = p.shared.data
 		return p, nil
@@ -243,7 +243,7 @@ func FromDisk(plan *Plan, files map[string]write.File, snap Snapshot) *Rendering
 
 func readBack(plan *Plan, g pathPlan, data []byte, snap Snapshot) ([sha256.Size]byte, string, error) {
 	pool := tsbundle.NewPool()
-	if g.format == contract.FormatPEM {
+	if g.format == v1alpha1.FormatPEM {
 		if err := pool.AddPEM(data); err != nil {
 			return [sha256.Size]byte{}, "", err
 		}

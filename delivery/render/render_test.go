@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/write"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -76,7 +76,7 @@ type pod struct {
 
 func newPod(t *testing.T, w *world, sourcesJSON string) *pod {
 	t.Helper()
-	sources, err := contract.ParseSources([]byte(sourcesJSON))
+	sources, err := v1alpha1.ParseSources([]byte(sourcesJSON))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func openStore(t *testing.T, r *Rendering, path, format, password string) [][]by
 	data := r.Files[path].Data
 	var ders [][]byte
 	var err error
-	if format == contract.FormatJKS {
+	if format == v1alpha1.FormatJKS {
 		ders, err = truststore.DecodeJKS(data, password)
 	} else {
 		ders, err = truststore.DecodePKCS12(data, password)
@@ -309,7 +309,7 @@ func holds(ders [][]byte, certs ...*fixtures.Cert) bool {
 }
 
 func TestRender_TruststoresHoldTheMergedAnchors(t *testing.T) {
-	for _, format := range []string{contract.FormatPKCS12, contract.FormatJKS} {
+	for _, format := range []string{v1alpha1.FormatPKCS12, v1alpha1.FormatJKS} {
 		t.Run(format, func(t *testing.T) {
 			w := newWorld()
 			a, b := fixtures.CA("a"), fixtures.CA("b")
@@ -324,7 +324,7 @@ func TestRender_TruststoresHoldTheMergedAnchors(t *testing.T) {
 			if r.Err() != nil {
 				t.Fatal(r.Err())
 			}
-			if got := openStore(t, r, "default.store", format, contract.DefaultStorePassword); !holds(got, a, b) {
+			if got := openStore(t, r, "default.store", format, v1alpha1.DefaultStorePassword); !holds(got, a, b) {
 				t.Errorf("default.store holds %d certificates, want a and b once each", len(got))
 			}
 			if got := openStore(t, r, "secret.store", format, "s3cret-from-a-Secret"); !holds(got, a, b) {
@@ -371,7 +371,7 @@ func TestRender_AStoreIsEncodedAgainOnlyWhenItsSetOrPasswordChanges(t *testing.T
 		if got := !bytes.Equal(r.Files["t.p12"].Data, last); got != st.newBytes {
 			t.Fatalf("%s: new bytes = %v, want %v", st.name, got, st.newBytes)
 		}
-		if !holds(openStore(t, r, "t.p12", contract.FormatPKCS12, st.password), st.holds...) {
+		if !holds(openStore(t, r, "t.p12", v1alpha1.FormatPKCS12, st.password), st.holds...) {
 			t.Fatalf("%s: the store does not hold the anchors", st.name)
 		}
 		last = r.Files["t.p12"].Data
@@ -483,11 +483,11 @@ func TestRendering_StateChangesWithTheSetNotTheBytes(t *testing.T) {
 }
 
 func certFiles(crt string) map[string]write.File {
-	return map[string]write.File{contract.FileCertificate: {Data: []byte(crt), Mode: 0o644}, contract.FileKey: {Data: []byte("key of " + crt), Mode: 0o600}}
+	return map[string]write.File{v1alpha1.FileCertificate: {Data: []byte(crt), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + crt), Mode: 0o600}}
 }
 
 func TestPlan_ItemsReadingTheSameObjectShareOneSource(t *testing.T) {
-	sources, err := contract.ParseSources([]byte(`[
+	sources, err := v1alpha1.ParseSources([]byte(`[
 		{"name": "corp", "path": "ca.pem"},
 		{"name": "corp", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "s", "key": "password"}},
 		{"name": "corp", "path": "t.jks", "format": "jks", "passwordSecret": {"name": "s", "key": "password"}},
@@ -513,7 +513,7 @@ func TestPlan_ItemsReadingTheSameObjectShareOneSource(t *testing.T) {
 	if got := p.ConfigMaps(); !slices.Equal(got, []string{"s"}) {
 		t.Errorf("ConfigMaps() = %q", got)
 	}
-	if got, want := p.Required(), []string{contract.FileCertificate, contract.FileKey, "ca.pem", "t.p12", "t.jks", "all.pem"}; !slices.Equal(got, want) {
+	if got, want := p.Required(), []string{v1alpha1.FileCertificate, v1alpha1.FileKey, "ca.pem", "t.p12", "t.jks", "all.pem"}; !slices.Equal(got, want) {
 		t.Errorf("Required() = %q, want %q", got, want)
 	}
 }

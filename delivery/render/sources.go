@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // notFoundError says a source matched nothing. For an optional source that is fine;
@@ -93,7 +93,7 @@ func describe(sel tsbundle.Selector) string {
 }
 
 // keyAnchors decodes the value of one key of a ConfigMap or Secret.
-func keyAnchors(kind, namespace string, ref *contract.KeyRef, value string, has bool, d *decoder) ([]*tsbundle.Anchor, error) {
+func keyAnchors(kind, namespace string, ref *v1alpha1.KeyRef, value string, has bool, d *decoder) ([]*tsbundle.Anchor, error) {
 	if !has {
 		return nil, &notFoundError{what: fmt.Sprintf("%s %s/%s has no key %q", kind, namespace, ref.Name, ref.Key)}
 	}
@@ -126,11 +126,11 @@ var publicRoots = sync.OnceValue(func() []*tsbundle.Anchor {
 func password(namespace string, g pathPlan, snap Snapshot) (string, error) {
 	ref := g.password
 	if ref == nil {
-		return contract.DefaultStorePassword, nil
+		return v1alpha1.DefaultStorePassword, nil
 	}
 	s, ok := snap.Secrets[ref.Name]
 	if !ok {
-		return "", fmt.Errorf("passwordSecret %s/%s (the password of %s) not found; create the Secret with the key %q, or drop passwordSecret to use the default password %q", namespace, ref.Name, g.path, ref.Key, contract.DefaultStorePassword)
+		return "", fmt.Errorf("passwordSecret %s/%s (the password of %s) not found; create the Secret with the key %q, or drop passwordSecret to use the default password %q", namespace, ref.Name, g.path, ref.Key, v1alpha1.DefaultStorePassword)
 	}
 	v, has := s.Data[ref.Key]
 	switch {
@@ -169,14 +169,14 @@ func (d *decoder) decode(source, text string) ([]*tsbundle.Anchor, error) {
 
 // encodeStore and decodeStore dispatch on a truststore's format.
 func encodeStore(format string, anchors []*tsbundle.Anchor, password string) ([]byte, error) {
-	if format == contract.FormatJKS {
+	if format == v1alpha1.FormatJKS {
 		return truststore.EncodeJKS(anchors, password)
 	}
 	return truststore.EncodePKCS12(anchors, password)
 }
 
 func decodeStore(format string, data []byte, password string) ([][]byte, error) {
-	if format == contract.FormatJKS {
+	if format == v1alpha1.FormatJKS {
 		return truststore.DecodeJKS(data, password)
 	}
 	return truststore.DecodePKCS12(data, password)

@@ -17,7 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // Writer puts a set of files into a directory so that readers never see a partial
@@ -202,13 +202,13 @@ func validatePayload(payload map[string]File) error {
 	var errs []error
 	paths := make([]string, 0, len(payload))
 	for p := range payload {
-		if fieldErrs := contract.ValidateFilePath(field.NewPath("file"), p); len(fieldErrs) > 0 {
+		if fieldErrs := v1alpha1.ValidateFilePath(field.NewPath("file"), p); len(fieldErrs) > 0 {
 			errs = append(errs, fmt.Errorf("cannot write %q: %w", p, fieldErrs.ToAggregate()))
 			continue
 		}
 		paths = append(paths, p)
 	}
-	if file, under, ok := contract.FileDirectoryConflict(paths); ok {
+	if file, under, ok := v1alpha1.FileDirectoryConflict(paths); ok {
 		errs = append(errs, fmt.Errorf("cannot write both %q and %q: the first would have to be a file and a directory", file, under))
 	}
 	return errors.Join(errs...)

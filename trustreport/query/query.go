@@ -17,12 +17,11 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // States of a trust file.
@@ -62,7 +61,7 @@ type Cluster struct {
 	Contents []ObjectContent
 	// Targets are the TrustTargets, with the status their controller wrote: what
 	// their objects hold, and in how many of the namespaces they select.
-	Targets []*trusttarget.TrustTarget
+	Targets []*v1alpha1.TrustTarget
 }
 
 // ObjectContent is one key of an object trustsync writes (a ConfigMap's or
@@ -639,11 +638,11 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 func (c Cluster) objectsProgress(anchor string, bundles []*certificatesv1.ClusterTrustBundle) []ObjectProgress {
 	var out []ObjectProgress
 	for _, t := range c.Targets {
-		if len(t.Spec.Validate()) > 0 || !selectsAny(t.Spec.Sources, bundles) || t.Status.Namespaces == 0 {
+		spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
+		if err != nil || !selectsAny(spec.Sources, bundles) || t.Status.Namespaces == 0 {
 			continue
 		}
-		kind, name := t.Spec.Target.Object()
-		o := ObjectProgress{Kind: kind, Name: name, Writer: trusttarget.Kind + " " + t.Name, Expected: t.Status.Namespaces}
+		o := ObjectProgress{Kind: spec.Kind, Name: spec.Name, Writer: v1alpha1.TrustTargetKind + " " + t.Name, Expected: t.Status.Namespaces}
 		switch {
 		case !slices.Contains(t.Status.Anchors, anchor):
 			o.Detail = "its content does not hold it yet"
@@ -663,7 +662,7 @@ func (c Cluster) objectsProgress(anchor string, bundles []*certificatesv1.Cluste
 }
 
 // selectsAny reports whether one of sources selects one of bundles.
-func selectsAny(sources []contract.Source, bundles []*certificatesv1.ClusterTrustBundle) bool {
+func selectsAny(sources []v1alpha1.Source, bundles []*certificatesv1.ClusterTrustBundle) bool {
 	for _, s := range sources {
 		sel, ok := s.Selector()
 		if !ok {

@@ -14,12 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 func TestResolveAnchor_TakesAPEMFileAHashOrAUniquePrefix(t *testing.T) {
@@ -179,8 +178,8 @@ func TestStatus_AChangeAfterItsReportIsNotKnown(t *testing.T) {
 func trustCM(bundleName string) trustfiles.Objects {
 	objs := trustfiles.Objects{}
 	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "ns", Name: "trust-ca", Writer: "TrustTarget corp", Keys: []trustfiles.Key{
-		{Key: "ca.pem", Format: "pem", Sources: []contract.Source{{Name: bundleName, Path: "ca.pem"}}},
-		{Key: "trust.p12", Format: "pkcs12", Sources: []contract.Source{{Name: bundleName, Path: "trust.p12", Format: "pkcs12"}}},
+		{Key: "ca.pem", Format: "pem", Sources: []v1alpha1.Source{{Name: bundleName, Path: "ca.pem"}}},
+		{Key: "trust.p12", Format: "pkcs12", Sources: []v1alpha1.Source{{Name: bundleName, Path: "trust.p12", Format: "pkcs12"}}},
 	}})
 	return objs
 }
@@ -189,30 +188,30 @@ func TestProgress_TheObjectsATrustTargetWritesAreWaitedForByItsStatus(t *testing
 	oldCA, newCA := fixtures.CA("objects old"), fixtures.CA("objects new")
 	oldID, newID := bundle.AnchorID(oldCA.Cert.Raw), bundle.AnchorID(newCA.Cert.Raw)
 	corp := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(oldCA, newCA)}}
-	target := func(source string, status trusttarget.Status) *trusttarget.TrustTarget {
-		return &trusttarget.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: "roots"}, Spec: trusttarget.Spec{
-			Sources: []contract.Source{{Name: source, Path: "ca.pem"}}, Target: trusttarget.Target{ConfigMap: &trusttarget.ObjectRef{Name: "trust-ca"}}}, Status: status}
+	target := func(source string, status v1alpha1.TrustTargetStatus) *v1alpha1.TrustTarget {
+		return &v1alpha1.TrustTarget{ObjectMeta: metav1.ObjectMeta{Name: "roots"}, Spec: v1alpha1.TrustTargetSpec{
+			Sources: []v1alpha1.Source{{Name: source, Path: "ca.pem"}}, Target: v1alpha1.Target{ConfigMap: &v1alpha1.ObjectRef{Name: "trust-ca"}}}, Status: status}
 	}
 	for _, tc := range []struct {
 		name   string
-		target *trusttarget.TrustTarget
+		target *v1alpha1.TrustTarget
 		want   string // holding/expected and why, "" for not counted
 		done   bool
 	}{
 		{name: "every namespace synced with content holding the new CA holds it",
-			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{newID, oldID}}), want: "3/3 ", done: true},
+			target: target("corp", v1alpha1.TrustTargetStatus{Namespaces: 3, Synced: 3, Anchors: []string{newID, oldID}}), want: "3/3 ", done: true},
 		{name: "content without the new CA holds it nowhere, however synced",
-			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "0/3 its content does not hold it yet"},
+			target: target("corp", v1alpha1.TrustTargetStatus{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "0/3 its content does not hold it yet"},
 		{name: "a namespace not written is behind, named with why",
-			target: target("corp", trusttarget.Status{Namespaces: 3, Synced: 2, Anchors: []string{oldID, newID},
-				Failures: []trusttarget.Failure{{Namespace: "team-a", Message: "conflict"}}}), want: "2/3 not written in 1 of them, first team-a: conflict"},
+			target: target("corp", v1alpha1.TrustTargetStatus{Namespaces: 3, Synced: 2, Anchors: []string{oldID, newID},
+				Failures: []v1alpha1.NamespaceFailure{{Namespace: "team-a", Message: "conflict"}}}), want: "2/3 not written in 1 of them, first team-a: conflict"},
 		{name: "a target of another bundle is not waited for",
-			target: target("other", trusttarget.Status{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "", done: true},
+			target: target("other", v1alpha1.TrustTargetStatus{Namespaces: 3, Synced: 3, Anchors: []string{oldID}}), want: "", done: true},
 		{name: "a target that selects no namespace writes nothing to wait for",
-			target: target("corp", trusttarget.Status{}), want: "", done: true},
+			target: target("corp", v1alpha1.TrustTargetStatus{}), want: "", done: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Cluster{Targets: []*trusttarget.TrustTarget{tc.target}}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})
+			p := Cluster{Targets: []*v1alpha1.TrustTarget{tc.target}}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})
 			got := ""
 			for _, o := range p.Objects {
 				if o.Kind != trustfiles.KindConfigMap || o.Name != "trust-ca" || o.Writer != "TrustTarget roots" {

@@ -17,8 +17,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/trustfiles"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // TrustObjects knows which ConfigMaps and Secrets trustsync writes, so that the pods
@@ -34,14 +34,14 @@ type TrustObjects struct {
 	mu      sync.Mutex
 	current trustfiles.Objects
 	// parsed are the TrustTargets current was made from, with their status.
-	parsed []*trusttarget.TrustTarget
+	parsed []*v1alpha1.TrustTarget
 }
 
 // NewTrustObjects watches the TrustTargets and namespaces. Where TrustTargets are not
 // served (yet), the watch retries and there are no trust objects meanwhile.
 func NewTrustObjects(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, resync time.Duration) (*TrustObjects, error) {
 	o := &TrustObjects{
-		targets:    dynamicinformer.NewFilteredDynamicInformer(dyn, trusttarget.Resource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
+		targets:    dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.TrustTargetResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
 		namespaces: metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
 	}
 	o.dirty.Store(true)
@@ -75,13 +75,13 @@ func (o *TrustObjects) Current() (trustfiles.Objects, bool) {
 	if !o.HasSynced() || !o.dirty.Swap(false) {
 		return o.current, false
 	}
-	var targets []*trusttarget.TrustTarget
+	var targets []*v1alpha1.TrustTarget
 	for _, obj := range o.targets.GetStore().List() {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
 			continue
 		}
-		t, err := trusttarget.FromUnstructured(u)
+		t, err := v1alpha1.TrustTargetFromUnstructured(u)
 		if err != nil {
 			klog.V(2).InfoS("Skipping a TrustTarget that does not decode", "target", u.GetName(), "err", err)
 			continue
@@ -100,7 +100,7 @@ func (o *TrustObjects) Current() (trustfiles.Objects, bool) {
 
 // Targets are the TrustTargets as of the last Current, with their status: what
 // their objects hold.
-func (o *TrustObjects) Targets() []*trusttarget.TrustTarget {
+func (o *TrustObjects) Targets() []*v1alpha1.TrustTarget {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.parsed

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // Reader serves the read model from watches.
@@ -88,7 +88,7 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 	}
 	// Without TrustTargets served there are no trust objects, and nothing to wait for.
 	var objects *TrustObjects
-	if _, err := r.Dynamic.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+	if _, err := r.Dynamic.Resource(v1alpha1.TrustTargetResource).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 		if objects, err = NewTrustObjects(ctx, r.Dynamic, r.Metadata, r.Resync); err != nil {
 			return err
 		}

@@ -15,24 +15,23 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport/query"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // readObjects learns which ConfigMaps and Secrets trustsync writes from the
 // TrustTargets and the namespaces' labels, as the agents and the signer do; none where
 // TrustTargets are not served.
-func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, []*trusttarget.TrustTarget, error) {
-	forbidden := func(err error) (trustfiles.Objects, []*trusttarget.TrustTarget, error) {
+func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, []*v1alpha1.TrustTarget, error) {
+	forbidden := func(err error) (trustfiles.Objects, []*v1alpha1.TrustTarget, error) {
 		fmt.Fprintf(o.stderr, "warning: TrustTargets' ConfigMaps and Secrets, and the pods reading them, are not counted: %s\n", safe(err.Error()))
 		return nil, nil, nil
 	}
-	list, err := dyn.Resource(trusttarget.Resource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(v1alpha1.TrustTargetResource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}
@@ -42,9 +41,9 @@ func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dy
 	if err != nil {
 		return nil, nil, fmt.Errorf("list TrustTargets: %w", err)
 	}
-	var targets []*trusttarget.TrustTarget
+	var targets []*v1alpha1.TrustTarget
 	for i := range list.Items {
-		if t, err := trusttarget.FromUnstructured(&list.Items[i]); err == nil {
+		if t, err := v1alpha1.TrustTargetFromUnstructured(&list.Items[i]); err == nil {
 			targets = append(targets, t)
 		}
 	}
@@ -85,13 +84,13 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 			}
 		}
 		// A TrustTarget's objects carry its label: one list finds them.
-		targets, err := dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: trusttarget.TargetLabel})
+		targets, err := dyn.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.TargetLabel})
 		if err != nil {
 			warn(kind+"s", err)
 			continue
 		}
 		for i := range targets.Items {
-			add(&targets.Items[i], trusttarget.Kind+" "+targets.Items[i].GetLabels()[trusttarget.TargetLabel])
+			add(&targets.Items[i], v1alpha1.TrustTargetKind+" "+targets.Items[i].GetLabels()[v1alpha1.TargetLabel])
 		}
 		// Annotated ones only by their annotation: their metadata, then each one.
 		list, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
@@ -100,7 +99,7 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 			continue
 		}
 		for _, m := range list.Items {
-			if m.Annotations[injector.AnnotationInject] != "true" || m.Labels[trusttarget.TargetLabel] != "" {
+			if m.Annotations[injector.AnnotationInject] != "true" || m.Labels[v1alpha1.TargetLabel] != "" {
 				continue
 			}
 			u, err := dyn.Resource(gvr).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
@@ -114,7 +113,7 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 	if namespace != "" {
 		return out
 	}
-	for _, k := range trusttarget.CABundleKinds {
+	for _, k := range v1alpha1.CABundleKinds {
 		list, err := meta.Resource(k.Resource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			if !apierrors.IsNotFound(err) {
@@ -196,8 +195,8 @@ func anchorsIn(data []byte) ([]string, bool) {
 	var err error
 	if utf8.Valid(data) {
 		ders, err = bundle.DecodeCertificates(data)
-	} else if ders, err = truststore.DecodePKCS12(data, contract.DefaultStorePassword); err != nil {
-		ders, err = truststore.DecodeJKS(data, contract.DefaultStorePassword)
+	} else if ders, err = truststore.DecodePKCS12(data, v1alpha1.DefaultStorePassword); err != nil {
+		ders, err = truststore.DecodeJKS(data, v1alpha1.DefaultStorePassword)
 	}
 	if err != nil || len(ders) == 0 {
 		return nil, false

@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // With the chart installed as a user would: a TrustTarget fills a ConfigMap in a
@@ -100,9 +100,9 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 // of namespace ns alone, deleted when the test ends.
 func createTarget(t *testing.T, n *cluster.Node, name, ns, object string, sources ...any) {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(n.Config).Resource(trusttarget.Resource)
+	c := dynamic.NewForConfigOrDie(n.Config).Resource(v1alpha1.TrustTargetResource)
 	if _, err := c.Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": name},
+		"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind, "metadata": map[string]any{"name": name},
 		"spec": map[string]any{
 			"sources": sources,
 			"target":  map[string]any{"configMap": map[string]any{"name": object}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}},

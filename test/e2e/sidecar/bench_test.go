@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/sidecar"
 	"github.com/trustsync/trustsync/test/controlplane"
@@ -110,7 +111,7 @@ func startSidecars(b *testing.B, cp *controlplane.ControlPlane, name string, n i
 		}
 		o := sidecar.NewOptions()
 		o.Kubeconfig, o.PodNamespace = kubeconfig, namespace
-		o.Spec = contract.Spec{Dir: dirs[i], Sources: []contract.Source{{Name: name, Path: "ca.pem"}}}
+		o.Spec = contract.Spec{Dir: dirs[i], Sources: []v1alpha1.Source{{Name: name, Path: "ca.pem"}}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/kubeclient"
 	"github.com/trustsync/trustsync/delivery/pipeline"
 	"github.com/trustsync/trustsync/delivery/render"
@@ -73,7 +73,7 @@ func startPipelines(tb testing.TB, cp *controlplane.ControlPlane, bundle string,
 			tb.Fatal(err)
 		}
 		pods.dirs = append(pods.dirs, dir)
-		sources, err := contract.ParseSources(fmt.Appendf(nil, `[{"name": %q, "path": "ca.pem"}, {"configMap": {"name": %q, "key": "ca.crt"}, "path": "ca.pem"}]`, bundle, configMapName(i, distinct)))
+		sources, err := v1alpha1.ParseSources(fmt.Appendf(nil, `[{"name": %q, "path": "ca.pem"}, {"configMap": {"name": %q, "key": "ca.crt"}, "path": "ca.pem"}]`, bundle, configMapName(i, distinct)))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -307,7 +308,7 @@ func TestSidecar_ACertificateItCannotObtainIsAWarningOnThePod(t *testing.T) {
 			t.Errorf("event %s %q, want a Warning saying the request was forbidden", e.Type, e.Message)
 		}
 	}
-	for _, name := range []string{contract.FileCertificate, contract.FileKey} {
+	for _, name := range []string{v1alpha1.FileCertificate, v1alpha1.FileKey} {
 		if got, err := s.Read(name); err == nil {
 			t.Errorf("%s holds %d bytes with no certificate issued", name, len(got))
 		}

@@ -25,11 +25,11 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // trustManagerVersion is the trust-manager release whose documented example Bundles
@@ -92,7 +92,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 	if code != 0 {
 		t.Fatalf("convert exits %d for trust-manager's documented Bundles; it said:\n%s", code, out)
 	}
-	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource)
+	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource)
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
 	var names []string
 	for {
@@ -102,7 +102,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 		} else if err != nil {
 			t.Fatalf("convert printed what does not decode: %v\n%s", err, out)
 		}
-		if obj.GetKind() != trusttarget.Kind {
+		if obj.GetKind() != v1alpha1.TrustTargetKind {
 			t.Fatalf("convert printed a %s for a Bundle of the public roots alone", obj.GetKind())
 		}
 		if _, err := dyn.Create(ctx, &obj, metav1.CreateOptions{}); err != nil {
@@ -176,7 +176,7 @@ func applyConverted(t *testing.T, cp *controlplane.ControlPlane, out string) {
 			t.Fatalf("the API server refused what convert printed as ready: %v", err)
 		}
 		for _, a := range applied {
-			gvr := trusttarget.Resource
+			gvr := v1alpha1.TrustTargetResource
 			if a.GetKind() == "ClusterTrustBundle" {
 				gvr = certificatesv1.SchemeGroupVersion.WithResource("clustertrustbundles")
 			}

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // restartController stops the shared controller and starts it again alike, as a
@@ -186,19 +186,19 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 	})
 	if took, _ := history.anyVersion(func(cm *corev1.ConfigMap) bool {
 		_, has := cm.Data["second.crt"]
-		return has || cm.Labels[trusttarget.TargetLabel] != first
+		return has || cm.Labels[v1alpha1.TargetLabel] != first
 	}); took {
 		t.Error("the second claimant wrote into the ConfigMap the first writes")
 	}
 
 	// The writer goes: the other takes the object over, without a gap.
-	if err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
+	if err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second claimant writing the ConfigMap", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "shared", metav1.GetOptions{})
 		_, firstKey := cm.Data["first.crt"]
-		return err == nil && cm.Labels[trusttarget.TargetLabel] == second && cm.Data["second.crt"] != "" && !firstKey
+		return err == nil && cm.Labels[v1alpha1.TargetLabel] == second && cm.Data["second.crt"] != "" && !firstKey
 	})
 	waitReason(t, cp, second, "Synced")
 	if _, deleted := history.anyVersion(func(*corev1.ConfigMap) bool { return false }); deleted > 0 {
@@ -259,10 +259,10 @@ func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
 	for _, ns := range []string{users, made} {
 		waitFor(t, ns+" filled", func() bool { v, _ := keyOf(t, client, ns, "roots", "ca.crt"); return v != "" })
 	}
-	if cm, _ := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[trusttarget.CreatedAnnotation] != "true" {
+	if cm, _ := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[v1alpha1.CreatedAnnotation] != "true" {
 		t.Errorf("the ConfigMap the target made is not marked so: %v", cm.Annotations)
 	}
-	if cm, _ := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[trusttarget.CreatedAnnotation] != "" {
+	if cm, _ := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[v1alpha1.CreatedAnnotation] != "" {
 		t.Errorf("the user's ConfigMap is marked as the target's: %v", cm.Annotations)
 	}
 	for _, ns := range []string{users, made} {
@@ -281,14 +281,14 @@ func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
 	})
 	waitFor(t, "the user's ConfigMap emptied of the target's key and label", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{})
-		return err == nil && len(cm.Data) == 0 && cm.Labels[trusttarget.TargetLabel] == ""
+		return err == nil && len(cm.Data) == 0 && cm.Labels[v1alpha1.TargetLabel] == ""
 	})
 }
 
 // A name that cannot label what the target writes is refused when created.
 func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 	cp := planes.Get(t, true)
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource)
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource)
 	for _, tc := range []struct {
 		name    string
 		refused bool
@@ -296,7 +296,7 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 		{name: strings.Repeat("a", 63)},
 		{name: strings.Repeat("b", 64), refused: true},
 	} {
-		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind, "metadata": map[string]any{"name": tc.name},
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind, "metadata": map[string]any{"name": tc.name},
 			"spec": map[string]any{"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}}, "target": map[string]any{"configMap": map[string]any{"name": "x"},
 				"namespaceSelector": map[string]any{"matchLabels": map[string]any{"nothing": "matches"}}}}}}
 		_, err := c.Create(context.Background(), obj, metav1.CreateOptions{})

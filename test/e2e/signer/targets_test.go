@@ -16,20 +16,20 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trusttarget"
 )
 
 // createTarget creates a TrustTarget with spec; it is deleted
 // when the test ends.
 func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec map[string]any) {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource)
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": trusttarget.Kind,
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource)
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind,
 		"metadata": map[string]any{"name": name}, "spec": spec}}
 	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -38,13 +38,13 @@ func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec
 }
 
 // targetStatus is the target's status now.
-func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) trusttarget.Status {
+func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) v1alpha1.TrustTargetStatus {
 	t.Helper()
-	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trusttarget.Resource).Get(context.Background(), name, metav1.GetOptions{})
+	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tt, err := trusttarget.FromUnstructured(u)
+	tt, err := v1alpha1.TrustTargetFromUnstructured(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,13 +52,13 @@ func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) trus
 }
 
 // waitReason waits until the target's Ready condition has reason, and returns the status.
-func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) trusttarget.Status {
+func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) v1alpha1.TrustTargetStatus {
 	t.Helper()
-	var st trusttarget.Status
+	var st v1alpha1.TrustTargetStatus
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		st = targetStatus(t, cp, name)
 		for _, c := range st.Conditions {
-			if c.Type == trusttarget.Ready && c.Reason == reason {
+			if c.Type == v1alpha1.ConditionReady && c.Reason == reason {
 				return true, nil
 			}
 		}
@@ -70,9 +70,9 @@ func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string
 	return st
 }
 
-func readyMessage(st trusttarget.Status) string {
+func readyMessage(st v1alpha1.TrustTargetStatus) string {
 	for _, c := range st.Conditions {
-		if c.Type == trusttarget.Ready {
+		if c.Type == v1alpha1.ConditionReady {
 			return c.Message
 		}
 	}
@@ -223,7 +223,7 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	})
 	waitFor(t, "the shared ConfigMap left with the other tool's key alone", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns(0)).Get(ctx, "corp-roots", metav1.GetOptions{})
-		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[trusttarget.TargetLabel] == ""
+		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[v1alpha1.TargetLabel] == ""
 	})
 }
 

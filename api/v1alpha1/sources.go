@@ -1,4 +1,4 @@
-package contract
+package v1alpha1
 
 import (
 	"bytes"
@@ -20,6 +20,14 @@ import (
 // MaxSources bounds one pod's source list: each source is a watch, and a pod asking
 // for more than this is almost certainly a mistake.
 const MaxSources = 32
+
+// The files a workload certificate is written as, next to the trust files (by the
+// sidecar and the node agent alike).
+const (
+	FileCertificate      = "tls.crt"
+	FileKey              = "tls.key"
+	FileCredentialBundle = "credential.pem"
+)
 
 // ReservedPaths are the files the sidecar writes for a workload certificate; no
 // source may use them.

@@ -1,10 +1,4 @@
-// Package trusttarget is the TrustTarget API (trustsync.io/v1alpha1, cluster-scoped):
-// sources (the same JSON items as the trustsync.io/sources annotation: bundles by name
-// or by signer and labels, the public roots; PEM, PKCS#12 or JKS) and a ConfigMap or
-// Secret to write them into, in every namespace a selector picks; what a valid spec
-// is; and the marks a target leaves on the objects it writes. It links no controller:
-// kubectl trustsync prints TrustTargets with it, and controller/targets keeps them.
-package trusttarget
+package v1alpha1
 
 import (
 	"fmt"
@@ -12,32 +6,33 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"github.com/trustsync/trustsync/delivery/contract"
 )
 
-// Resource is the TrustTargets' resource.
-var Resource = schema.GroupVersionResource{Group: "trustsync.io", Version: "v1alpha1", Resource: "trusttargets"}
+// TrustTarget's kind and resource.
+const TrustTargetKind = "TrustTarget"
 
-// Kind is their kind.
-const Kind = "TrustTarget"
+var TrustTargetResource = GroupVersion.WithResource("trusttargets")
 
-// TrustTarget writes sources into a ConfigMap or Secret in every selected namespace.
+// TrustTarget writes sources (the same JSON items as the trustsync.io/sources
+// annotation: bundles by name or by signer and labels, the public roots; PEM, PKCS#12
+// or JKS) into a ConfigMap or Secret in every namespace a selector picks. It is
+// cluster-scoped; controller/targets keeps them, kubectl trustsync prints them.
 type TrustTarget struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              Spec   `json:"spec"`
-	Status            Status `json:"status,omitempty"`
+	Spec              TrustTargetSpec   `json:"spec"`
+	Status            TrustTargetStatus `json:"status,omitempty"`
 }
 
-// Spec is what to write, and where.
-type Spec struct {
+// TrustTargetSpec is what to write, and where.
+type TrustTargetSpec struct {
 	// Sources are the trustsync.io/sources items; each path is a key of the object.
-	Sources []contract.Source `json:"sources"`
-	Target  Target            `json:"target"`
+	Sources []Source `json:"sources"`
+	Target  Target   `json:"target"`
 }
 
 // Target is the object written in each namespace.
@@ -71,8 +66,8 @@ type ObjectRef struct {
 	Name string `json:"name"`
 }
 
-// Status is how the target stands.
-type Status struct {
+// TrustTargetStatus is how the target stands.
+type TrustTargetStatus struct {
 	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
 	Conditions         []metav1.Condition `json:"conditions,omitempty"`
 	// Namespaces the selector matches now, and how many hold the current content.
@@ -83,11 +78,11 @@ type Status struct {
 	// them and every selected namespace is synced.
 	Anchors []string `json:"anchors,omitempty"`
 	// Failures name up to ten namespaces whose object could not be written, and why.
-	Failures []Failure `json:"failures,omitempty"`
+	Failures []NamespaceFailure `json:"failures,omitempty"`
 }
 
-// Failure is one namespace that could not be written.
-type Failure struct {
+// NamespaceFailure is one namespace that could not be written.
+type NamespaceFailure struct {
 	Namespace string `json:"namespace"`
 	Message   string `json:"message"`
 }
@@ -119,30 +114,55 @@ var CABundleKinds = []CABundleKind{
 	{schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, "CustomResourceDefinition"},
 }
 
-// Ready is the condition that says whether every selected namespace holds the
-// current content.
-const Ready = "Ready"
+// The reasons of a TrustTarget's Ready condition, and of its Events.
+const (
+	// ReasonSynced: every selected namespace holds the current content.
+	ReasonSynced = "Synced"
+	// ReasonSourceMissing: a source selects nothing; the last good content is kept.
+	ReasonSourceMissing = "SourceMissing"
+	// ReasonNoNamespaces: the selector matches no namespace (not a failure).
+	ReasonNoNamespaces = "NoNamespaces"
+	// ReasonWriteFailed: some namespaces could not be written.
+	ReasonWriteFailed = "WriteFailed"
+	// ReasonSecretsNotAllowed: the target writes a Secret and the chart did not
+	// let the controller write Secrets.
+	ReasonSecretsNotAllowed = "SecretsNotAllowed"
+)
 
 // KeyPattern is what a ConfigMap or Secret key may be.
 var KeyPattern = regexp.MustCompile(`^[-._a-zA-Z0-9]+$`)
 
-// Validate checks what the API server's schema cannot: the sources as the annotation
-// takes them, kinds of source that have a namespace of their own refused, each path a
-// key, one object named.
-func (s Spec) Validate() field.ErrorList {
+// ParsedTrustTargetSpec is a TrustTarget's spec as the controller, the plugin and
+// the read model use it.
+type ParsedTrustTargetSpec struct {
+	Sources []Source
+	// Kind (KindConfigMap or KindSecret) and Name of the object written.
+	Kind, Name string
+	// Namespaces selects the namespaces written (labels.Everything() when the spec
+	// names no selector).
+	Namespaces labels.Selector
+}
+
+// ParseTrustTargetSpec checks what the API server's schema cannot (the sources as the
+// annotation takes them, kinds of source that have a namespace of their own refused,
+// each path a key, one object named) and returns the spec's typed values; the error
+// is a field.ErrorList's aggregate, naming each offending field.
+func ParseTrustTargetSpec(s *TrustTargetSpec) (*ParsedTrustTargetSpec, error) {
+	parsed := &ParsedTrustTargetSpec{Sources: s.Sources, Namespaces: labels.Everything()}
+	parsed.Kind, parsed.Name = s.Target.Object()
 	var errs field.ErrorList
 	srcPath := field.NewPath("spec", "sources")
 	if len(s.Sources) == 0 {
 		errs = append(errs, field.Required(srcPath, "name the bundles to write"))
 	}
-	errs = append(errs, contract.ValidateSources(s.Sources, srcPath)...)
+	errs = append(errs, ValidateSources(s.Sources, srcPath)...)
 	for i, src := range s.Sources {
 		p := srcPath.Index(i)
 		switch {
 		case src.ConfigMap != nil || src.Secret != nil:
 			errs = append(errs, field.Forbidden(p, "a TrustTarget writes bundles and the public roots into many namespaces; a ConfigMap or Secret source belongs to one namespace: publish its anchors as a bundle instead"))
 		case src.PasswordSecret != nil:
-			errs = append(errs, field.Forbidden(p.Child("passwordSecret"), "a TrustTarget's truststores use the default password \""+contract.DefaultStorePassword+"\" (a truststore's content is public)"))
+			errs = append(errs, field.Forbidden(p.Child("passwordSecret"), "a TrustTarget's truststores use the default password \""+DefaultStorePassword+"\" (a truststore's content is public)"))
 		}
 		if !KeyPattern.MatchString(src.Path) {
 			errs = append(errs, field.Invalid(p.Child("path"), src.Path, "must be a ConfigMap or Secret key: letters, digits, '-', '_' and '.' only"))
@@ -158,15 +178,20 @@ func (s Spec) Validate() field.ErrorList {
 		errs = append(errs, field.Required(t.Child("secret", "name"), ""))
 	}
 	if s.Target.NamespaceSelector != nil {
-		if _, err := metav1.LabelSelectorAsSelector(s.Target.NamespaceSelector); err != nil {
+		sel, err := metav1.LabelSelectorAsSelector(s.Target.NamespaceSelector)
+		if err != nil {
 			errs = append(errs, field.Invalid(t.Child("namespaceSelector"), s.Target.NamespaceSelector, err.Error()))
 		}
+		parsed.Namespaces = sel
 	}
-	return errs
+	if len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	return parsed, nil
 }
 
-// FromUnstructured decodes a TrustTarget read through a dynamic client.
-func FromUnstructured(u *unstructured.Unstructured) (*TrustTarget, error) {
+// TrustTargetFromUnstructured decodes a TrustTarget read through a dynamic client.
+func TrustTargetFromUnstructured(u *unstructured.Unstructured) (*TrustTarget, error) {
 	t := &TrustTarget{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, t); err != nil {
 		return nil, fmt.Errorf("TrustTarget %s: %w", u.GetName(), err)

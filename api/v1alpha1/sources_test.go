@@ -1,4 +1,4 @@
-package contract
+package v1alpha1
 
 import (
 	"strings"

@@ -1,0 +1,34 @@
+// Package v1alpha1 is trustsync's API, group trustsync.io, version v1alpha1, declared
+// once: every kind (TrustTarget, FederatedTrustDomain, NodeTrustReport, TrustPolicy
+// and the mirror ClusterTrustBundle), the sources list that TrustTargets and the
+// trustsync.io/sources annotation share, the labels and annotations trustsync leaves
+// on what it writes, every condition reason, and for each kind with a spec one
+// Parse<Kind>Spec that checks what the CRD's schema cannot and returns typed values
+// (go-spiffe's trust domains, IDs and bundles; label selectors), so that the
+// controller, the plugin and admission parse a spec one way, once.
+//
+// The CRDs in charts/trustsync/crds are written by hand (they carry CEL rules that
+// say what Go cannot); crd_test.go fails when a field of these types is missing from
+// its CRD's schema or the reverse.
+//
+// It links no client: every binary, the sidecar included, may import it.
+package v1alpha1
+
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
+// GroupVersion is trustsync.io/v1alpha1.
+var GroupVersion = schema.GroupVersion{Group: "trustsync.io", Version: "v1alpha1"}
+
+// ConditionReady is the one condition every kind with a status reports: whether the
+// object's work is done (a target written everywhere, a peer's bundle imported, a
+// policy's references resolved).
+const ConditionReady = "Ready"
+
+// Reasons shared by several kinds.
+const (
+	// ReasonInvalidSpec: the spec says something Parse<Kind>Spec refuses; the
+	// message names the field.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonConflict: another writer holds what the object would write.
+	ReasonConflict = "Conflict"
+)
