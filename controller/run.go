@@ -28,7 +28,6 @@ import (
 	"github.com/trustsync/trustsync/controller/federation"
 	"github.com/trustsync/trustsync/controller/targets"
 	"github.com/trustsync/trustsync/delivery/watch"
-	federationapi "github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 )
@@ -99,8 +98,8 @@ func serves(client kubernetes.Interface, resource schema.GroupVersionResource) b
 // runFederation starts the FederatedTrustDomain controller where its CRD is served,
 // writing imported bundles to every bundle API served.
 func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
-	if !serves(client, federationapi.Resource) {
-		klog.InfoS("FederatedTrustDomains are not served (install the chart's crds/); importing no peer", "resource", federationapi.Resource.String())
+	if !serves(client, v1alpha1.FederatedTrustDomainResource) {
+		klog.InfoS("FederatedTrustDomains are not served (install the chart's crds/); importing no peer", "resource", v1alpha1.FederatedTrustDomainResource.String())
 		return false, nil
 	}
 	served, err := bundleapi.Discover(client.Discovery())

@@ -34,8 +34,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	federationapi "github.com/trustsync/trustsync/federation"
 )
 
 // endpointCertLifetime is how long the endpoint's own certificate is valid; it is
@@ -183,7 +183,7 @@ func halfLife(c *x509.Certificate) time.Time {
 // issueEndpointSVID makes an X509-SVID for the endpoint: one URI SAN, not a CA,
 // digital signature only, a fresh P-256 key that never leaves memory.
 func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svid.SVID, error) {
-	id, err := spiffeid.FromPath(td, federationapi.EndpointPath)
+	id, err := spiffeid.FromPath(td, v1alpha1.BundleEndpointPath)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (e *bundleEndpoint) serve(ctx context.Context, address string, limits endpo
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	klog.InfoS("Serving SPIFFE bundles", "address", listener.Addr().String(), "trustDomains", domains, "endpointID", federationapi.EndpointID(e.first.String()),
+	klog.InfoS("Serving SPIFFE bundles", "address", listener.Addr().String(), "trustDomains", domains, "endpointID", v1alpha1.BundleEndpointID(e.first.String()),
 		"refreshHint", e.refreshHint, "maxConnections", limits.maxConns, "idleTimeout", limits.idle)
 	go func() {
 		// Beyond maxConns, connections wait in the kernel's backlog, costing this

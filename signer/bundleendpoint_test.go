@@ -15,7 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	federationapi "github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // endpointSignerWith is a signer whose CA Secret was read: its CA signs, its anchors
@@ -80,7 +80,7 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 	}
 	tdA := spiffeid.RequireTrustDomainFromString("a.example")
 	held := spiffebundle.FromX509Authorities(tdA, []*x509.Certificate{a1CA.Anchor()})
-	endpointID := spiffeid.RequireFromString(federationapi.EndpointID("a.example"))
+	endpointID := spiffeid.RequireFromString(v1alpha1.BundleEndpointID("a.example"))
 
 	// The listener is up when serve returns.
 	got, err := federation.FetchBundle(ctx, tdA, "https://"+addr+"/a.example", federation.WithSPIFFEAuth(held, endpointID))

@@ -38,9 +38,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
@@ -66,7 +66,7 @@ type Config struct {
 	Metrics *Metrics
 	// Holding counts the pods selecting a bundle that hold all of anchors; nil, or
 	// ok false, where no reports are served.
-	Holding func(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (p *federation.PodsHolding, ok bool)
+	Holding func(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (p *v1alpha1.PodsHolding, ok bool)
 	Resync  time.Duration
 	Clock   clock.Clock
 	// MinRefresh overrides the least time between two fetches of one peer (tests).
@@ -108,7 +108,7 @@ func New(cfg Config) *Controller {
 	}
 	c := &Controller{cfg: cfg, peers: map[string]*peer{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_federation"})}
-	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(federation.Resource).Informer()
+	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(v1alpha1.FederatedTrustDomainResource).Informer()
 	_ = c.informer.AddIndexers(cache.Indexers{byBundleIndex: func(obj any) ([]string, error) {
 		if name, ok := importedBundleOf(obj); ok {
 			return []string{name}, nil
@@ -140,14 +140,14 @@ func New(cfg Config) *Controller {
 			obj = d.Obj
 		}
 		if b, ok := obj.(*certificatesv1.ClusterTrustBundle); ok {
-			if owner := metav1.GetControllerOf(b); owner != nil && owner.Kind == federation.Kind {
+			if owner := metav1.GetControllerOf(b); owner != nil && owner.Kind == v1alpha1.FederatedTrustDomainKind {
 				c.queue.Add(owner.Name)
 			}
 			c.enqueueClaimants(b.Name) // the informers hold upstream names
 		}
 	}
 	for _, s := range cfg.Stores {
-		opts, _, _ := bundle.Selector{SignerName: federation.SignerName, LabelSelector: &metav1.LabelSelector{}}.ListOptions(s.API().Form)
+		opts, _, _ := bundle.Selector{SignerName: v1alpha1.FederatedSignerName, LabelSelector: &metav1.LabelSelector{}}.ListOptions(s.API().Form)
 		store, run := cache.NewInformerWithOptions(cache.InformerOptions{
 			ListerWatcher: s.ListWatch(opts), ObjectType: &certificatesv1.ClusterTrustBundle{}, ResyncPeriod: cfg.Resync,
 			Handler: cache.ResourceEventHandlerFuncs{AddFunc: byOwner, UpdateFunc: func(_, n any) { byOwner(n) }, DeleteFunc: byOwner},
@@ -168,7 +168,7 @@ func importedBundleOf(obj any) (string, bool) {
 		return "", false
 	}
 	td, _, _ := unstructured.NestedString(u.Object, "spec", "trustDomain")
-	return federation.BundleName(td), true
+	return v1alpha1.FederatedBundleName(td), true
 }
 
 // enqueueClaimants queues every FederatedTrustDomain writing the bundle name.
@@ -193,7 +193,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
-	queue.Work(ctx, c.queue, workers, federation.Kind, c.reconcile)
+	queue.Work(ctx, c.queue, workers, v1alpha1.FederatedTrustDomainKind, c.reconcile)
 	<-ctx.Done()
 }
 
@@ -208,7 +208,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, nil // the imported bundle is owned by it: the garbage collector removes it
 	}
 	u := obj.(*unstructured.Unstructured)
-	ftd, err := federation.FromUnstructured(u)
+	ftd, err := v1alpha1.FederatedTrustDomainFromUnstructured(u)
 	now := c.cfg.Clock.Now()
 	p := c.peer(name, u)
 	if err == nil && now.Before(p.next) && !c.diverged(ftd) {
@@ -216,7 +216,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	var outcome result
 	if err != nil {
-		outcome = result{reason: federation.ReasonInvalidSpec, message: err.Error()}
+		outcome = result{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
 	} else {
 		outcome = c.refresh(ctx, ftd)
 	}
@@ -256,7 +256,7 @@ func (c *Controller) forget(name string) {
 // after a failure; never for a spec that cannot work, until it changes. Each with
 // ±10% jitter, so that many peers never fetch in step.
 func (c *Controller) schedule(p *peer, r result, now time.Time) {
-	if r.reason == federation.ReasonInvalidSpec || r.reason == federation.ReasonConflict && r.conflictFinal {
+	if r.reason == v1alpha1.ReasonInvalidSpec || r.reason == v1alpha1.ReasonConflict && r.conflictFinal {
 		p.next = time.Time{}
 		return
 	}
@@ -304,36 +304,37 @@ type result struct {
 }
 
 // refresh fetches the peer's bundle and imports it when it may.
-func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrustDomain) result {
-	spec := ftd.Spec
-	if errs := spec.Validate(); len(errs) > 0 {
-		return result{reason: federation.ReasonInvalidSpec, message: errs.ToAggregate().Error()}
+func (c *Controller) refresh(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain) result {
+	spec, err := v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec)
+	if err != nil {
+		return result{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
 	}
-	td := spiffeid.RequireTrustDomainFromString(spec.TrustDomain)
-	name := federation.BundleName(spec.TrustDomain)
+	td, name := spec.TrustDomain, spec.BundleName
 	r := result{bundleName: name, sequence: ftd.Status.Sequence}
 
-	held, bundles, err := c.held(ctx, ftd, name)
+	held, bundles, err := c.held(ctx, ftd, td, name)
 	r.bundles = bundles
 	var conflict *conflictError
 	switch {
 	case errors.As(err, &conflict):
-		r.reason, r.message, r.conflictFinal = federation.ReasonConflict, err.Error(), true
+		r.reason, r.message, r.conflictFinal = v1alpha1.ReasonConflict, err.Error(), true
 		return r
 	case err != nil:
-		r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()
+		r.reason, r.message = v1alpha1.ReasonBundleWriteFailed, err.Error()
 		return r
 	}
-	bootstrap, err := c.bootstrap(td, spec)
-	if err != nil {
-		r.reason, r.message = federation.ReasonInvalidSpec, err.Error()
-		return r
+	bootstrap := spec.Bootstrap
+	if bootstrap != nil {
+		if err := checkDomain(td, bootstrap); err != nil {
+			r.reason, r.message = v1alpha1.ReasonInvalidSpec, "spec.trustDomainBundle: "+err.Error()
+			return r
+		}
 	}
 	if held == nil && bootstrap != nil {
 		// Nothing imported yet: start from the bootstrap bundle, so pods trust the
 		// peer even before its endpoint first answers.
 		if err := c.write(ctx, ftd, name, bootstrap); err != nil {
-			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()
+			r.reason, r.message = v1alpha1.ReasonBundleWriteFailed, err.Error()
 			return r
 		}
 		held, r.changed = bootstrap, true
@@ -355,7 +356,7 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 	r.bytes = n
 	if err != nil {
 		var fe *FetchError
-		r.reason, r.message = federation.ReasonEndpointUnreachable, err.Error()
+		r.reason, r.message = v1alpha1.ReasonEndpointUnreachable, err.Error()
 		if errors.As(err, &fe) {
 			r.reason = fe.Reason
 		}
@@ -364,21 +365,21 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 	}
 	r.refreshHint, _ = fetched.RefreshHint()
 	if err := checkDomain(td, fetched); err != nil {
-		r.reason, r.message = federation.ReasonInvalidBundle, err.Error()+keptMessage(held)
+		r.reason, r.message = v1alpha1.ReasonInvalidBundle, err.Error()+keptMessage(held)
 		return r
 	}
 	seq, hasSeq := fetched.SequenceNumber()
 	if hasSeq && seq > math.MaxInt64 {
-		r.reason, r.message = federation.ReasonInvalidBundle, fmt.Sprintf("the endpoint's sequence %d is beyond what the status can record (%d)", seq, int64(math.MaxInt64))+keptMessage(held)
+		r.reason, r.message = v1alpha1.ReasonInvalidBundle, fmt.Sprintf("the endpoint's sequence %d is beyond what the status can record (%d)", seq, int64(math.MaxInt64))+keptMessage(held)
 		return r
 	}
 	// The sequence is compared with what was last accepted from the peer (the
 	// status), never with the bundle object, which someone else may have touched.
-	accepted := slices.Equal(ftd.Status.Anchors, federation.Anchors(fetched))
+	accepted := slices.Equal(ftd.Status.Anchors, v1alpha1.BundleAnchors(fetched))
 	if !hasSeq && ftd.Status.Sequence != nil && !accepted {
 		// Without a sequence nothing says this bundle comes after the one held: it
 		// may be an old one replayed, rolling the anchors back.
-		r.reason, r.message = federation.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle carries no spiffe_sequence, so it cannot be ordered after the one held (sequence %d), and its anchors differ; refused", *ftd.Status.Sequence)+keptMessage(held)
+		r.reason, r.message = v1alpha1.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle carries no spiffe_sequence, so it cannot be ordered after the one held (sequence %d), and its anchors differ; refused", *ftd.Status.Sequence)+keptMessage(held)
 		return r
 	}
 	if hasSeq && ftd.Status.Sequence != nil {
@@ -388,26 +389,26 @@ func (c *Controller) refresh(ctx context.Context, ftd *federation.FederatedTrust
 			if seq == prev {
 				what = "did not move though the anchors changed"
 			}
-			r.reason, r.message = federation.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle sequence %s (%d, held %d); refused", what, seq, prev)+keptMessage(held)
+			r.reason, r.message = v1alpha1.ReasonSequenceRegressed, fmt.Sprintf("the endpoint's bundle sequence %s (%d, held %d); refused", what, seq, prev)+keptMessage(held)
 			return r
 		}
 	}
-	if c.needsWrite(ftd, name, federation.PEM(fetched)) {
+	if c.needsWrite(ftd, name, v1alpha1.BundlePEM(fetched)) {
 		if err := c.write(ctx, ftd, name, fetched); err != nil {
-			r.reason, r.message = federation.ReasonBundleWriteFailed, err.Error()+keptMessage(held)
+			r.reason, r.message = v1alpha1.ReasonBundleWriteFailed, err.Error()+keptMessage(held)
 			return r
 		}
 		r.changed, r.restored = !accepted, accepted && held != nil
 	}
-	r.held, r.ok, r.refreshed, r.reason = fetched, true, true, federation.ReasonRefreshed
+	r.held, r.ok, r.refreshed, r.reason = fetched, true, true, v1alpha1.ReasonRefreshed
 	if hasSeq {
 		r.sequence = &seq
 	}
-	r.message = fmt.Sprintf("%s holds the %d anchors of trust domain %s", name, len(fetched.X509Authorities()), spec.TrustDomain)
+	r.message = fmt.Sprintf("%s holds the %d anchors of trust domain %s", name, len(fetched.X509Authorities()), td)
 	if hasSeq {
 		r.message += fmt.Sprintf(" at sequence %d", seq)
 	}
-	if expired := federation.Expired(fetched, c.cfg.Clock.Now()); len(expired) > 0 {
+	if expired := v1alpha1.ExpiredAuthorities(fetched, c.cfg.Clock.Now()); len(expired) > 0 {
 		ids := make([]string, 0, len(expired))
 		for _, a := range expired {
 			ids = append(ids, fmt.Sprintf("%s (%s, expired %s)", bundle.AnchorID(a.Raw), a.Subject, a.NotAfter.UTC().Format(time.RFC3339)))
@@ -450,11 +451,12 @@ func (e *conflictError) Error() string { return e.msg }
 // diverged says whether an imported bundle no longer holds what the status says was
 // written (deleted, or edited by someone else): the peer is then refreshed at once,
 // which writes it again.
-func (c *Controller) diverged(ftd *federation.FederatedTrustDomain) bool {
-	if len(ftd.Status.Anchors) == 0 || len(ftd.Spec.Validate()) > 0 {
+func (c *Controller) diverged(ftd *v1alpha1.FederatedTrustDomain) bool {
+	spec, err := v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec)
+	if len(ftd.Status.Anchors) == 0 || err != nil {
 		return false
 	}
-	name := federation.BundleName(ftd.Spec.TrustDomain)
+	name := spec.BundleName
 	for _, store := range c.imported {
 		obj, exists, err := store.GetByKey(name)
 		if err != nil || !exists {
@@ -462,7 +464,7 @@ func (c *Controller) diverged(ftd *federation.FederatedTrustDomain) bool {
 		}
 		b := obj.(*certificatesv1.ClusterTrustBundle)
 		certs, err := bundle.ParseCertificates([]byte(b.Spec.TrustBundle))
-		if err != nil || !slices.Equal(federation.AnchorIDs(certs), ftd.Status.Anchors) || !ownedAsWritten(b, ftd) {
+		if err != nil || !slices.Equal(v1alpha1.AnchorIDsOf(certs), ftd.Status.Anchors) || !ownedAsWritten(b, ftd) {
 			return true
 		}
 	}
@@ -472,7 +474,7 @@ func (c *Controller) diverged(ftd *federation.FederatedTrustDomain) bool {
 // needsWrite says whether any bundle API's imported bundle is not what write would
 // make of pem: absent, other anchors, or its label or owner changed. An unchanged
 // bundle is never sent again, whatever else failed (a status write, say).
-func (c *Controller) needsWrite(ftd *federation.FederatedTrustDomain, name, pem string) bool {
+func (c *Controller) needsWrite(ftd *v1alpha1.FederatedTrustDomain, name, pem string) bool {
 	for _, store := range c.imported {
 		obj, exists, err := store.GetByKey(name)
 		if err != nil || !exists {
@@ -488,15 +490,15 @@ func (c *Controller) needsWrite(ftd *federation.FederatedTrustDomain, name, pem 
 // ownedAsWritten says the bundle still carries what write gives it besides its
 // anchors: the trust-domain label (which decides which pods trust the peer) and ftd
 // as its controller (whose deletion withdraws the peer).
-func ownedAsWritten(b *certificatesv1.ClusterTrustBundle, ftd *federation.FederatedTrustDomain) bool {
+func ownedAsWritten(b *certificatesv1.ClusterTrustBundle, ftd *v1alpha1.FederatedTrustDomain) bool {
 	owner := metav1.GetControllerOf(b)
-	return b.Labels[federation.TrustDomainLabel] == ftd.Spec.TrustDomain && owner != nil && owner.UID == ftd.UID
+	return b.Labels[v1alpha1.TrustDomainLabel] == ftd.Spec.TrustDomain && owner != nil && owner.UID == ftd.UID
 }
 
 // held reads the imported bundle as the informers have it (the first bundle API
 // served's): nil when none was written yet. One controlled by another live
 // FederatedTrustDomain is a conflict.
-func (c *Controller) held(ctx context.Context, ftd *federation.FederatedTrustDomain, name string) (*spiffebundle.Bundle, []*certificatesv1.ClusterTrustBundle, error) {
+func (c *Controller) held(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain, td spiffeid.TrustDomain, name string) (*spiffebundle.Bundle, []*certificatesv1.ClusterTrustBundle, error) {
 	var found []*certificatesv1.ClusterTrustBundle
 	for _, store := range c.imported {
 		obj, exists, err := store.GetByKey(name)
@@ -517,8 +519,7 @@ func (c *Controller) held(ctx context.Context, ftd *federation.FederatedTrustDom
 	if len(found) == 0 {
 		return nil, nil, nil
 	}
-	td := spiffeid.RequireTrustDomainFromString(ftd.Spec.TrustDomain)
-	b, err := federation.ParseBundle(td, []byte(found[0].Spec.TrustBundle))
+	b, err := v1alpha1.ParseSPIFFEBundle(td, []byte(found[0].Spec.TrustBundle))
 	if err != nil {
 		// Only this controller attests for the signer, so this is not expected; the
 		// next accepted fetch rewrites it.
@@ -528,30 +529,15 @@ func (c *Controller) held(ctx context.Context, ftd *federation.FederatedTrustDom
 	return b, found, nil
 }
 
-// bootstrap parses spec.trustDomainBundle (nil when not given).
-func (c *Controller) bootstrap(td spiffeid.TrustDomain, spec federation.Spec) (*spiffebundle.Bundle, error) {
-	if strings.TrimSpace(spec.TrustDomainBundle) == "" {
-		return nil, nil
-	}
-	b, err := federation.ParseBundle(td, []byte(spec.TrustDomainBundle))
-	if err != nil {
-		return nil, fmt.Errorf("spec.trustDomainBundle: %w", err)
-	}
-	if err := checkDomain(td, b); err != nil {
-		return nil, fmt.Errorf("spec.trustDomainBundle: %w", err)
-	}
-	return b, nil
-}
-
 // write applies the imported bundle to every bundle API served: the peer's anchors,
 // the trust-domain label, and the FederatedTrustDomain as its controller, so that
 // deleting the FederatedTrustDomain deletes it.
-func (c *Controller) write(ctx context.Context, ftd *federation.FederatedTrustDomain, name string, b *spiffebundle.Bundle) error {
+func (c *Controller) write(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain, name string, b *spiffebundle.Bundle) error {
 	ctb := &certificatesv1.ClusterTrustBundle{
 		ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels:          map[string]string{federation.TrustDomainLabel: ftd.Spec.TrustDomain, "app.kubernetes.io/managed-by": "trustsync"},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ftd, federation.Resource.GroupVersion().WithKind(federation.Kind))}},
-		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: federation.SignerName, TrustBundle: federation.PEM(b)},
+			Labels:          map[string]string{v1alpha1.TrustDomainLabel: ftd.Spec.TrustDomain, "app.kubernetes.io/managed-by": "trustsync"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(ftd, v1alpha1.FederatedTrustDomainResource.GroupVersion().WithKind(v1alpha1.FederatedTrustDomainKind))}},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: v1alpha1.FederatedSignerName, TrustBundle: v1alpha1.BundlePEM(b)},
 	}
 	ctb.OwnerReferences[0].BlockOwnerDeletion = nil
 	for _, s := range c.cfg.Stores {
@@ -565,9 +551,9 @@ func (c *Controller) write(ctx context.Context, ftd *federation.FederatedTrustDo
 
 // setStatus records the outcome: the Ready condition, what is held, how far it has
 // reached the pods; an Event when the anchors changed or Ready did.
-func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, ftd *federation.FederatedTrustDomain, r result) error {
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, ftd *v1alpha1.FederatedTrustDomain, r result) error {
 	now := metav1.NewTime(c.cfg.Clock.Now().Truncate(time.Second))
-	var old federation.Status
+	var old v1alpha1.FederatedTrustDomainStatus
 	if ftd != nil {
 		old = ftd.Status
 	}
@@ -575,12 +561,12 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	status.ObservedGeneration = u.GetGeneration()
 	status.Conditions = slices.Clone(old.Conditions)
 	r.message = bounded(r.message)
-	cond := metav1.Condition{Type: federation.Ready, Status: metav1.ConditionFalse, Reason: r.reason, Message: r.message, ObservedGeneration: u.GetGeneration()}
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: r.reason, Message: r.message, ObservedGeneration: u.GetGeneration()}
 	if r.ok {
 		cond.Status = metav1.ConditionTrue
 	}
 	if r.held != nil {
-		status.Anchors, status.Bundle = federation.Anchors(r.held), r.bundleName
+		status.Anchors, status.Bundle = v1alpha1.BundleAnchors(r.held), r.bundleName
 		status.Sequence = r.sequence
 	}
 	if r.refreshed {
@@ -615,7 +601,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	}
 	updated := u.DeepCopy()
 	updated.Object["status"] = m
-	_, err = c.cfg.Dynamic.Resource(federation.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
+	_, err = c.cfg.Dynamic.Resource(v1alpha1.FederatedTrustDomainResource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
 	c.cfg.Metrics.statusWritten()
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -649,7 +635,7 @@ const statusRefreshEvery = time.Minute
 
 // onlyRefreshedRecently says the new status differs from the old only by a
 // lastRefreshed less than statusRefreshEvery after the one recorded.
-func onlyRefreshedRecently(old, status federation.Status) bool {
+func onlyRefreshedRecently(old, status v1alpha1.FederatedTrustDomainStatus) bool {
 	if old.LastRefreshed == nil || status.LastRefreshed == nil || status.LastRefreshed.Sub(old.LastRefreshed.Time) >= statusRefreshEvery {
 		return false
 	}
@@ -686,7 +672,7 @@ func list(ids []string) string {
 	return strings.Join(ids, ", ")
 }
 
-func equalStatus(a, b federation.Status) bool {
+func equalStatus(a, b v1alpha1.FederatedTrustDomainStatus) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return string(x) == string(y)

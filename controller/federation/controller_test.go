@@ -16,7 +16,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -42,18 +42,18 @@ func TestSchedule_HintWithinBoundsBackoffBelowTheHintNeverForABadSpec(t *testing
 		{"a hint of 0 is no hint: the default, not the floor", []result{{ok: true, refreshHint: time.Minute}, {ok: true, refreshHint: 0}}, DefaultRefresh, false, 0},
 		{"a hint under the floor", []result{{ok: true, refreshHint: time.Second}}, MinRefresh, false, 0},
 		{"a hint over the ceiling", []result{{ok: true, refreshHint: 24 * time.Hour}}, MaxRefresh, false, 0},
-		{"first failure: the floor", []result{{reason: federation.ReasonEndpointUnreachable}}, MinRefresh, false, 1},
+		{"first failure: the floor", []result{{reason: v1alpha1.ReasonEndpointUnreachable}}, MinRefresh, false, 1},
 		{"third failure: four times the floor", []result{{reason: "x"}, {reason: "x"}, {reason: "x"}}, 4 * MinRefresh, false, 3},
 		{"many failures: never beyond the default refresh", make([]result, 20), DefaultRefresh, false, 20},
 		{"a success resets the backoff", []result{{reason: "x"}, {reason: "x"}, {ok: true, refreshHint: time.Minute}}, time.Minute, false, 0},
 		{"failures after a success back off up to its hint", []result{{ok: true, refreshHint: 20 * time.Second}, {reason: "x"}, {reason: "x"}, {reason: "x"}}, 20 * time.Second, false, 3},
-		{"a spec that cannot work: not until it changes", []result{{reason: federation.ReasonInvalidSpec}}, 0, true, 0},
-		{"a conflict: not until it changes", []result{{reason: federation.ReasonConflict, conflictFinal: true}}, 0, true, 0},
+		{"a spec that cannot work: not until it changes", []result{{reason: v1alpha1.ReasonInvalidSpec}}, 0, true, 0},
+		{"a conflict: not until it changes", []result{{reason: v1alpha1.ReasonConflict, conflictFinal: true}}, 0, true, 0},
 	} {
 		p := &peer{}
 		for _, r := range tc.results {
 			if r.reason == "" && !r.ok {
-				r.reason = federation.ReasonEndpointUnreachable
+				r.reason = v1alpha1.ReasonEndpointUnreachable
 			}
 			c.schedule(p, r, now)
 		}
@@ -105,7 +105,7 @@ func TestCheckDomain_AnAuthorityOfAnotherTrustDomainIsRefused(t *testing.T) {
 func TestHTTPFetcher_ClassifiesWhatWentWrong(t *testing.T) {
 	td := "b.example"
 	good := fixtures.CA("b")
-	endpointID, _ := url.Parse(federation.EndpointID(td))
+	endpointID, _ := url.Parse(v1alpha1.BundleEndpointID(td))
 	doc := func() []byte {
 		b := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), []*x509.Certificate{good.Cert})
 		b.SetSequenceNumber(3)
@@ -122,22 +122,27 @@ func TestHTTPFetcher_ClassifiesWhatWentWrong(t *testing.T) {
 	}
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(doc) }
 	other, _ := url.Parse("spiffe://b.example/not-the-endpoint")
-	spec := func(u string) federation.Spec {
-		return federation.Spec{TrustDomain: td, BundleEndpointURL: u, BundleEndpointProfile: federation.Profile{Type: federation.ProfileSPIFFE, EndpointSPIFFEID: endpointID.String()}}
+	spec := func(u string) *v1alpha1.ParsedFederatedTrustDomainSpec {
+		parsed, err := v1alpha1.ParseFederatedTrustDomainSpec(&v1alpha1.FederatedTrustDomainSpec{TrustDomain: td, BundleEndpointURL: u, TrustDomainBundle: string(doc),
+			BundleEndpointProfile: v1alpha1.BundleEndpointProfile{Type: v1alpha1.ProfileSPIFFE, EndpointSPIFFEID: endpointID.String()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parsed
 	}
 	trusted := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), []*x509.Certificate{good.Cert})
 	for _, tc := range []struct {
 		name, url, reason string
 	}{
 		{"the endpoint", serve(good, endpointID, ok), ""},
-		{"an impostor's CA", serve(fixtures.CA("impostor"), endpointID, ok), federation.ReasonEndpointUnauthenticated},
-		{"the right CA, another ID", serve(good, other, ok), federation.ReasonEndpointUnauthenticated},
-		{"an error page", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusNotFound) }), federation.ReasonEndpointUnreachable},
+		{"an impostor's CA", serve(fixtures.CA("impostor"), endpointID, ok), v1alpha1.ReasonEndpointUnauthenticated},
+		{"the right CA, another ID", serve(good, other, ok), v1alpha1.ReasonEndpointUnauthenticated},
+		{"an error page", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", http.StatusNotFound) }), v1alpha1.ReasonEndpointUnreachable},
 		{"a redirect", serve(good, endpointID, func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "https://elsewhere.example/", http.StatusFound)
-		}), federation.ReasonEndpointUnreachable},
-		{"not a bundle", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) }), federation.ReasonInvalidBundle},
-		{"nobody there", "https://127.0.0.1:1/" + td, federation.ReasonEndpointUnreachable},
+		}), v1alpha1.ReasonEndpointUnreachable},
+		{"not a bundle", serve(good, endpointID, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{}")) }), v1alpha1.ReasonInvalidBundle},
+		{"nobody there", "https://127.0.0.1:1/" + td, v1alpha1.ReasonEndpointUnreachable},
 	} {
 		f := &HTTPFetcher{}
 		b, _, err := f.Fetch(context.Background(), tc.name, spec(tc.url), trusted)
@@ -156,16 +161,16 @@ func TestHTTPFetcher_ClassifiesWhatWentWrong(t *testing.T) {
 func TestOnlyRefreshedRecently_ThrottlesLastRefreshedAlone(t *testing.T) {
 	at := func(s int) *metav1.Time { v := metav1.NewTime(time.Unix(1_800_000_000+int64(s), 0)); return &v }
 	seq := func(n uint64) *uint64 { return &n }
-	old := federation.Status{Sequence: seq(1), LastRefreshed: at(0), Anchors: []string{"a"}}
+	old := v1alpha1.FederatedTrustDomainStatus{Sequence: seq(1), LastRefreshed: at(0), Anchors: []string{"a"}}
 	for _, tc := range []struct {
 		name string
-		new  federation.Status
+		new  v1alpha1.FederatedTrustDomainStatus
 		skip bool
 	}{
-		{"refreshed 10 s later, nothing else", federation.Status{Sequence: seq(1), LastRefreshed: at(10), Anchors: []string{"a"}}, true},
-		{"refreshed a minute later", federation.Status{Sequence: seq(1), LastRefreshed: at(60), Anchors: []string{"a"}}, false},
-		{"the sequence moved", federation.Status{Sequence: seq(2), LastRefreshed: at(10), Anchors: []string{"a"}}, false},
-		{"the anchors changed", federation.Status{Sequence: seq(1), LastRefreshed: at(10), Anchors: []string{"a", "b"}}, false},
+		{"refreshed 10 s later, nothing else", v1alpha1.FederatedTrustDomainStatus{Sequence: seq(1), LastRefreshed: at(10), Anchors: []string{"a"}}, true},
+		{"refreshed a minute later", v1alpha1.FederatedTrustDomainStatus{Sequence: seq(1), LastRefreshed: at(60), Anchors: []string{"a"}}, false},
+		{"the sequence moved", v1alpha1.FederatedTrustDomainStatus{Sequence: seq(2), LastRefreshed: at(10), Anchors: []string{"a"}}, false},
+		{"the anchors changed", v1alpha1.FederatedTrustDomainStatus{Sequence: seq(1), LastRefreshed: at(10), Anchors: []string{"a", "b"}}, false},
 	} {
 		if got := onlyRefreshedRecently(old, tc.new); got != tc.skip {
 			t.Errorf("%s: skipped %v, want %v", tc.name, got, tc.skip)

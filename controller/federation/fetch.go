@@ -18,7 +18,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"github.com/spiffe/go-spiffe/v2/spiffetls/tlsconfig"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // maxBundleBytes bounds what an endpoint may send: a bundle larger than a
@@ -41,7 +41,7 @@ func (e *FetchError) Unwrap() error { return e.Err }
 type Fetcher interface {
 	// Fetch returns the peer's bundle and how many bytes the endpoint sent; trusted
 	// is what authenticates an https_spiffe endpoint (the bundle held for the domain).
-	Fetch(ctx context.Context, key string, spec federation.Spec, trusted *spiffebundle.Bundle) (*spiffebundle.Bundle, int, error)
+	Fetch(ctx context.Context, key string, spec *v1alpha1.ParsedFederatedTrustDomainSpec, trusted *spiffebundle.Bundle) (*spiffebundle.Bundle, int, error)
 	// Forget drops what is kept for key.
 	Forget(key string)
 }
@@ -65,7 +65,7 @@ type HTTPFetcher struct {
 // peerClient is one peer's HTTP client; trusted is read at each handshake.
 type peerClient struct {
 	profile string
-	id      string
+	id      spiffeid.ID
 	trusted atomic.Pointer[spiffebundle.Bundle]
 	client  *http.Client
 }
@@ -85,25 +85,20 @@ type authError struct{ err error }
 func (e *authError) Error() string { return e.err.Error() }
 func (e *authError) Unwrap() error { return e.err }
 
-func (f *HTTPFetcher) client(key string, spec federation.Spec) (*peerClient, error) {
+func (f *HTTPFetcher) client(key string, spec *v1alpha1.ParsedFederatedTrustDomainSpec) *peerClient {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	prof := spec.BundleEndpointProfile
-	if c, ok := f.clients[key]; ok && c.profile == prof.Type && c.id == prof.EndpointSPIFFEID {
-		return c, nil
+	if c, ok := f.clients[key]; ok && c.profile == spec.Profile && c.id == spec.EndpointID {
+		return c
 	}
 	if f.clients == nil {
 		f.clients = map[string]*peerClient{}
 	}
-	c := &peerClient{profile: prof.Type, id: prof.EndpointSPIFFEID}
+	c := &peerClient{profile: spec.Profile, id: spec.EndpointID}
 	var cfg *tls.Config
-	switch prof.Type {
-	case federation.ProfileSPIFFE:
-		id, err := spiffeid.FromString(prof.EndpointSPIFFEID)
-		if err != nil {
-			return nil, err
-		}
-		cfg = tlsconfig.TLSClientConfig(c, tlsconfig.AuthorizeID(id))
+	switch spec.Profile {
+	case v1alpha1.ProfileSPIFFE:
+		cfg = tlsconfig.TLSClientConfig(c, tlsconfig.AuthorizeID(spec.EndpointID))
 		verify := cfg.VerifyPeerCertificate
 		cfg.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
 			if err := verify(raw, chains); err != nil {
@@ -122,50 +117,44 @@ func (f *HTTPFetcher) client(key string, spec federation.Spec) (*peerClient, err
 			return errors.New("the bundle endpoint redirected; give its final URL")
 		}}
 	f.clients[key] = c
-	return c, nil
+	return c
 }
 
 // Fetch fetches and parses the peer's bundle.
-func (f *HTTPFetcher) Fetch(ctx context.Context, key string, spec federation.Spec, trusted *spiffebundle.Bundle) (*spiffebundle.Bundle, int, error) {
-	td, err := spiffeid.TrustDomainFromString(spec.TrustDomain)
-	if err != nil {
-		return nil, 0, &FetchError{federation.ReasonInvalidSpec, err}
-	}
-	c, err := f.client(key, spec)
-	if err != nil {
-		return nil, 0, &FetchError{federation.ReasonInvalidSpec, err}
-	}
+func (f *HTTPFetcher) Fetch(ctx context.Context, key string, spec *v1alpha1.ParsedFederatedTrustDomainSpec, trusted *spiffebundle.Bundle) (*spiffebundle.Bundle, int, error) {
+	td := spec.TrustDomain
+	c := f.client(key, spec)
 	c.trusted.Store(trusted)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.BundleEndpointURL, http.NoBody)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.EndpointURL.String(), http.NoBody)
 	if err != nil {
-		return nil, 0, &FetchError{federation.ReasonInvalidSpec, err}
+		return nil, 0, &FetchError{v1alpha1.ReasonInvalidSpec, err}
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		var auth *authError
 		var verify *tls.CertificateVerificationError
 		if errors.As(err, &auth) || errors.As(err, &verify) {
-			return nil, 0, &FetchError{federation.ReasonEndpointUnauthenticated, fmt.Errorf("the endpoint %s is not who it should be (%s): %w", spec.BundleEndpointURL, describeAuth(spec), unwrapURL(err))}
+			return nil, 0, &FetchError{v1alpha1.ReasonEndpointUnauthenticated, fmt.Errorf("the endpoint %s is not who it should be (%s): %w", spec.EndpointURL.String(), describeAuth(spec), unwrapURL(err))}
 		}
-		return nil, 0, &FetchError{federation.ReasonEndpointUnreachable, fmt.Errorf("cannot reach %s: %w", spec.BundleEndpointURL, unwrapURL(err))}
+		return nil, 0, &FetchError{v1alpha1.ReasonEndpointUnreachable, fmt.Errorf("cannot reach %s: %w", spec.EndpointURL.String(), unwrapURL(err))}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBundleBytes+1))
 	n := len(body)
 	switch {
 	case err != nil:
-		return nil, n, &FetchError{federation.ReasonEndpointUnreachable, fmt.Errorf("reading the bundle from %s: %w", spec.BundleEndpointURL, err)}
+		return nil, n, &FetchError{v1alpha1.ReasonEndpointUnreachable, fmt.Errorf("reading the bundle from %s: %w", spec.EndpointURL.String(), err)}
 	case resp.StatusCode != http.StatusOK:
-		return nil, n, &FetchError{federation.ReasonEndpointUnreachable, fmt.Errorf("%s answered HTTP %d: %s", spec.BundleEndpointURL, resp.StatusCode, excerpt(body))}
+		return nil, n, &FetchError{v1alpha1.ReasonEndpointUnreachable, fmt.Errorf("%s answered HTTP %d: %s", spec.EndpointURL.String(), resp.StatusCode, excerpt(body))}
 	case n > maxBundleBytes:
-		return nil, n, &FetchError{federation.ReasonInvalidBundle, fmt.Errorf("%s sent more than %d bytes; a bundle that large cannot be imported", spec.BundleEndpointURL, maxBundleBytes)}
+		return nil, n, &FetchError{v1alpha1.ReasonInvalidBundle, fmt.Errorf("%s sent more than %d bytes; a bundle that large cannot be imported", spec.EndpointURL.String(), maxBundleBytes)}
 	}
 	b, err := spiffebundle.Parse(td, body)
 	if err == nil {
-		err = federation.Check(b)
+		err = v1alpha1.CheckFederatedBundle(b)
 	}
 	if err != nil {
-		return nil, n, &FetchError{federation.ReasonInvalidBundle, fmt.Errorf("%s sent a bundle that cannot be imported: %w", spec.BundleEndpointURL, err)}
+		return nil, n, &FetchError{v1alpha1.ReasonInvalidBundle, fmt.Errorf("%s sent a bundle that cannot be imported: %w", spec.EndpointURL.String(), err)}
 	}
 	return b, n, nil
 }
@@ -177,9 +166,9 @@ func (f *HTTPFetcher) Forget(key string) {
 	delete(f.clients, key)
 }
 
-func describeAuth(spec federation.Spec) string {
-	if spec.BundleEndpointProfile.Type == federation.ProfileSPIFFE {
-		return "https_spiffe: a certificate for " + spec.BundleEndpointProfile.EndpointSPIFFEID + " issued by a CA of the bundle held for " + spec.TrustDomain
+func describeAuth(spec *v1alpha1.ParsedFederatedTrustDomainSpec) string {
+	if spec.Profile == v1alpha1.ProfileSPIFFE {
+		return "https_spiffe: a certificate for " + spec.EndpointID.String() + " issued by a CA of the bundle held for " + spec.TrustDomain.String()
 	}
 	return "https_web: a certificate for the URL's host from a trusted root"
 }

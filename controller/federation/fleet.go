@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
@@ -99,7 +99,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	f.profiles = dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync, cfg.Namespace, nil).ForResource(ClusterProfiles).Informer()
 	f.peers = dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.Set{FleetLabel: FleetValue}.String()
-	}).ForResource(federation.Resource).Informer()
+	}).ForResource(v1alpha1.FederatedTrustDomainResource).Informer()
 	// One key: the fleet is reconciled whole, whatever changed.
 	enqueue := func(any) { f.queue.Add("fleet") }
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue}
@@ -122,7 +122,7 @@ func (f *Fleet) Run(ctx context.Context) {
 }
 
 // desired is the FederatedTrustDomain a profile stands for, or why it stands for none.
-func (f *Fleet) desired(p *clusterProfile) (*federation.FederatedTrustDomain, string) {
+func (f *Fleet) desired(p *clusterProfile) (*v1alpha1.FederatedTrustDomain, string) {
 	td, url := p.property(PropertyTrustDomain), p.property(PropertyEndpointURL)
 	if td == "" || url == "" {
 		return nil, "" // not a trustsync member (or not yet): nothing to say
@@ -131,34 +131,34 @@ func (f *Fleet) desired(p *clusterProfile) (*federation.FederatedTrustDomain, st
 		return nil, "" // this cluster
 	}
 	bootstrap := p.property(PropertyTrustDomainBundle)
-	prof := federation.Profile{Type: p.property(PropertyEndpointProfile)}
+	prof := v1alpha1.BundleEndpointProfile{Type: p.property(PropertyEndpointProfile)}
 	if prof.Type == "" {
-		prof.Type = federation.ProfileWeb
+		prof.Type = v1alpha1.ProfileWeb
 		if bootstrap != "" {
-			prof.Type = federation.ProfileSPIFFE
+			prof.Type = v1alpha1.ProfileSPIFFE
 		}
 	}
-	if prof.Type == federation.ProfileSPIFFE {
+	if prof.Type == v1alpha1.ProfileSPIFFE {
 		prof.EndpointSPIFFEID = p.property(PropertyEndpointSPIFFEID)
 		if prof.EndpointSPIFFEID == "" {
-			prof.EndpointSPIFFEID = federation.EndpointID(td)
+			prof.EndpointSPIFFEID = v1alpha1.BundleEndpointID(td)
 		}
 	}
-	ftd := &federation.FederatedTrustDomain{
-		TypeMeta: metav1.TypeMeta{APIVersion: federation.Resource.GroupVersion().String(), Kind: federation.Kind},
+	ftd := &v1alpha1.FederatedTrustDomain{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.FederatedTrustDomainResource.GroupVersion().String(), Kind: v1alpha1.FederatedTrustDomainKind},
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Labels: map[string]string{FleetLabel: FleetValue},
 			Annotations: map[string]string{ProfileAnnotation: p.Namespace + "/" + p.Name}},
-		Spec: federation.Spec{TrustDomain: td, BundleEndpointURL: url, BundleEndpointProfile: prof, TrustDomainBundle: bootstrap},
+		Spec: v1alpha1.FederatedTrustDomainSpec{TrustDomain: td, BundleEndpointURL: url, BundleEndpointProfile: prof, TrustDomainBundle: bootstrap},
 	}
-	if errs := ftd.Spec.Validate(); len(errs) > 0 {
-		return nil, fmt.Sprintf("its trustsync properties cannot make a FederatedTrustDomain: %v", errs.ToAggregate())
+	if _, err := v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec); err != nil {
+		return nil, fmt.Sprintf("its trustsync properties cannot make a FederatedTrustDomain: %v", err)
 	}
 	return ftd, ""
 }
 
 // reconcile makes the fleet's FederatedTrustDomains those its profiles stand for.
 func (f *Fleet) reconcile(ctx context.Context) error {
-	want := map[string]*federation.FederatedTrustDomain{}
+	want := map[string]*v1alpha1.FederatedTrustDomain{}
 	for _, obj := range f.profiles.GetStore().List() {
 		u := obj.(*unstructured.Unstructured)
 		p := &clusterProfile{}
@@ -174,11 +174,11 @@ func (f *Fleet) reconcile(ctx context.Context) error {
 			want[ftd.Name] = ftd
 		}
 	}
-	resource := f.cfg.Dynamic.Resource(federation.Resource)
+	resource := f.cfg.Dynamic.Resource(v1alpha1.FederatedTrustDomainResource)
 	var errs []error
-	have := map[string]*federation.FederatedTrustDomain{}
+	have := map[string]*v1alpha1.FederatedTrustDomain{}
 	for _, obj := range f.peers.GetStore().List() {
-		if ftd, err := federation.FromUnstructured(obj.(*unstructured.Unstructured)); err == nil {
+		if ftd, err := v1alpha1.FederatedTrustDomainFromUnstructured(obj.(*unstructured.Unstructured)); err == nil {
 			have[ftd.Name] = ftd
 		}
 	}
@@ -221,12 +221,12 @@ func (f *Fleet) reconcile(ctx context.Context) error {
 	return nil
 }
 
-func (f *Fleet) apply(ctx context.Context, ftd *federation.FederatedTrustDomain) error {
+func (f *Fleet) apply(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain) error {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ftd)
 	if err != nil {
 		return err
 	}
 	delete(m, "status")
-	_, err = f.cfg.Dynamic.Resource(federation.Resource).Apply(ctx, ftd.Name, &unstructured.Unstructured{Object: m}, metav1.ApplyOptions{FieldManager: FieldManager + "-fleet", Force: true})
+	_, err = f.cfg.Dynamic.Resource(v1alpha1.FederatedTrustDomainResource).Apply(ctx, ftd.Name, &unstructured.Unstructured{Object: m}, metav1.ApplyOptions{FieldManager: FieldManager + "-fleet", Force: true})
 	return err
 }

@@ -13,7 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
@@ -33,11 +33,11 @@ type ReportsHolding struct {
 	cluster *query.Cluster
 	// answers are those given from cluster, by anchors and bundles: a peer refreshing
 	// every few seconds is answered without going through every pod again.
-	answers map[string]federation.PodsHolding
+	answers map[string]v1alpha1.PodsHolding
 }
 
 // Holding is Config.Holding.
-func (h *ReportsHolding) Holding(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (*federation.PodsHolding, bool) {
+func (h *ReportsHolding) Holding(ctx context.Context, anchors []string, bundles []*certificatesv1.ClusterTrustBundle) (*v1alpha1.PodsHolding, bool) {
 	if len(anchors) == 0 {
 		return nil, false
 	}
@@ -82,6 +82,6 @@ func (h *ReportsHolding) snapshot(ctx context.Context) *query.Cluster {
 	for i := range pods.Items {
 		c.Pods = append(c.Pods, &pods.Items[i])
 	}
-	h.cluster, h.read, h.answers = c, now, map[string]federation.PodsHolding{}
+	h.cluster, h.read, h.answers = c, now, map[string]v1alpha1.PodsHolding{}
 	return c
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // Metrics say how each peer's import stands and what it costs.
@@ -50,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(f *federation.FederatedTrustDomain, r result, now time.Time) {
+func (m *Metrics) observe(f *v1alpha1.FederatedTrustDomain, r result, now time.Time) {
 	if m == nil || f == nil {
 		return
 	}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -75,7 +75,7 @@ spec:
   bundleEndpointURL: https://%s/b.example
   bundleEndpointProfile: {type: https_spiffe, endpointSPIFFEID: %s}
   trustDomainBundle: |
-%s`, endpoint, federation.EndpointID("b.example"), indent(strings.TrimSpace(bPEM), "    "))
+%s`, endpoint, v1alpha1.BundleEndpointID("b.example"), indent(strings.TrimSpace(bPEM), "    "))
 	file := filepath.Join(d.t.TempDir(), "peer.yaml")
 	if err := os.WriteFile(file, []byte(peer+"\n"), 0o644); err != nil {
 		d.t.Fatal(err)
@@ -89,11 +89,11 @@ spec:
 		return out == "True", nil
 	})
 	show("trustsync-controller fetched and imported b's bundle in %s:", time.Since(imported).Round(100*time.Millisecond))
-	d.kubectl(ctx, "get", "clustertrustbundles.certificates.k8s.io", "-l", federation.TrustDomainLabel+"=b.example")
+	d.kubectl(ctx, "get", "clustertrustbundles.certificates.k8s.io", "-l", v1alpha1.TrustDomainLabel+"=b.example")
 
 	show("pod demo/partner (trustsync.io/delivery: node) asks for it with the usual annotations:")
-	show("  trustsync.io/signer-name: %s", federation.SignerName)
-	show("  trustsync.io/label-selector: %s=b.example", federation.TrustDomainLabel)
+	show("  trustsync.io/signer-name: %s", v1alpha1.FederatedSignerName)
+	show("  trustsync.io/label-selector: %s=b.example", v1alpha1.TrustDomainLabel)
 	d.createPartnerPod(ctx)
 	trust, err := d.node.Exec(ctx, namespace, "partner", "app", "cat", mountPath+"/ca_certificates.pem")
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // Peer is one FederatedTrustDomain, as kubectl trustsync federation prints it: has
@@ -48,7 +48,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	list, err := dyn.Resource(federation.Resource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(v1alpha1.FederatedTrustDomainResource).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("FederatedTrustDomains are not served here: install the chart's CRDs (crds/federatedtrustdomains.trustsync.io.yaml)")
@@ -63,7 +63,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 	}
 	var out []Peer
 	for i := range list.Items {
-		f, err := federation.FromUnstructured(&list.Items[i])
+		f, err := v1alpha1.FederatedTrustDomainFromUnstructured(&list.Items[i])
 		if err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 		}
 		p := Peer{Name: f.Name, TrustDomain: f.Spec.TrustDomain, Endpoint: f.Spec.BundleEndpointURL, Ready: "Unknown",
 			Sequence: f.Status.Sequence, Bundle: f.Status.Bundle, Anchors: nonNil(f.Status.Anchors)}
-		if cond := meta.FindStatusCondition(f.Status.Conditions, federation.Ready); cond != nil {
+		if cond := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.ConditionReady); cond != nil {
 			p.Ready, p.Reason, p.Message = string(cond.Status), cond.Reason, cond.Message
 		}
 		if f.Status.LastRefreshed != nil {
@@ -81,7 +81,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 		}
 		var imported []*certificatesv1.ClusterTrustBundle
 		for _, b := range c.Bundles {
-			if b.Spec.SignerName == federation.SignerName && b.Labels[federation.TrustDomainLabel] == f.Spec.TrustDomain {
+			if b.Spec.SignerName == v1alpha1.FederatedSignerName && b.Labels[v1alpha1.TrustDomainLabel] == f.Spec.TrustDomain {
 				imported = append(imported, b)
 			}
 		}

@@ -43,10 +43,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/contract"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -710,7 +710,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		// A peer trust domain, imported as the controller's ServiceAccount: the API
 		// server lets it attest for trustsync.io/federated, and for no other signer.
 		peerCA := fixtures.CA("chart peer")
-		id, _ := url.Parse(federation.EndpointID("peer.example"))
+		id, _ := url.Parse(v1alpha1.BundleEndpointID("peer.example"))
 		leaf := fixtures.MustNew(fixtures.Options{Leaf: true, URIs: []*url.URL{id}, Parent: peerCA})
 		doc, _ := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString("peer.example"), []*x509.Certificate{peerCA.Cert}).Marshal()
 		endpoint := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(doc) }))
@@ -720,14 +720,14 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		ftd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": "FederatedTrustDomain", "metadata": map[string]any{"name": "chart-peer"},
 			"spec": map[string]any{"trustDomain": "peer.example", "bundleEndpointURL": endpoint.URL + "/peer.example", "trustDomainBundle": fixtures.Bundle(peerCA),
 				"bundleEndpointProfile": map[string]any{"type": "https_spiffe", "endpointSPIFFEID": id.String()}}}}
-		if _, err := dyn.Resource(federation.Resource).Create(ctx, ftd, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn.Resource(v1alpha1.FederatedTrustDomainResource).Create(ctx, ftd, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the peer's bundle imported by the controller", p, func(ctx context.Context) (bool, error) {
-			b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, federation.BundleName("peer.example"), metav1.GetOptions{})
-			return err == nil && b.Spec.SignerName == federation.SignerName && b.Spec.TrustBundle == string(peerCA.CertPEM()), nil
+			b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, v1alpha1.FederatedBundleName("peer.example"), metav1.GetOptions{})
+			return err == nil && b.Spec.SignerName == v1alpha1.FederatedSignerName && b.Spec.TrustBundle == string(peerCA.CertPEM()), nil
 		})
-		for signer, want := range map[string]bool{federation.SignerName: true, "trustsync.io/workload": false, "example.com/any": false} {
+		for signer, want := range map[string]bool{v1alpha1.FederatedSignerName: true, "trustsync.io/workload": false, "example.com/any": false} {
 			sar, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 				User:               "system:serviceaccount:" + ns + ":trustsync-controller",
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: signer, Verb: "attest"},
@@ -771,7 +771,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 
 		// The imported bundle's label and owner are the controller's: even an admin
 		// is refused, and told what to do instead.
-		imported, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, federation.BundleName("peer.example"), metav1.GetOptions{})
+		imported, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, v1alpha1.FederatedBundleName("peer.example"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -780,7 +780,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 			edit       func(*certificatesv1.ClusterTrustBundle)
 		}{
 			{"the owner removed", "ownerReferences of " + imported.Name + " are kept by trustsync-controller", func(b *certificatesv1.ClusterTrustBundle) { b.OwnerReferences = nil }},
-			{"the trust-domain label moved", "label trustsync.io/trust-domain of " + imported.Name, func(b *certificatesv1.ClusterTrustBundle) { b.Labels[federation.TrustDomainLabel] = "other.example" }},
+			{"the trust-domain label moved", "label trustsync.io/trust-domain of " + imported.Name, func(b *certificatesv1.ClusterTrustBundle) { b.Labels[v1alpha1.TrustDomainLabel] = "other.example" }},
 		} {
 			edited := imported.DeepCopy()
 			tc.edit(edited)

@@ -18,7 +18,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkFederation_50Peers(b *testing.B) {
 	for i := range peers {
 		td := fmt.Sprintf("peer-%02d.example", i)
 		ca := fixtures.CA(td)
-		id, _ := url.Parse("spiffe://" + td + federation.EndpointPath)
+		id, _ := url.Parse("spiffe://" + td + v1alpha1.BundleEndpointPath)
 		leaf := fixtures.MustNew(fixtures.Options{Leaf: true, URIs: []*url.URL{id}, Parent: ca})
 		sb := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), []*x509.Certificate{ca.Cert})
 		sb.SetSequenceNumber(1)
@@ -60,22 +60,22 @@ func BenchmarkFederation_50Peers(b *testing.B) {
 		spec := u.Object["spec"].(map[string]any)
 		spec["trustDomain"] = td
 		spec["bundleEndpointProfile"].(map[string]any)["endpointSPIFFEID"] = id.String()
-		if _, err := dyn(b, c.a).Resource(federation.Resource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		if _, err := dyn(b, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		defer func(name string) {
-			_ = dyn(b, c.a).Resource(federation.Resource).Delete(context.Background(), name, metav1.DeleteOptions{})
+			_ = dyn(b, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Delete(context.Background(), name, metav1.DeleteOptions{})
 		}(u.GetName())
 	}
 	start := time.Now()
 	for {
-		list, err := dyn(b, c.a).Resource(federation.Resource).List(context.Background(), metav1.ListOptions{})
+		list, err := dyn(b, c.a).Resource(v1alpha1.FederatedTrustDomainResource).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		readyCount := 0
 		for i := range list.Items {
-			f, _ := federation.FromUnstructured(&list.Items[i])
+			f, _ := v1alpha1.FederatedTrustDomainFromUnstructured(&list.Items[i])
 			if st, _, _ := ready(f.Status); st == metav1.ConditionTrue {
 				readyCount++
 			}

@@ -23,10 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -43,10 +43,10 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 
 	c.waitImported(t, "cluster-b")
 	imp := c.imported(t)
-	if imp.Spec.SignerName != federation.SignerName || imp.Labels[federation.TrustDomainLabel] != tdB {
-		t.Errorf("imported bundle: signer %q, labels %v; want %s and %s=%s", imp.Spec.SignerName, imp.Labels, federation.SignerName, federation.TrustDomainLabel, tdB)
+	if imp.Spec.SignerName != v1alpha1.FederatedSignerName || imp.Labels[v1alpha1.TrustDomainLabel] != tdB {
+		t.Errorf("imported bundle: signer %q, labels %v; want %s and %s=%s", imp.Spec.SignerName, imp.Labels, v1alpha1.FederatedSignerName, v1alpha1.TrustDomainLabel, tdB)
 	}
-	if owner := metav1.GetControllerOf(imp); owner == nil || owner.Kind != federation.Kind || owner.Name != "cluster-b" {
+	if owner := metav1.GetControllerOf(imp); owner == nil || owner.Kind != v1alpha1.FederatedTrustDomainKind || owner.Name != "cluster-b" {
 		t.Errorf("imported bundle's controller = %v, want the FederatedTrustDomain (so deleting it deletes the bundle)", owner)
 	}
 	if got, want := anchorIDs(t, imp.Spec.TrustBundle), anchorIDs(t, live.Spec.TrustBundle); !slices.Equal(got, want) {
@@ -59,14 +59,14 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	// The standby replica serves the same bundle at the same sequence: peers see one
 	// bundle whichever replica a Service sends them to.
 	fromStandby := fetch(t, standby, live.Spec.TrustBundle)
-	if seq, _ := fromStandby.SequenceNumber(); seq != *first.Sequence || !slices.Equal(federation.Anchors(fromStandby), first.Anchors) {
-		t.Errorf("the standby serves %v at sequence %d; the leader served %v at %d", federation.Anchors(fromStandby), seq, first.Anchors, *first.Sequence)
+	if seq, _ := fromStandby.SequenceNumber(); seq != *first.Sequence || !slices.Equal(v1alpha1.BundleAnchors(fromStandby), first.Anchors) {
+		t.Errorf("the standby serves %v at sequence %d; the leader served %v at %d", v1alpha1.BundleAnchors(fromStandby), seq, first.Anchors, *first.Sequence)
 	}
 	// The operator's answer: Ready, the sequence, the anchors (no pods select it yet,
 	// so none are behind: exit 0).
 	var peer plugin.Peer
 	controlplane.NewPlugin(t, c.a).JSON(t, &peer, 0, "federation", tdB)
-	if peer.Ready != "True" || peer.Sequence == nil || *peer.Sequence != *first.Sequence || !slices.Equal(peer.Anchors, first.Anchors) || peer.Bundle != federation.BundleName(tdB) {
+	if peer.Ready != "True" || peer.Sequence == nil || *peer.Sequence != *first.Sequence || !slices.Equal(peer.Anchors, first.Anchors) || peer.Bundle != v1alpha1.FederatedBundleName(tdB) {
 		t.Errorf("kubectl trustsync federation %s = %+v, want Ready with the status's sequence %d and anchors %v", tdB, peer, *first.Sequence, first.Anchors)
 	}
 
@@ -129,13 +129,13 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 func fetch(t *testing.T, addr, trustPEM string) *spiffebundle.Bundle {
 	t.Helper()
 	td := spiffeid.RequireTrustDomainFromString(tdB)
-	held, err := federation.ParseBundle(td, []byte(trustPEM))
+	held, err := v1alpha1.ParseSPIFFEBundle(td, []byte(trustPEM))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b *spiffebundle.Bundle
 	poll(t, 30*time.Second, "the endpoint at "+addr+" answers", func() (bool, string) {
-		b, err = gospiffefederation.FetchBundle(context.Background(), td, "https://"+addr+"/"+tdB, gospiffefederation.WithSPIFFEAuth(held, spiffeid.RequireFromString(federation.EndpointID(tdB))))
+		b, err = gospiffefederation.FetchBundle(context.Background(), td, "https://"+addr+"/"+tdB, gospiffefederation.WithSPIFFEAuth(held, spiffeid.RequireFromString(v1alpha1.BundleEndpointID(tdB))))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -188,7 +188,7 @@ type endpoint struct {
 
 func serveEndpoint(t *testing.T, caCert *x509.Certificate, caKey any) *endpoint {
 	t.Helper()
-	id, _ := url.Parse(federation.EndpointID(tdB))
+	id, _ := url.Parse(v1alpha1.BundleEndpointID(tdB))
 	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, URIs: []*url.URL{id}, Parent: &fixtures.Cert{Cert: caCert, Key: caKey.(crypto.Signer)}})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -281,21 +281,21 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 		name, url, reason, says string
 		respond                 func(http.ResponseWriter)
 	}{
-		{"an impostor B's bundle does not sign", impostor.url, federation.ReasonEndpointUnauthenticated, "is not who it should be", nil},
-		{"the sequence goes back", misbehaving.url, federation.ReasonSequenceRegressed, "went back", bundleDoc(t, *held.Sequence-1, append(bAnchors, extra)...)},
-		{"the sequence stays though the anchors change", misbehaving.url, federation.ReasonSequenceRegressed, "did not move", bundleDoc(t, *held.Sequence, extra)},
-		{"an empty bundle", misbehaving.url, federation.ReasonInvalidBundle, "no X.509 authority", func(w http.ResponseWriter) {
+		{"an impostor B's bundle does not sign", impostor.url, v1alpha1.ReasonEndpointUnauthenticated, "is not who it should be", nil},
+		{"the sequence goes back", misbehaving.url, v1alpha1.ReasonSequenceRegressed, "went back", bundleDoc(t, *held.Sequence-1, append(bAnchors, extra)...)},
+		{"the sequence stays though the anchors change", misbehaving.url, v1alpha1.ReasonSequenceRegressed, "did not move", bundleDoc(t, *held.Sequence, extra)},
+		{"an empty bundle", misbehaving.url, v1alpha1.ReasonInvalidBundle, "no X.509 authority", func(w http.ResponseWriter) {
 			_, _ = w.Write([]byte(`{"keys":[],"spiffe_sequence":` + jsonNumber(*held.Sequence+5) + `}`))
 		}},
-		{"an authority of another trust domain", misbehaving.url, federation.ReasonInvalidBundle, "evil.example", bundleDoc(t, *held.Sequence+6, append(bAnchors, otherDomain)...)},
-		{"garbage", misbehaving.url, federation.ReasonInvalidBundle, "cannot be imported", func(w http.ResponseWriter) { _, _ = w.Write([]byte("<html>hello</html>")) }},
-		{"two megabytes", misbehaving.url, federation.ReasonInvalidBundle, "more than 1048576 bytes", func(w http.ResponseWriter) { _, _ = w.Write([]byte(strings.Repeat(" ", 2<<20))) }},
-		{"an error page", misbehaving.url, federation.ReasonEndpointUnreachable, "HTTP 503", func(w http.ResponseWriter) { http.Error(w, "maintenance", http.StatusServiceUnavailable) }},
-		{"no answer at all", closedURL, federation.ReasonEndpointUnreachable, "cannot reach", nil},
-		{"more anchors than the status can name", misbehaving.url, federation.ReasonInvalidBundle, "holds 1100 X.509 authorities; at most 1024", bundleDoc(t, *held.Sequence+7, many...)},
-		{"an error longer than a status holds", misbehaving.url, federation.ReasonInvalidBundle, "more bytes cut)", bundleDoc(t, *held.Sequence+8, leaves...)},
-		{"a breakable RSA authority", misbehaving.url, federation.ReasonInvalidBundle, "1024-bit RSA key", bundleDoc(t, *held.Sequence+9, append(bAnchors, weakRSACA(t))...)},
-		{"no sequence and other anchors", misbehaving.url, federation.ReasonSequenceRegressed, "carries no spiffe_sequence", bundleDocWithoutSequence(t, extra)},
+		{"an authority of another trust domain", misbehaving.url, v1alpha1.ReasonInvalidBundle, "evil.example", bundleDoc(t, *held.Sequence+6, append(bAnchors, otherDomain)...)},
+		{"garbage", misbehaving.url, v1alpha1.ReasonInvalidBundle, "cannot be imported", func(w http.ResponseWriter) { _, _ = w.Write([]byte("<html>hello</html>")) }},
+		{"two megabytes", misbehaving.url, v1alpha1.ReasonInvalidBundle, "more than 1048576 bytes", func(w http.ResponseWriter) { _, _ = w.Write([]byte(strings.Repeat(" ", 2<<20))) }},
+		{"an error page", misbehaving.url, v1alpha1.ReasonEndpointUnreachable, "HTTP 503", func(w http.ResponseWriter) { http.Error(w, "maintenance", http.StatusServiceUnavailable) }},
+		{"no answer at all", closedURL, v1alpha1.ReasonEndpointUnreachable, "cannot reach", nil},
+		{"more anchors than the status can name", misbehaving.url, v1alpha1.ReasonInvalidBundle, "holds 1100 X.509 authorities; at most 1024", bundleDoc(t, *held.Sequence+7, many...)},
+		{"an error longer than a status holds", misbehaving.url, v1alpha1.ReasonInvalidBundle, "more bytes cut)", bundleDoc(t, *held.Sequence+8, leaves...)},
+		{"a breakable RSA authority", misbehaving.url, v1alpha1.ReasonInvalidBundle, "1024-bit RSA key", bundleDoc(t, *held.Sequence+9, append(bAnchors, weakRSACA(t))...)},
+		{"no sequence and other anchors", misbehaving.url, v1alpha1.ReasonSequenceRegressed, "carries no spiffe_sequence", bundleDocWithoutSequence(t, extra)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.respond != nil {
@@ -334,7 +334,7 @@ func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
 	c.waitImported(t, "restored-b")
 	want := c.imported(t).Spec.TrustBundle
 	store := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1)
-	if err := store.Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{}); err != nil {
+	if err := store.Delete(context.Background(), v1alpha1.FederatedBundleName(tdB), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 10*time.Second, "the deleted bundle restored", func() (bool, string) {
@@ -356,7 +356,7 @@ func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
 func (c *clusters) setURL(t *testing.T, name, url string) {
 	t.Helper()
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"bundleEndpointURL": url}})
-	if _, err := dyn(t, c.a).Resource(federation.Resource).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -371,7 +371,7 @@ func jsonNumber(n uint64) string {
 // changes.
 func TestFederation_TheAPIServerRefusesWhatCannotWork(t *testing.T) {
 	a := planes.Get(t, true)
-	ftds := dyn(t, a).Resource(federation.Resource)
+	ftds := dyn(t, a).Resource(v1alpha1.FederatedTrustDomainResource)
 	c := &clusters{a: a}
 	base := func(name string) map[string]any {
 		u := c.peer(name, "https://signer.b.example:8443/"+tdB, fixtures.Bundle(fixtures.CA("refused")))
@@ -385,7 +385,7 @@ func TestFederation_TheAPIServerRefusesWhatCannotWork(t *testing.T) {
 		{"plain http", func(s map[string]any) { s["bundleEndpointURL"] = "http://signer.b.example/b.example" }, "spec.bundleEndpointURL"},
 		{"https_spiffe without a bundle", func(s map[string]any) { delete(s, "trustDomainBundle") }, "https_spiffe authenticates the endpoint with the peer's bundle"},
 		{"an endpoint ID with https_web", func(s map[string]any) {
-			s["bundleEndpointProfile"] = map[string]any{"type": "https_web", "endpointSPIFFEID": federation.EndpointID(tdB)}
+			s["bundleEndpointProfile"] = map[string]any{"type": "https_web", "endpointSPIFFEID": v1alpha1.BundleEndpointID(tdB)}
 		}, "endpointSPIFFEID is required with https_spiffe and not allowed with https_web"},
 		{"an unknown profile", func(s map[string]any) { s["bundleEndpointProfile"] = map[string]any{"type": "https"} }, `Unsupported value: "https"`},
 		{"a trust domain longer than a label value", func(s map[string]any) { s["trustDomain"] = strings.Repeat("b", 64) }, "spec.trustDomain"},
@@ -451,7 +451,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 	c.create(t, c.peer("second-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
 	poll(t, 30*time.Second, "the second claimant refused", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "second-b"))
-		return st == metav1.ConditionFalse && reason == federation.ReasonConflict && strings.Contains(msg, "first-b"), string(st) + " " + reason + ": " + msg
+		return st == metav1.ConditionFalse && reason == v1alpha1.ReasonConflict && strings.Contains(msg, "first-b"), string(st) + " " + reason + ": " + msg
 	})
 	unchanged("after a second claimant")
 
@@ -479,7 +479,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 	if st, reason, msg := ready(c.status(t, "first-b")); st != metav1.ConditionTrue {
 		t.Errorf("after a restart first-b is %s %s: %s", st, reason, msg)
 	}
-	if st, reason, _ := ready(c.status(t, "second-b")); reason != federation.ReasonConflict {
+	if st, reason, _ := ready(c.status(t, "second-b")); reason != v1alpha1.ReasonConflict {
 		t.Errorf("after a restart second-b is %s %s, want still Conflict", st, reason)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	fleet "github.com/trustsync/trustsync/controller/federation"
-	"github.com/trustsync/trustsync/federation"
 )
 
 // A fleet's ClusterProfiles (the cluster inventory API, its CRD as sig-multicluster
@@ -52,11 +52,11 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = profiles.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	}
-	ftds := dyn(t, c.a).Resource(federation.Resource)
+	ftds := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource)
 	// A FederatedTrustDomain a user made, under the name of a member to come.
 	user := c.peer("cluster-c", "https://"+c.endpoint+"/c.example", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw})))
 	user.Object["spec"].(map[string]any)["trustDomain"] = "c.example"
-	user.Object["spec"].(map[string]any)["bundleEndpointProfile"] = map[string]any{"type": "https_spiffe", "endpointSPIFFEID": federation.EndpointID("c.example")}
+	user.Object["spec"].(map[string]any)["bundleEndpointProfile"] = map[string]any{"type": "https_spiffe", "endpointSPIFFEID": v1alpha1.BundleEndpointID("c.example")}
 	if _, err := ftds.Create(context.Background(), user, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		f, _ := federation.FromUnstructured(u)
+		f, _ := v1alpha1.FederatedTrustDomainFromUnstructured(u)
 		st, reason, msg := ready(f.Status)
 		return st == metav1.ConditionTrue && u.GetLabels()[fleet.FleetLabel] == fleet.FleetValue, string(st) + " " + reason + ": " + msg
 	})

@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -62,13 +62,13 @@ func TestFederation_EveryFetchIsAuthenticatedByTheTrustHeldThen(t *testing.T) {
 	e.set(bundleDoc(t, 2, next.Cert))
 	waitSequence(t, c, "per-fetch-b", 2)
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"trustDomainBundle": fixtures.Bundle(next)}})
-	if _, err := dyn(t, c.a).Resource(federation.Resource).Patch(context.Background(), "per-fetch-b", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Patch(context.Background(), "per-fetch-b", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.set(bundleDoc(t, 3, impostor.Cert))
 	poll(t, 30*time.Second, "the old CA's endpoint refused", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "per-fetch-b"))
-		return st == metav1.ConditionFalse && reason == federation.ReasonEndpointUnauthenticated, string(st) + " " + reason + ": " + msg
+		return st == metav1.ConditionFalse && reason == v1alpha1.ReasonEndpointUnauthenticated, string(st) + " " + reason + ": " + msg
 	})
 	if ids := anchorIDs(t, c.imported(t).Spec.TrustBundle); !slices.Equal(ids, []string{bundle.AnchorID(next.Cert.Raw)}) {
 		t.Errorf("the imported bundle holds %v, want the peer's next CA alone", ids)
@@ -95,9 +95,9 @@ func TestFederation_ASecondClaimantTakesOverAtOnce(t *testing.T) {
 	c.create(t, c.peer("heir-b", url, live.Spec.TrustBundle))
 	poll(t, 30*time.Second, "the heir refused while the holder lives", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "heir-b"))
-		return reason == federation.ReasonConflict, string(st) + " " + reason + ": " + msg
+		return reason == v1alpha1.ReasonConflict, string(st) + " " + reason + ": " + msg
 	})
-	if err := dyn(t, c.a).Resource(federation.Resource).Delete(context.Background(), "holder-b", metav1.DeleteOptions{}); err != nil {
+	if err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Delete(context.Background(), "holder-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The controller's resync is ten minutes: anything within this poll is the
@@ -125,7 +125,7 @@ func TestFederation_HandEditsOfTheLabelAndTheOwnerAreRestored(t *testing.T) {
 		name string
 		edit func(*metav1.ObjectMeta)
 	}{
-		{"the trust-domain label moved to another domain", func(m *metav1.ObjectMeta) { m.Labels[federation.TrustDomainLabel] = "other.example" }},
+		{"the trust-domain label moved to another domain", func(m *metav1.ObjectMeta) { m.Labels[v1alpha1.TrustDomainLabel] = "other.example" }},
 		{"the owner removed", func(m *metav1.ObjectMeta) { m.OwnerReferences = nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,8 +140,8 @@ func TestFederation_HandEditsOfTheLabelAndTheOwnerAreRestored(t *testing.T) {
 					return false, "absent"
 				}
 				owner := metav1.GetControllerOf(b)
-				return b.Labels[federation.TrustDomainLabel] == tdB && owner != nil && owner.Name == "kept-b",
-					"label " + b.Labels[federation.TrustDomainLabel] + ", owners " + strings.Join(ownerNames(b.OwnerReferences), ",")
+				return b.Labels[v1alpha1.TrustDomainLabel] == tdB && owner != nil && owner.Name == "kept-b",
+					"label " + b.Labels[v1alpha1.TrustDomainLabel] + ", owners " + strings.Join(ownerNames(b.OwnerReferences), ",")
 			})
 			if !slices.ContainsFunc(c.events(t, "kept-b"), func(e corev1.Event) bool { return e.Reason == "BundleRestored" }) {
 				t.Error("no BundleRestored Event")

@@ -22,9 +22,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -147,7 +147,7 @@ func (c *clusters) liveB(t *testing.T) *certificatesv1.ClusterTrustBundle {
 // imported reads A's imported bundle for B's trust domain (nil while absent).
 func (c *clusters) imported(t *testing.T) *certificatesv1.ClusterTrustBundle {
 	t.Helper()
-	b, err := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Get(context.Background(), federation.BundleName(tdB))
+	b, err := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Get(context.Background(), v1alpha1.FederatedBundleName(tdB))
 	if err != nil {
 		return nil
 	}
@@ -156,11 +156,11 @@ func (c *clusters) imported(t *testing.T) *certificatesv1.ClusterTrustBundle {
 
 // peer is the FederatedTrustDomain in A for B, authenticated https_spiffe.
 func (c *clusters) peer(name, url, bootstrap string) *unstructured.Unstructured {
-	ftd := &federation.FederatedTrustDomain{
-		TypeMeta:   metav1.TypeMeta{APIVersion: federation.Resource.GroupVersion().String(), Kind: federation.Kind},
+	ftd := &v1alpha1.FederatedTrustDomain{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.FederatedTrustDomainResource.GroupVersion().String(), Kind: v1alpha1.FederatedTrustDomainKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: federation.Spec{TrustDomain: tdB, BundleEndpointURL: url,
-			BundleEndpointProfile: federation.Profile{Type: federation.ProfileSPIFFE, EndpointSPIFFEID: federation.EndpointID(tdB)},
+		Spec: v1alpha1.FederatedTrustDomainSpec{TrustDomain: tdB, BundleEndpointURL: url,
+			BundleEndpointProfile: v1alpha1.BundleEndpointProfile{Type: v1alpha1.ProfileSPIFFE, EndpointSPIFFEID: v1alpha1.BundleEndpointID(tdB)},
 			TrustDomainBundle:     bootstrap},
 	}
 	m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ftd)
@@ -169,13 +169,13 @@ func (c *clusters) peer(name, url, bootstrap string) *unstructured.Unstructured 
 
 func (c *clusters) create(t *testing.T, u *unstructured.Unstructured) {
 	t.Helper()
-	if _, err := dyn(t, c.a).Resource(federation.Resource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+	if _, err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = dyn(t, c.a).Resource(federation.Resource).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
+		_ = dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{})
 		// No garbage collector runs in this control plane: remove what it would.
-		_ = bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{})
+		_ = bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Delete(context.Background(), v1alpha1.FederatedBundleName(tdB), metav1.DeleteOptions{})
 	})
 }
 
@@ -191,22 +191,22 @@ func (c *clusters) waitImported(t *testing.T, name string) {
 }
 
 // status reads a FederatedTrustDomain's status.
-func (c *clusters) status(t *testing.T, name string) federation.Status {
+func (c *clusters) status(t *testing.T, name string) v1alpha1.FederatedTrustDomainStatus {
 	t.Helper()
-	u, err := dyn(t, c.a).Resource(federation.Resource).Get(context.Background(), name, metav1.GetOptions{})
+	u, err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := federation.FromUnstructured(u)
+	f, err := v1alpha1.FederatedTrustDomainFromUnstructured(u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f.Status
 }
 
-func ready(s federation.Status) (status metav1.ConditionStatus, reason, message string) {
+func ready(s v1alpha1.FederatedTrustDomainStatus) (status metav1.ConditionStatus, reason, message string) {
 	for _, c := range s.Conditions {
-		if c.Type == federation.Ready {
+		if c.Type == v1alpha1.ConditionReady {
 			return c.Status, c.Reason, c.Message
 		}
 	}
@@ -239,7 +239,7 @@ func anchorIDs(t *testing.T, trustBundle string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return federation.AnchorIDs(certs)
+	return v1alpha1.AnchorIDsOf(certs)
 }
 
 func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
@@ -277,5 +277,5 @@ func (c *clusters) caOf(t *testing.T) (*x509.Certificate, any) {
 // deleteImported removes A's imported bundle for B, as the garbage collector would
 // once its FederatedTrustDomain is gone (none runs in these control planes).
 func deleteImported(t *testing.T, c *clusters) error {
-	return bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Delete(context.Background(), federation.BundleName(tdB), metav1.DeleteOptions{})
+	return bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1).Delete(context.Background(), v1alpha1.FederatedBundleName(tdB), metav1.DeleteOptions{})
 }

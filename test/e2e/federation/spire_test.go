@@ -17,9 +17,9 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
-	"github.com/trustsync/trustsync/federation"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
 )
@@ -94,7 +94,7 @@ plugins {
     plugin_data {}
   }
 }
-`, apiPort, s.socket, tdSPIRE, filepath.Join(work, "data"), bundlePort, tdB, trustsyncEndpoint, tdB, federation.EndpointID(tdB), filepath.Join(work, "data", "datastore.sqlite3"))
+`, apiPort, s.socket, tdSPIRE, filepath.Join(work, "data"), bundlePort, tdB, trustsyncEndpoint, tdB, v1alpha1.BundleEndpointID(tdB), filepath.Join(work, "data", "datastore.sqlite3"))
 	path := filepath.Join(work, "server.conf")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 		if err != nil {
 			return nil, err.Error() + ": " + out
 		}
-		return federation.Anchors(got), ""
+		return v1alpha1.BundleAnchors(got), ""
 	}
 	// SPIRE polled once at start, before it had B's bundle to authenticate with; it
 	// tries again a minute later, then at the refresh hint. Its own log says when it
@@ -189,32 +189,32 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatalf("spire-server bundle show: %v\n%s", err, doc)
 	}
-	spireBundle, err := federation.ParseBundle(spiffeid.RequireTrustDomainFromString(tdSPIRE), []byte(doc))
+	spireBundle, err := v1alpha1.ParseSPIFFEBundle(spiffeid.RequireTrustDomainFromString(tdSPIRE), []byte(doc))
 	if err != nil {
 		t.Fatalf("SPIRE's bundle: %v\n%s", err, doc)
 	}
 	peer := c.peer("spire", "https://"+spire.endpoint, doc)
 	spec := peer.Object["spec"].(map[string]any)
 	spec["trustDomain"] = tdSPIRE
-	spec["bundleEndpointProfile"] = map[string]any{"type": federation.ProfileSPIFFE, "endpointSPIFFEID": "spiffe://" + tdSPIRE + "/spire/server"}
-	if _, err := dyn(t, c.a).Resource(federation.Resource).Create(context.Background(), peer, metav1.CreateOptions{}); err != nil {
+	spec["bundleEndpointProfile"] = map[string]any{"type": v1alpha1.ProfileSPIFFE, "endpointSPIFFEID": "spiffe://" + tdSPIRE + "/spire/server"}
+	if _, err := dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Create(context.Background(), peer, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store := bundleapi.NewStore(dyn(t, c.a), bundle.NativeV1)
 	t.Cleanup(func() {
-		_ = dyn(t, c.a).Resource(federation.Resource).Delete(context.Background(), "spire", metav1.DeleteOptions{})
-		_ = store.Delete(context.Background(), federation.BundleName(tdSPIRE), metav1.DeleteOptions{})
+		_ = dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Delete(context.Background(), "spire", metav1.DeleteOptions{})
+		_ = store.Delete(context.Background(), v1alpha1.FederatedBundleName(tdSPIRE), metav1.DeleteOptions{})
 	})
 	poll(t, time.Minute, "A imports SPIRE's bundle from SPIRE's endpoint", func() (bool, string) {
 		s := c.status(t, "spire")
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg
 	})
-	imported, err := store.Get(context.Background(), federation.BundleName(tdSPIRE))
+	imported, err := store.Get(context.Background(), v1alpha1.FederatedBundleName(tdSPIRE))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := anchorIDs(t, imported.Spec.TrustBundle); !slices.Equal(got, federation.Anchors(spireBundle)) {
-		t.Errorf("A imported %v; SPIRE's X.509 authorities are %v", got, federation.Anchors(spireBundle))
+	if got := anchorIDs(t, imported.Spec.TrustBundle); !slices.Equal(got, v1alpha1.BundleAnchors(spireBundle)) {
+		t.Errorf("A imported %v; SPIRE's X.509 authorities are %v", got, v1alpha1.BundleAnchors(spireBundle))
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/trustsync/trustsync/federation"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
@@ -73,30 +73,32 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 	if err != nil {
 		t.Fatal(err)
 	}
-	ftd := &federation.FederatedTrustDomain{
-		TypeMeta:   metav1.TypeMeta{APIVersion: federation.Resource.GroupVersion().String(), Kind: federation.Kind},
+	ftd := &v1alpha1.FederatedTrustDomain{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.FederatedTrustDomainResource.GroupVersion().String(), Kind: v1alpha1.FederatedTrustDomainKind},
 		ObjectMeta: metav1.ObjectMeta{Name: "cluster-b"},
-		Spec: federation.Spec{TrustDomain: "b.example", BundleEndpointURL: "https://" + endpoint + "/b.example",
-			BundleEndpointProfile: federation.Profile{Type: federation.ProfileSPIFFE, EndpointSPIFFEID: federation.EndpointID("b.example")},
+		Spec: v1alpha1.FederatedTrustDomainSpec{TrustDomain: "b.example", BundleEndpointURL: "https://" + endpoint + "/b.example",
+			BundleEndpointProfile: v1alpha1.BundleEndpointProfile{Type: v1alpha1.ProfileSPIFFE, EndpointSPIFFEID: v1alpha1.BundleEndpointID("b.example")},
 			TrustDomainBundle:     bLive()},
 	}
 	obj, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(ftd)
-	if _, err := aDyn.Resource(federation.Resource).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	if _, err := aDyn.Resource(v1alpha1.FederatedTrustDomainResource).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = aDyn.Resource(federation.Resource).Delete(ctx, "cluster-b", metav1.DeleteOptions{}) })
-	status := func() federation.Status {
-		u, err := aDyn.Resource(federation.Resource).Get(ctx, "cluster-b", metav1.GetOptions{})
+	t.Cleanup(func() {
+		_ = aDyn.Resource(v1alpha1.FederatedTrustDomainResource).Delete(ctx, "cluster-b", metav1.DeleteOptions{})
+	})
+	status := func() v1alpha1.FederatedTrustDomainStatus {
+		u, err := aDyn.Resource(v1alpha1.FederatedTrustDomainResource).Get(ctx, "cluster-b", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, _ := federation.FromUnstructured(u)
+		f, _ := v1alpha1.FederatedTrustDomainFromUnstructured(u)
 		return f.Status
 	}
 	eventually(t, time.Minute, "A's controller imports B's bundle from a pod", func() (bool, string) {
 		s := status()
 		for _, c := range s.Conditions {
-			if c.Type == federation.Ready {
+			if c.Type == v1alpha1.ConditionReady {
 				return c.Status == metav1.ConditionTrue, c.Reason + ": " + c.Message
 			}
 		}
@@ -107,8 +109,8 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 	createPod(t, ns, appPod("app", map[string]string{
 		"trustsync.io/inject":         "true",
 		"trustsync.io/delivery":       "node",
-		"trustsync.io/signer-name":    federation.SignerName,
-		"trustsync.io/label-selector": federation.TrustDomainLabel + "=b.example",
+		"trustsync.io/signer-name":    v1alpha1.FederatedSignerName,
+		"trustsync.io/label-selector": v1alpha1.TrustDomainLabel + "=b.example",
 	}, 1000, "exec sleep 3600"))
 	n.WaitPod(t, ns, "app", 2*time.Minute, "Ready", cluster.PodReady)
 	read := func() string {

@@ -1,4 +1,4 @@
-package federation
+package v1alpha1
 
 import (
 	"bytes"
@@ -16,10 +16,10 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 )
 
-// ParseBundle reads a trust domain's bundle given as a SPIFFE bundle (JWKS, as an
+// ParseSPIFFEBundle reads a trust domain's bundle given as a SPIFFE bundle (JWKS, as an
 // endpoint serves it) or as PEM certificates (as a ClusterTrustBundle holds them), and
-// checks that it can be imported (Check).
-func ParseBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, error) {
+// checks that it can be imported (CheckFederatedBundle).
+func ParseSPIFFEBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, error) {
 	var b *spiffebundle.Bundle
 	if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' {
 		var err error
@@ -36,46 +36,46 @@ func ParseBundle(td spiffeid.TrustDomain, data []byte) (*spiffebundle.Bundle, er
 		}
 		b = spiffebundle.FromX509Authorities(td, certs)
 	}
-	return b, Check(b)
+	return b, CheckFederatedBundle(b)
 }
 
-// MaxAnchors is the most X.509 authorities an import holds: the status lists each
+// MaxFederatedAnchors is the most X.509 authorities an import holds: the status lists each
 // (its CRD's anchors maxItems), and a status that cannot say what is imported would
 // leave the last one standing while pods trust something else.
-const MaxAnchors = 1024
+const MaxFederatedAnchors = 1024
 
 // MinRSABits is the smallest RSA key an imported authority may have: below it a
 // signature can be forged (and Go's verifier refuses under 1024 bits outright).
 const MinRSABits = 2048
 
-// Check refuses a bundle that cannot become a ClusterTrustBundle holding the domain's
+// CheckFederatedBundle refuses a bundle that cannot become a ClusterTrustBundle holding the domain's
 // X.509 authorities: none at all (an import never empties what pods trust), more than
 // the status can describe, an authority with a breakable RSA key, or PEM that the API
 // server would refuse (too large, not CA certificates).
-func Check(b *spiffebundle.Bundle) error {
+func CheckFederatedBundle(b *spiffebundle.Bundle) error {
 	authorities := b.X509Authorities()
 	if len(authorities) == 0 {
 		return errors.New("the bundle holds no X.509 authority (x509-svid key); an empty bundle is never imported")
 	}
-	if len(authorities) > MaxAnchors {
-		return fmt.Errorf("the bundle holds %d X.509 authorities; at most %d are imported (the status names each)", len(authorities), MaxAnchors)
+	if len(authorities) > MaxFederatedAnchors {
+		return fmt.Errorf("the bundle holds %d X.509 authorities; at most %d are imported (the status names each)", len(authorities), MaxFederatedAnchors)
 	}
 	for _, a := range authorities {
 		if k, ok := a.PublicKey.(*rsa.PublicKey); ok && k.N.BitLen() < MinRSABits {
 			return fmt.Errorf("authority %s (%s) has a %d-bit RSA key; at least %d bits are imported", bundle.AnchorID(a.Raw), a.Subject, k.N.BitLen(), MinRSABits)
 		}
 	}
-	pem := PEM(b)
+	pem := BundlePEM(b)
 	if errs := bundle.ValidateTrustBundle(field.NewPath("x509Authorities"), pem); len(errs) > 0 {
 		return errs.ToAggregate()
 	}
 	return nil
 }
 
-// PEM is the bundle's X.509 authorities as a ClusterTrustBundle's trustBundle holds
+// BundlePEM is the bundle's X.509 authorities as a ClusterTrustBundle's trustBundle holds
 // them: deduplicated and in a stable order, so an unchanged bundle is an unchanged
 // object.
-func PEM(b *spiffebundle.Bundle) string {
+func BundlePEM(b *spiffebundle.Bundle) string {
 	pool := bundle.NewPool()
 	for _, c := range b.X509Authorities() {
 		pool.AddDER(c.Raw)
@@ -83,11 +83,11 @@ func PEM(b *spiffebundle.Bundle) string {
 	return string(pool.PEM())
 }
 
-// Anchors are the ids (SHA-256 of the DER) of the bundle's X.509 authorities, sorted.
-func Anchors(b *spiffebundle.Bundle) []string { return AnchorIDs(b.X509Authorities()) }
+// BundleAnchors are the ids (SHA-256 of the DER) of the bundle's X.509 authorities, sorted.
+func BundleAnchors(b *spiffebundle.Bundle) []string { return AnchorIDsOf(b.X509Authorities()) }
 
-// AnchorIDs are the certificates' ids, sorted and without repeats.
-func AnchorIDs(certs []*x509.Certificate) []string {
+// AnchorIDsOf are the certificates' ids, sorted and without repeats.
+func AnchorIDsOf(certs []*x509.Certificate) []string {
 	ids := make([]string, 0, len(certs))
 	for _, c := range certs {
 		ids = append(ids, bundle.AnchorID(c.Raw))
@@ -96,9 +96,9 @@ func AnchorIDs(certs []*x509.Certificate) []string {
 	return slices.Compact(ids)
 }
 
-// Expired are the authorities of b no longer valid at now: imported all the same (the
+// ExpiredAuthorities are the authorities of b no longer valid at now: imported all the same (the
 // peer publishes them, and a pod verifying an old signature may need them), but said.
-func Expired(b *spiffebundle.Bundle, now time.Time) []*x509.Certificate {
+func ExpiredAuthorities(b *spiffebundle.Bundle, now time.Time) []*x509.Certificate {
 	var out []*x509.Certificate
 	for _, a := range b.X509Authorities() {
 		if now.After(a.NotAfter) {
