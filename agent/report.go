@@ -14,42 +14,42 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/agent/holdings"
-	"github.com/trustsync/trustsync/trustreport"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // BuildReport makes node's report of what its pods hold, with anchor sets deduplicated,
 // pods and sets in a stable order, and within MaxBytes.
-func BuildReport(node string, held []holdings.Pod, now time.Time) *trustreport.NodeTrustReport {
-	r := &trustreport.NodeTrustReport{
-		TypeMeta:   metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
+func BuildReport(node string, held []holdings.Pod, now time.Time) *v1alpha1.NodeTrustReport {
+	r := &v1alpha1.NodeTrustReport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.NodeTrustReportKind},
 		ObjectMeta: metav1.ObjectMeta{Name: node},
 		Node:       node, UpdatedAt: metav1.NewTime(now.UTC().Truncate(time.Second)),
 	}
-	sets := map[string]trustreport.AnchorSet{}
+	sets := map[string]v1alpha1.AnchorSet{}
 	for _, p := range held {
-		ph := trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Files: []trustreport.FileHolding{}}
+		ph := v1alpha1.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Files: []v1alpha1.FileHolding{}}
 		for _, f := range p.Files {
-			fh := trustreport.FileHolding{Path: f.Path(), Volume: f.Volume, File: f.File, Delivery: string(f.Delivery), Error: f.Err}
+			fh := v1alpha1.FileHolding{Path: f.Path(), Volume: f.Volume, File: f.File, Delivery: string(f.Delivery), Error: f.Err}
 			if !f.ChangedAt.IsZero() {
 				t := metav1.NewMicroTime(f.ChangedAt.UTC())
 				fh.ChangedAt = &t
 			}
 			if f.Err == "" {
-				id := trustreport.SetID(f.Anchors)
-				sets[id] = trustreport.AnchorSet{ID: id, Anchors: f.Anchors, Count: len(f.Anchors)}
+				id := v1alpha1.AnchorSetID(f.Anchors)
+				sets[id] = v1alpha1.AnchorSet{ID: id, Anchors: f.Anchors, Count: len(f.Anchors)}
 				fh.AnchorSet = id
 			}
 			ph.Files = append(ph.Files, fh)
 		}
 		r.Pods = append(r.Pods, ph)
 	}
-	slices.SortFunc(r.Pods, func(a, b trustreport.PodHolding) int {
+	slices.SortFunc(r.Pods, func(a, b v1alpha1.PodHolding) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	for _, s := range sets {
 		r.AnchorSets = append(r.AnchorSets, s)
 	}
-	slices.SortFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(r.AnchorSets, func(a, b v1alpha1.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
 	r.Bound()
 	return r
 }
@@ -76,7 +76,7 @@ type ReportPublisher struct {
 	// report in the API says what the pods held at that scan.
 	Idle func()
 
-	last            *trustreport.NodeTrustReport
+	last            *v1alpha1.NodeTrustReport
 	resourceVersion string
 	lastWrite       time.Time
 }
@@ -98,7 +98,7 @@ func (p *ReportPublisher) Run(ctx context.Context) {
 			r := BuildReport(p.Node, held, now)
 			// Readers judge the report stale by the heartbeat it says.
 			r.HeartbeatSeconds = int64(p.Heartbeat / time.Second)
-			if since < p.Heartbeat && trustreport.SameHoldings(r, p.last) {
+			if since < p.Heartbeat && v1alpha1.SameHoldings(r, p.last) {
 				pending = false
 			} else {
 				err := p.write(ctx, r)
@@ -128,7 +128,7 @@ func (p *ReportPublisher) Run(ctx context.Context) {
 // write replaces the report with r, creating it the first time. It updates with the
 // resourceVersion it last wrote, so it reads the report only when another writer (an
 // earlier agent) got there first.
-func (p *ReportPublisher) write(ctx context.Context, r *trustreport.NodeTrustReport) error {
+func (p *ReportPublisher) write(ctx context.Context, r *v1alpha1.NodeTrustReport) error {
 	if p.Owner != nil {
 		r.OwnerReferences = []metav1.OwnerReference{*p.Owner}
 	}
@@ -137,7 +137,7 @@ func (p *ReportPublisher) write(ctx context.Context, r *trustreport.NodeTrustRep
 			cur, err := p.Client.Get(ctx, r.Name, metav1.GetOptions{})
 			switch {
 			case apierrors.IsNotFound(err):
-				obj, err := trustreport.ToUnstructured(r)
+				obj, err := r.ToUnstructured()
 				if err != nil {
 					return err
 				}
@@ -153,7 +153,7 @@ func (p *ReportPublisher) write(ctx context.Context, r *trustreport.NodeTrustRep
 			p.resourceVersion = cur.GetResourceVersion()
 		}
 		r.ResourceVersion = p.resourceVersion
-		obj, err := trustreport.ToUnstructured(r)
+		obj, err := r.ToUnstructured()
 		if err != nil {
 			return err
 		}

@@ -17,9 +17,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/trustreport"
 )
 
 // node makes pods pods of files trust files each; set(p, f) is the anchors pod p's
@@ -68,8 +68,8 @@ func TestBuild_StoresEachAnchorSetOnceAndStaysWithinItsBound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(data) > trustreport.MaxBytes {
-				t.Errorf("the report is %d bytes, over its bound of %d", len(data), trustreport.MaxBytes)
+			if len(data) > v1alpha1.MaxReportBytes {
+				t.Errorf("the report is %d bytes, over its bound of %d", len(data), v1alpha1.MaxReportBytes)
 			}
 			if len(r.AnchorSets) != tc.wantSets {
 				t.Errorf("%d anchor sets, want %d", len(r.AnchorSets), tc.wantSets)
@@ -102,11 +102,11 @@ func TestBuild_StoresEachAnchorSetOnceAndStaysWithinItsBound(t *testing.T) {
 func TestSameHoldings_IgnoresWhenTheReportWasWritten(t *testing.T) {
 	held := node(3, 1, func(int, int) []string { return anchors("x", 2) })
 	a, b := BuildReport("n", held, time.Now()), BuildReport("n", held, time.Now().Add(time.Hour))
-	if !trustreport.SameHoldings(a, b) {
+	if !v1alpha1.SameHoldings(a, b) {
 		t.Error("two reports of the same holdings an hour apart differ")
 	}
 	held[1].Files[0].Anchors = anchors("y", 2)
-	if trustreport.SameHoldings(a, BuildReport("n", held, time.Now())) {
+	if v1alpha1.SameHoldings(a, BuildReport("n", held, time.Now())) {
 		t.Error("a pod holding other anchors is the same report")
 	}
 }
@@ -137,7 +137,7 @@ func TestReportPublisher_WritesOnChangeAtMostEveryMinIntervalAndSaysWhenIdle(t *
 
 	clk := &steppedClock{FakeClock: clocktesting.NewFakeClock(time.Unix(1700000000, 0)), tick: make(chan time.Time)}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{trustreport.Resource: "NodeTrustReportList"})
+		map[schema.GroupVersionResource]string{v1alpha1.NodeTrustReportResource: "NodeTrustReportList"})
 	type scan struct {
 		held    []holdings.Pod
 		changed bool
@@ -147,7 +147,7 @@ func TestReportPublisher_WritesOnChangeAtMostEveryMinIntervalAndSaysWhenIdle(t *
 	var mu sync.Mutex
 	var writes, idles int
 	p := &ReportPublisher{
-		Client: dyn.Resource(trustreport.Resource), Node: "n1", Clock: clk,
+		Client: dyn.Resource(v1alpha1.NodeTrustReportResource), Node: "n1", Clock: clk,
 		ScanEvery: 500 * time.Millisecond, MinInterval: 2 * time.Second, Heartbeat: time.Hour,
 		Scan: func() ([]holdings.Pod, bool) {
 			select {
@@ -190,12 +190,12 @@ func TestReportPublisher_WritesOnChangeAtMostEveryMinIntervalAndSaysWhenIdle(t *
 	if w, i := counts(); (w > w0) != steps[len(steps)-1].wantWrite || (i > i0) != steps[len(steps)-1].wantIdle {
 		t.Errorf("%s: wrote %v, idle %v", steps[len(steps)-1].name, w > w0, i > i0)
 	}
-	got, err := dyn.Resource(trustreport.Resource).Get(ctx, "n1", metav1.GetOptions{})
+	got, err := dyn.Resource(v1alpha1.NodeTrustReportResource).Get(ctx, "n1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the report was not written: %v", err)
 	}
-	r, err := trustreport.FromUnstructured(got)
-	if err != nil || !trustreport.SameHoldings(r, BuildReport("n1", holdsB, clk.Now())) {
+	r, err := v1alpha1.NodeTrustReportFromUnstructured(got)
+	if err != nil || !v1alpha1.SameHoldings(r, BuildReport("n1", holdsB, clk.Now())) {
 		t.Errorf("the report in the API does not say what the pods hold last (%v)", err)
 	}
 }

@@ -30,13 +30,13 @@ import (
 	"github.com/trustsync/trustsync/agent/mounts"
 	"github.com/trustsync/trustsync/agent/registration"
 	"github.com/trustsync/trustsync/agent/store"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/kubeclient"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
@@ -194,7 +194,7 @@ func newReportPublisher(ctx context.Context, o *Options, podsClient rest.Interfa
 	expiry := &AnchorExpiry{Days: o.ExpiryWarningDays, Events: recorder, Clock: clock.RealClock{}, Gauge: m.anchorExpiry}
 	var expiryChecked time.Time
 	return &ReportPublisher{
-		Client: dyn.Resource(trustreport.Resource), Node: o.NodeName, Owner: owner,
+		Client: dyn.Resource(v1alpha1.NodeTrustReportResource), Node: o.NodeName, Owner: owner,
 		Scan: func() ([]holdings.Pod, bool) {
 			if objs, changed := objects.Current(); changed {
 				observer.SetObjects(objs)

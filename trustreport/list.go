@@ -1,3 +1,6 @@
+// Package trustreport reads the nodes' NodeTrustReports (v1alpha1) for the answers built
+// on them: every report that can be used, and each that cannot with why, so that one
+// unreadable report hides only its own node.
 package trustreport
 
 import (
@@ -8,60 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
-
-// ToUnstructured encodes a report for a dynamic client.
-func ToUnstructured(r *NodeTrustReport) (*unstructured.Unstructured, error) {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
-	if err != nil {
-		return nil, fmt.Errorf("encode NodeTrustReport %s: %w", r.Name, err)
-	}
-	return &unstructured.Unstructured{Object: m}, nil
-}
-
-// FromUnstructured decodes a report read through a dynamic client, and checks what
-// readers rely on: it is its node's (named after it), and its anchors are SHA-256s.
-func FromUnstructured(u *unstructured.Unstructured) (*NodeTrustReport, error) {
-	r := &NodeTrustReport{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
-		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
-	}
-	if err := r.check(); err != nil {
-		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
-	}
-	return r, nil
-}
-
-// check refuses what the schema lets through (reports written before it said so)
-// and readers cannot use.
-func (r *NodeTrustReport) check() error {
-	if r.Node != r.Name {
-		return fmt.Errorf("it names node %q, not its own (%q)", r.Node, r.Name)
-	}
-	for _, s := range r.AnchorSets {
-		for _, a := range s.Anchors {
-			if !IsAnchorID(a) {
-				return fmt.Errorf("anchor set %s holds %q, which is not a SHA-256 (64 lowercase hex digits)", s.ID, a)
-			}
-		}
-	}
-	return nil
-}
-
-// IsAnchorID reports whether id is an anchor's SHA-256 as reports write it.
-func IsAnchorID(id string) bool {
-	if len(id) != 64 {
-		return false
-	}
-	for _, c := range id {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // Unreadable is a report a reader skipped, and why: its node's pods are not
 // observed, and everything else is still answered.
@@ -72,7 +25,7 @@ type Unreadable struct {
 
 // Listing is every node's report that could be read, and those that could not.
 type Listing struct {
-	Reports    []*NodeTrustReport
+	Reports    []*v1alpha1.NodeTrustReport
 	Unreadable []Unreadable
 	// Served is false when the reports' API is not served (no agent reports in
 	// this cluster), which is not an error.
@@ -95,7 +48,7 @@ func (l Listing) UnreadableByNode() map[string]string {
 // reader (the plugin, the rotation gate, the federation controller) reads through
 // here or FromObjects, so they judge a report alike.
 func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
-	list, err := dyn.Resource(Resource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(v1alpha1.NodeTrustReportResource).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
 		return Listing{}, nil
 	}
@@ -118,7 +71,7 @@ func FromObjects(objs []any, now time.Time) Listing {
 		if !ok {
 			continue
 		}
-		r, err := FromUnstructured(u)
+		r, err := v1alpha1.NodeTrustReportFromUnstructured(u)
 		if err != nil {
 			l.Unreadable = append(l.Unreadable, Unreadable{Node: u.GetName(), Err: err.Error()})
 			continue

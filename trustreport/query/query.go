@@ -21,7 +21,6 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
-	"github.com/trustsync/trustsync/trustreport"
 )
 
 // States of a trust file.
@@ -43,7 +42,7 @@ const DeliveryEnv = "env"
 // Cluster is what the questions are asked of.
 type Cluster struct {
 	Pods    []*corev1.Pod
-	Reports []*trustreport.NodeTrustReport
+	Reports []*v1alpha1.NodeTrustReport
 	// Bundles are every bundle, of both APIs, in upstream form.
 	Bundles []*certificatesv1.ClusterTrustBundle
 	// Changed is when each bundle (by name) last changed, where known.
@@ -123,8 +122,8 @@ func (c Cluster) files(pod *corev1.Pod) []injector.TrustFile { return trustfiles
 
 // byNode is the reports by node name. A report speaks for its own node alone: one
 // whose node is not its name is no node's.
-func (c Cluster) byNode() map[string]*trustreport.NodeTrustReport {
-	reports := make(map[string]*trustreport.NodeTrustReport, len(c.Reports))
+func (c Cluster) byNode() map[string]*v1alpha1.NodeTrustReport {
+	reports := make(map[string]*v1alpha1.NodeTrustReport, len(c.Reports))
 	for _, r := range c.Reports {
 		if r.Node == r.Name {
 			reports[r.Name] = r
@@ -225,12 +224,12 @@ func (c Cluster) Status() []FileStatus {
 // its anchor set where they can be compared, or the state (NotObserved, Unreadable)
 // that says why not. Status and Progress classify files by it alike.
 type observation struct {
-	held          trustreport.FileHolding
-	set           trustreport.AnchorSet
+	held          v1alpha1.FileHolding
+	set           v1alpha1.AnchorSet
 	state, reason string
 }
 
-func (c Cluster) observe(reports map[string]*trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) observation {
+func (c Cluster) observe(reports map[string]*v1alpha1.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) observation {
 	r := reports[pod.Spec.NodeName]
 	held, ok := observed(r, pod, tf)
 	if ok && held.ChangedAt != nil && held.ChangedAt.After(r.UpdatedAt.Add(time.Second)) {
@@ -259,7 +258,7 @@ func (c Cluster) observe(reports map[string]*trustreport.NodeTrustReport, pod *c
 }
 
 // compare sets the state of a file whose anchors are known: UpToDate or Behind.
-func (c Cluster) compare(fs *FileStatus, set trustreport.AnchorSet, expected []string, since time.Time) {
+func (c Cluster) compare(fs *FileStatus, set v1alpha1.AnchorSet, expected []string, since time.Time) {
 	fs.Holds = len(set.Anchors)
 	for _, a := range expected {
 		if !slices.Contains(set.Anchors, a) {
@@ -319,17 +318,17 @@ func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.T
 }
 
 // observed finds the pod's file in its node's report.
-func observed(r *trustreport.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (trustreport.FileHolding, bool) {
+func observed(r *v1alpha1.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (v1alpha1.FileHolding, bool) {
 	p, ok := podIn(r, pod)
 	if !ok {
-		return trustreport.FileHolding{}, false
+		return v1alpha1.FileHolding{}, false
 	}
 	for _, f := range p.Files {
 		if f.Volume == tf.Volume && f.File == tf.File {
 			return f, true
 		}
 	}
-	return trustreport.FileHolding{}, false
+	return v1alpha1.FileHolding{}, false
 }
 
 // Holder is one pod's file holding an anchor, or one key of an object trustsync
@@ -382,16 +381,16 @@ func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
 }
 
 // podIn is the pod's entry in its node's report r.
-func podIn(r *trustreport.NodeTrustReport, pod *corev1.Pod) (trustreport.PodHolding, bool) {
+func podIn(r *v1alpha1.NodeTrustReport, pod *corev1.Pod) (v1alpha1.PodHolding, bool) {
 	if r == nil {
-		return trustreport.PodHolding{}, false
+		return v1alpha1.PodHolding{}, false
 	}
 	for _, p := range r.Pods {
 		if p.UID == string(pod.UID) {
 			return p, true
 		}
 	}
-	return trustreport.PodHolding{}, false
+	return v1alpha1.PodHolding{}, false
 }
 
 // Unseen is what an answer could not see: running pods with trust files on one node

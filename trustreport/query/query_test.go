@@ -18,13 +18,12 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustfiles"
-	"github.com/trustsync/trustsync/trustreport"
 )
 
 func TestResolveAnchor_TakesAPEMFileAHashOrAUniquePrefix(t *testing.T) {
 	a, b := fixtures.CA("resolve a"), fixtures.CA("resolve b")
 	idA, idB := bundle.AnchorID(a.Cert.Raw), bundle.AnchorID(b.Cert.Raw)
-	c := Cluster{Reports: []*trustreport.NodeTrustReport{{AnchorSets: []trustreport.AnchorSet{{ID: "s", Anchors: []string{idA, idB}, Count: 2}}}}}
+	c := Cluster{Reports: []*v1alpha1.NodeTrustReport{{AnchorSets: []v1alpha1.AnchorSet{{ID: "s", Anchors: []string{idA, idB}, Count: 2}}}}}
 	pemFile := filepath.Join(t.TempDir(), "a.pem")
 	if err := os.WriteFile(pemFile, a.CertPEM(), 0o644); err != nil {
 		t.Fatal(err)
@@ -75,12 +74,12 @@ func projected(name, node, bundleName string, started bool) *corev1.Pod {
 	return p
 }
 
-func nodeReport(node string, anchor string, pods ...*corev1.Pod) *trustreport.NodeTrustReport {
-	set := trustreport.SetID([]string{anchor})
-	r := &trustreport.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, AnchorSets: []trustreport.AnchorSet{{ID: set, Anchors: []string{anchor}, Count: 1}}}
+func nodeReport(node string, anchor string, pods ...*corev1.Pod) *v1alpha1.NodeTrustReport {
+	set := v1alpha1.AnchorSetID([]string{anchor})
+	r := &v1alpha1.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, AnchorSets: []v1alpha1.AnchorSet{{ID: set, Anchors: []string{anchor}, Count: 1}}}
 	for _, p := range pods {
-		r.Pods = append(r.Pods, trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-			Files: []trustreport.FileHolding{{Path: "/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: set}}})
+		r.Pods = append(r.Pods, v1alpha1.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+			Files: []v1alpha1.FileHolding{{Path: "/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: set}}})
 	}
 	return r
 }
@@ -90,7 +89,7 @@ func TestWhoTrustsAndUnseen_AReportSpeaksForItsNodeAndNobodyMeansEveryoneWasSeen
 	onA, onB, onC, never := projected("on-a", "a", "b1", true), projected("on-b", "b", "b1", true), projected("on-c", "c", "b1", true), projected("never", "a", "b1", false)
 	c := Cluster{Pods: []*corev1.Pod{onA, onB, onC, never},
 		// Node a's report also claims the pod node b runs.
-		Reports:    []*trustreport.NodeTrustReport{nodeReport("a", anchor, onA, onB)},
+		Reports:    []*v1alpha1.NodeTrustReport{nodeReport("a", anchor, onA, onB)},
 		Unreadable: map[string]string{"b": "report of node b unreadable: bad"},
 	}
 	holders := c.WhoTrusts(anchor, "")
@@ -111,7 +110,7 @@ func TestProgress_APodThatNeverStartedHoldsNoRotationBack(t *testing.T) {
 	newCA := bundle.AnchorID(fixtures.CA("progress").Cert.Raw)
 	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
 	running, pending := projected("running", "a", "b1", true), projected("pending", "a", "b1", false)
-	c := Cluster{Pods: []*corev1.Pod{running, pending}, Reports: []*trustreport.NodeTrustReport{nodeReport("a", newCA, running)}}
+	c := Cluster{Pods: []*corev1.Pod{running, pending}, Reports: []*v1alpha1.NodeTrustReport{nodeReport("a", newCA, running)}}
 	p := c.Progress(newCA, []*certificatesv1.ClusterTrustBundle{b})
 	if p.Holding != 1 || p.Expected != 1 || len(p.NotStarted) != 1 || p.NotStarted[0] != "ns/pending" {
 		t.Errorf("progress %+v; want 1 of 1, ns/pending not started", p)
@@ -125,9 +124,9 @@ func TestHoldingAll_APodHoldsASetOnlyWhenItHoldsEveryAnchor(t *testing.T) {
 	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
 	both, oldOnly, unseen := projected("both", "a", "b1", true), projected("old-only", "b", "b1", true), projected("unseen", "c", "b1", true)
 	r := nodeReport("a", old, both)
-	r.AnchorSets = []trustreport.AnchorSet{{ID: trustreport.SetID([]string{old, next}), Anchors: []string{old, next}, Count: 1}}
+	r.AnchorSets = []v1alpha1.AnchorSet{{ID: v1alpha1.AnchorSetID([]string{old, next}), Anchors: []string{old, next}, Count: 1}}
 	r.Pods[0].Files[0].AnchorSet = r.AnchorSets[0].ID
-	c := Cluster{Pods: []*corev1.Pod{both, oldOnly, unseen}, Reports: []*trustreport.NodeTrustReport{r, nodeReport("b", old, oldOnly)}}
+	c := Cluster{Pods: []*corev1.Pod{both, oldOnly, unseen}, Reports: []*v1alpha1.NodeTrustReport{r, nodeReport("b", old, oldOnly)}}
 	if holding, expected := c.HoldingAll([]string{old, next}, []*certificatesv1.ClusterTrustBundle{b}); holding != 1 || expected != 3 {
 		t.Errorf("holding %d of %d; want 1 of 3 (old-only behind, unseen not observed)", holding, expected)
 	}
@@ -157,7 +156,7 @@ func TestStatus_AChangeAfterItsReportIsNotKnown(t *testing.T) {
 			r.UpdatedAt = metav1.NewTime(written)
 			changed := metav1.NewMicroTime(tc.changedAt)
 			r.Pods[0].Files[0].ChangedAt = &changed
-			c := Cluster{Pods: []*corev1.Pod{pod}, Reports: []*trustreport.NodeTrustReport{r}, Bundles: []*certificatesv1.ClusterTrustBundle{b},
+			c := Cluster{Pods: []*corev1.Pod{pod}, Reports: []*v1alpha1.NodeTrustReport{r}, Bundles: []*certificatesv1.ClusterTrustBundle{b},
 				Changed: map[string]time.Time{"b1": written.Add(-time.Hour)}}
 			st := c.Status()
 			if len(st) != 1 {
@@ -249,19 +248,19 @@ func TestProgress_EveryConsumerOfATrustObjectCounts(t *testing.T) {
 	}
 	env := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{{Name: "CA", ValueFrom: &corev1.EnvVarSource{
 		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}}}}}}
-	report := func(files map[string][]string, pods ...*corev1.Pod) *trustreport.NodeTrustReport {
-		r := &trustreport.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}
+	report := func(files map[string][]string, pods ...*corev1.Pod) *v1alpha1.NodeTrustReport {
+		r := &v1alpha1.NodeTrustReport{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}
 		for _, p := range pods {
-			ph := trustreport.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+			ph := v1alpha1.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
 			for file, anchors := range files {
-				set := trustreport.SetID(anchors)
-				r.AnchorSets = append(r.AnchorSets, trustreport.AnchorSet{ID: set, Anchors: anchors, Count: len(anchors)})
-				ph.Files = append(ph.Files, trustreport.FileHolding{Volume: "trust", File: file, Delivery: "configMap", AnchorSet: set})
+				set := v1alpha1.AnchorSetID(anchors)
+				r.AnchorSets = append(r.AnchorSets, v1alpha1.AnchorSet{ID: set, Anchors: anchors, Count: len(anchors)})
+				ph.Files = append(ph.Files, v1alpha1.FileHolding{Volume: "trust", File: file, Delivery: "configMap", AnchorSet: set})
 			}
 			r.Pods = append(r.Pods, ph)
 		}
-		slices.SortFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
-		r.AnchorSets = slices.CompactFunc(r.AnchorSets, func(a, b trustreport.AnchorSet) bool { return a.ID == b.ID })
+		slices.SortFunc(r.AnchorSets, func(a, b v1alpha1.AnchorSet) int { return strings.Compare(a.ID, b.ID) })
+		r.AnchorSets = slices.CompactFunc(r.AnchorSets, func(a, b v1alpha1.AnchorSet) bool { return a.ID == b.ID })
 		return r
 	}
 	both, old := []string{oldID, newID}, []string{oldID}
@@ -290,9 +289,9 @@ func TestProgress_EveryConsumerOfATrustObjectCounts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Cluster{Pods: []*corev1.Pod{tc.pod}, Objects: trustCM("corp")}
 			if tc.files != nil {
-				c.Reports = []*trustreport.NodeTrustReport{report(tc.files, tc.pod)}
+				c.Reports = []*v1alpha1.NodeTrustReport{report(tc.files, tc.pod)}
 			} else {
-				c.Reports = []*trustreport.NodeTrustReport{{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}}
+				c.Reports = []*v1alpha1.NodeTrustReport{{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Node: "n"}}
 			}
 			bundles := tc.bundles
 			if bundles == nil {

@@ -81,7 +81,7 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 	if r.started {
 		return nil
 	}
-	if _, err := r.Dynamic.Resource(trustreport.Resource).List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) {
+	if _, err := r.Dynamic.Resource(v1alpha1.NodeTrustReportResource).List(ctx, metav1.ListOptions{Limit: 1}); apierrors.IsNotFound(err) {
 		return nil // asked again next time: an agent may be installed later
 	} else if err != nil {
 		return fmt.Errorf("list NodeTrustReports: %w", err)
@@ -100,7 +100,7 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 	if err := r.pods.SetTransform(Slim); err != nil {
 		return err
 	}
-	r.reports = dynamicinformer.NewFilteredDynamicInformer(r.Dynamic, trustreport.Resource, metav1.NamespaceAll, r.Resync, cache.Indexers{}, nil).Informer()
+	r.reports = dynamicinformer.NewFilteredDynamicInformer(r.Dynamic, v1alpha1.NodeTrustReportResource, metav1.NamespaceAll, r.Resync, cache.Indexers{}, nil).Informer()
 	go r.pods.RunWithContext(runCtx)
 	go r.reports.RunWithContext(runCtx)
 	if objects != nil {

@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -25,8 +25,8 @@ import (
 // the test ends; it returns the API server's error.
 func putReport(t *testing.T, cp *controlplane.ControlPlane, obj map[string]any) error {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
-	obj["apiVersion"], obj["kind"] = trustreport.GroupVersion.String(), trustreport.Kind
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource)
+	obj["apiVersion"], obj["kind"] = v1alpha1.GroupVersion.String(), v1alpha1.NodeTrustReportKind
 	u := &unstructured.Unstructured{Object: obj}
 	_, err := c.Create(context.Background(), u, metav1.CreateOptions{})
 	if err == nil {
@@ -82,7 +82,7 @@ func TestReaders_StayTruthfulWithBadReports(t *testing.T) {
 
 	// The schema refuses what readers cannot parse.
 	now := time.Now().UTC()
-	set := trustreport.SetID([]string{heldID})
+	set := v1alpha1.AnchorSetID([]string{heldID})
 	for _, tc := range []struct {
 		name, want string
 		mutate     func(file, anchorSet map[string]any)

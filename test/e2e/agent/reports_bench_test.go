@@ -22,10 +22,10 @@ import (
 
 	"github.com/trustsync/trustsync/agent"
 	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trustreport"
 )
 
 // BenchmarkReports_1000Nodes runs 1,000 simulated nodes of 10 pods each (10,000 pods,
@@ -113,7 +113,7 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 		mine := pods[n*perNode : (n+1)*perNode]
 		observer := &holdings.Scanner{PodsDir: root}
 		p := &agent.ReportPublisher{
-			Client: dyn.Resource(trustreport.Resource), Node: fmt.Sprintf("sim-%04d", n),
+			Client: dyn.Resource(v1alpha1.NodeTrustReportResource), Node: fmt.Sprintf("sim-%04d", n),
 			Scan:      func() ([]holdings.Pod, bool) { return observer.Scan(mine) },
 			ScanEvery: 500 * time.Millisecond, MinInterval: 2 * time.Second, Heartbeat: time.Hour,
 			Wrote: func(err error) {
@@ -128,17 +128,17 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		stop()
-		_ = dyn.Resource(trustreport.Resource).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = dyn.Resource(v1alpha1.NodeTrustReportResource).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 	})
 	holding := func(anchor *fixtures.Cert) int {
-		list, err := dyn.Resource(trustreport.Resource).List(ctx, metav1.ListOptions{})
+		list, err := dyn.Resource(v1alpha1.NodeTrustReportResource).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return 0
 		}
 		id := bundle.AnchorID(anchor.Cert.Raw)
 		n := 0
 		for i := range list.Items {
-			r, err := trustreport.FromUnstructured(&list.Items[i])
+			r, err := v1alpha1.NodeTrustReportFromUnstructured(&list.Items[i])
 			if err != nil || !strings.HasPrefix(r.Node, "sim-") {
 				continue
 			}
@@ -214,7 +214,7 @@ func BenchmarkReports_1000Nodes(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if u, err := dyn.Resource(trustreport.Resource).Get(ctx, "sim-0000", metav1.GetOptions{}); err == nil {
+	if u, err := dyn.Resource(v1alpha1.NodeTrustReportResource).Get(ctx, "sim-0000", metav1.GetOptions{}); err == nil {
 		data, _ := json.Marshal(u.Object)
 		reportBytes = len(data)
 	}

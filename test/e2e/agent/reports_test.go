@@ -19,12 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -64,7 +64,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		"report-sidecar/" + injector.DefaultMountPath + "/" + injector.DefaultPath: string(injector.DeliverySidecar),
 		"report-native//etc/roots/roots.pem":                                       string(injector.DeliveryNative),
 	}
-	holding := func(r *trustreport.NodeTrustReport, anchors ...*fixtures.Cert) []string {
+	holding := func(r *v1alpha1.NodeTrustReport, anchors ...*fixtures.Cert) []string {
 		var ids []string
 		for _, c := range anchors {
 			ids = append(ids, bundle.AnchorID(c.Cert.Raw))
@@ -82,7 +82,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		slices.Sort(out)
 		return out
 	}
-	r := waitReport(t, cp, "every pod holding v1", func(r *trustreport.NodeTrustReport) bool { return len(holding(r, v1)) == 3 })
+	r := waitReport(t, cp, "every pod holding v1", func(r *v1alpha1.NodeTrustReport) bool { return len(holding(r, v1)) == 3 })
 	if owners := r.OwnerReferences; len(owners) != 1 || owners[0].Kind != "Node" || owners[0].Name != nodeName || owners[0].UID == "" {
 		t.Errorf("the report's owners are %+v, want the Node %s", owners, nodeName)
 	}
@@ -90,7 +90,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	// The edit: the agent rewrites its own volume; the sidecar's file and the
 	// kubelet's lag behind, and the report says so, pod by pod.
 	setBundle(t, cp, name, v1, v2)
-	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *trustreport.NodeTrustReport) bool {
+	waitReport(t, cp, "the node pod holding v1 and v2, the others v1", func(r *v1alpha1.NodeTrustReport) bool {
 		return slices.Equal(holding(r, v1, v2), []string{"report-node"}) && len(holding(r, v1)) == 2
 	})
 	// kubectl trustsync, meanwhile: the node pod is up to date, the other two behind,
@@ -127,7 +127,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 
 	writeVersion(t, sidecarDir, "2", map[string][]byte{injector.DefaultPath: []byte(fixtures.Bundle(v1, v2))})
 	writeVersion(t, nativeDir, "2", map[string][]byte{"roots.pem": []byte(fixtures.Bundle(v1, v2))})
-	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *trustreport.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
+	r = waitReport(t, cp, "every pod holding v1 and v2", func(r *v1alpha1.NodeTrustReport) bool { return len(holding(r, v1, v2)) == 3 })
 	for _, p := range r.Pods {
 		for _, f := range p.Files {
 			if f.Path == "" || f.ChangedAt == nil {
@@ -201,8 +201,8 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 			wantErr: "may be written only with a token bound to a pod on node " + otherNode + "; this token names no node"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dynamic.NewForConfigOrDie(tc.cfg).Resource(trustreport.Resource)
-			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": trustreport.GroupVersion.String(), "kind": trustreport.Kind,
+			c := dynamic.NewForConfigOrDie(tc.cfg).Resource(v1alpha1.NodeTrustReportResource)
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": v1alpha1.NodeTrustReportKind,
 				"metadata": map[string]any{"name": tc.report}, "node": tc.report, "updatedAt": time.Now().UTC().Format(time.RFC3339)}}
 			_, err := c.Create(ctx, obj, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
@@ -219,7 +219,7 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 				t.Fatalf("got %v; want Forbidden saying %q", err, tc.wantErr)
 			}
 			if tc.wantErr != "" {
-				if _, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource).Get(ctx, tc.report, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				if _, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource).Get(ctx, tc.report, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					t.Errorf("the refused report exists: %v", err)
 				}
 			}
@@ -233,9 +233,9 @@ func TestAgent_MayWriteItsOwnNodesReportAlone(t *testing.T) {
 func TestReports_AnAdminWithoutExtraIsNotLockedOut(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource)
 	const gone = "node-deleted"
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": trustreport.GroupVersion.String(), "kind": trustreport.Kind,
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": v1alpha1.NodeTrustReportKind,
 		"metadata": map[string]any{"name": gone}, "node": gone, "updatedAt": time.Now().UTC().Format(time.RFC3339)}}
 	created, err := c.Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
@@ -258,16 +258,16 @@ func must(t testing.TB, err error) {
 }
 
 // waitReport waits until the node's report satisfies ok, and returns it.
-func waitReport(t *testing.T, cp *controlplane.ControlPlane, what string, ok func(*trustreport.NodeTrustReport) bool) *trustreport.NodeTrustReport {
+func waitReport(t *testing.T, cp *controlplane.ControlPlane, what string, ok func(*v1alpha1.NodeTrustReport) bool) *v1alpha1.NodeTrustReport {
 	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
-	var last *trustreport.NodeTrustReport
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource)
+	var last *v1alpha1.NodeTrustReport
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		u, err := c.Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		if last, err = trustreport.FromUnstructured(u); err != nil {
+		if last, err = v1alpha1.NodeTrustReportFromUnstructured(u); err != nil {
 			return false, err
 		}
 		return ok(last), nil

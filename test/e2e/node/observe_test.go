@@ -21,11 +21,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -91,7 +91,7 @@ func TestObservation_WhoTrustsAnAnchorAcrossEveryDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := dynamic.NewForConfigOrDie(n.Config).Resource(trustreport.Resource).Get(context.Background(), node.Name, metav1.GetOptions{})
+	r, err := dynamic.NewForConfigOrDie(n.Config).Resource(v1alpha1.NodeTrustReportResource).Get(context.Background(), node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the node's NodeTrustReport: %v", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/signer"
@@ -53,7 +54,7 @@ func BenchmarkRotationGate_10000Pods1000Nodes(b *testing.B) {
 	cfg := cp.AdminConfig()
 	cfg.QPS, cfg.Burst = 1000, 2000
 	admin := kubernetes.NewForConfigOrDie(cfg)
-	reports := dynamic.NewForConfigOrDie(cfg).Resource(trustreport.Resource)
+	reports := dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.NodeTrustReportResource)
 	run := fmt.Sprint(time.Now().Unix())
 	ns, signerName := "gate-"+run, "example.com/gate-"+run
 	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {

@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
-	"github.com/trustsync/trustsync/trustreport"
 )
 
 // observedSigner runs a signer of its own (its own namespace, Lease and CA) with
@@ -211,7 +211,7 @@ func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, a
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(trustreport.Resource)
+	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource)
 	if cur, err := c.Get(context.Background(), obj.GetName(), metav1.GetOptions{}); err == nil {
 		obj.SetResourceVersion(cur.GetResourceVersion())
 		_, err = c.Update(context.Background(), obj, metav1.UpdateOptions{})
@@ -230,13 +230,13 @@ func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, a
 // (a projected volume "roots" at /etc/roots) holds anchors.
 func nodeReport(node string, pods []*corev1.Pod, anchors ...string) (*unstructured.Unstructured, error) {
 	anchors = slices.Sorted(slices.Values(anchors))
-	id := trustreport.SetID(anchors)
-	r := &trustreport.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: trustreport.GroupVersion.String(), Kind: trustreport.Kind},
+	id := v1alpha1.AnchorSetID(anchors)
+	r := &v1alpha1.NodeTrustReport{TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.NodeTrustReportKind},
 		ObjectMeta: metav1.ObjectMeta{Name: node}, Node: node, UpdatedAt: metav1.Now(),
-		AnchorSets: []trustreport.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}}}
+		AnchorSets: []v1alpha1.AnchorSet{{ID: id, Anchors: anchors, Count: len(anchors)}}}
 	for _, pod := range pods {
-		r.Pods = append(r.Pods, trustreport.PodHolding{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
-			Files: []trustreport.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}})
+		r.Pods = append(r.Pods, v1alpha1.PodHolding{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
+			Files: []v1alpha1.FileHolding{{Path: "/etc/roots/ca.pem", Volume: "roots", File: "ca.pem", Delivery: "native", AnchorSet: id}}})
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
 	return &unstructured.Unstructured{Object: m}, err

@@ -1,8 +1,4 @@
-// Package trustreport is the NodeTrustReport: what the pods on one node hold, as the node's
-// agent observed it, one cluster-scoped object per node named after it. Anchor sets
-// are stored once and referred to by id, so a report grows with what differs on the
-// node, not with its pods' anchors.
-package trustreport
+package v1alpha1
 
 import (
 	"crypto/sha256"
@@ -14,22 +10,19 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Group, version and resource of the reports.
-var (
-	GroupVersion = schema.GroupVersion{Group: "trustsync.io", Version: "v1alpha1"}
-	Resource     = GroupVersion.WithResource("nodetrustreports")
-)
+// NodeTrustReport's kind and resource.
+const NodeTrustReportKind = "NodeTrustReport"
 
-// Kind is the reports' kind.
-const Kind = "NodeTrustReport"
+var NodeTrustReportResource = GroupVersion.WithResource("nodetrustreports")
 
-// MaxBytes bounds a report's JSON. Pods and files always fit (110 pods, the kubelet's
+// MaxReportBytes bounds a report's JSON. Pods and files always fit (110 pods, the kubelet's
 // default maximum, with four trust files each take about 110 KiB); anchor sets
 // beyond the budget keep their id and count but not their anchors (Elided).
-const MaxBytes = 512 << 10
+const MaxReportBytes = 512 << 10
 
 // DefaultHeartbeat is the agent's default heartbeat, assumed for a report that does
 // not say its own.
@@ -55,7 +48,10 @@ func (r *NodeTrustReport) Stale(now time.Time) error {
 		r.Name, age.Round(time.Second), StaleHeartbeats, StaleHeartbeats*heartbeat)
 }
 
-// NodeTrustReport is what the pods on node Node hold.
+// NodeTrustReport is what the pods on node Node hold, as the node's agent observed
+// it: one cluster-scoped object per node, named after it. Anchor sets are stored once
+// and referred to by id, so a report grows with what differs on the node, not with
+// its pods' anchors.
 type NodeTrustReport struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -79,7 +75,7 @@ type AnchorSet struct {
 	// Anchors are each anchor's SHA-256, hex, sorted; empty when Elided.
 	Anchors []string `json:"anchors,omitempty"`
 	Count   int      `json:"count"`
-	// Elided: the anchors were left out to keep the report within MaxBytes.
+	// Elided: the anchors were left out to keep the report within MaxReportBytes.
 	Elided bool `json:"elided,omitempty"`
 }
 
@@ -107,7 +103,7 @@ type FileHolding struct {
 	Error     string            `json:"error,omitempty"`
 }
 
-// Bound elides the largest anchor sets until the report fits MaxBytes.
+// Bound elides the largest anchor sets until the report fits MaxReportBytes.
 func (r *NodeTrustReport) Bound() {
 	size := r.size()
 	bySize := make([]int, len(r.AnchorSets))
@@ -116,7 +112,7 @@ func (r *NodeTrustReport) Bound() {
 	}
 	slices.SortStableFunc(bySize, func(a, b int) int { return r.AnchorSets[b].Count - r.AnchorSets[a].Count })
 	for _, i := range bySize {
-		if size <= MaxBytes {
+		if size <= MaxReportBytes {
 			return
 		}
 		s := &r.AnchorSets[i]
@@ -130,8 +126,8 @@ func (r *NodeTrustReport) size() int {
 	return len(data)
 }
 
-// SetID names a set of anchors (sorted): a digest, short as a git commit's.
-func SetID(anchors []string) string {
+// AnchorSetID names a set of anchors (sorted): a digest, short as a git commit's.
+func AnchorSetID(anchors []string) string {
 	h := sha256.New()
 	for _, a := range anchors {
 		h.Write([]byte(a))
@@ -163,4 +159,55 @@ func SameHoldings(a, b *NodeTrustReport) bool {
 	dx, _ := json.Marshal(x)
 	dy, _ := json.Marshal(y)
 	return string(dx) == string(dy)
+}
+
+// ToUnstructured encodes the report for a dynamic client.
+func (r *NodeTrustReport) ToUnstructured() (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode NodeTrustReport %s: %w", r.Name, err)
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// NodeTrustReportFromUnstructured decodes a report read through a dynamic client, and checks what
+// readers rely on: it is its node's (named after it), and its anchors are SHA-256s.
+func NodeTrustReportFromUnstructured(u *unstructured.Unstructured) (*NodeTrustReport, error) {
+	r := &NodeTrustReport{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
+		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
+	}
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
+	}
+	return r, nil
+}
+
+// check refuses what the schema lets through (reports written before it said so)
+// and readers cannot use.
+func (r *NodeTrustReport) check() error {
+	if r.Node != r.Name {
+		return fmt.Errorf("it names node %q, not its own (%q)", r.Node, r.Name)
+	}
+	for _, s := range r.AnchorSets {
+		for _, a := range s.Anchors {
+			if !IsAnchorID(a) {
+				return fmt.Errorf("anchor set %s holds %q, which is not a SHA-256 (64 lowercase hex digits)", s.ID, a)
+			}
+		}
+	}
+	return nil
+}
+
+// IsAnchorID reports whether id is an anchor's SHA-256 as reports write it.
+func IsAnchorID(id string) bool {
+	if len(id) != 64 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,4 +1,4 @@
-package trustreport
+package v1alpha1
 
 import (
 	"strings"
