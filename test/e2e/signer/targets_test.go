@@ -275,14 +275,29 @@ func TestTargets_RefuseWhatTheyCannotDoAndLoseNothing(t *testing.T) {
 		t.Errorf("the last good content was lost when its bundle went: %v, %q", err, cm.Data["ca.crt"])
 	}
 
+	// What the schema can say, the API server refuses at once, in the controller's words.
+	for _, tc := range []struct{ name, want string }{
+		{"configMap", "a ConfigMap or Secret source belongs to one namespace"},
+		{"passwordSecret", `use the default password "changeit"`},
+	} {
+		src := map[string]any{"name": "targets-refuse-" + run, "path": "t.jks", "format": "jks"}
+		src[tc.name] = map[string]any{"name": "x", "key": "k"}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind, "metadata": map[string]any{"name": "refused-" + run},
+			"spec": map[string]any{"sources": []any{src}, "target": map[string]any{"configMap": map[string]any{"name": "roots"}}}}}
+		_, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource).Create(ctx, obj, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("a target with a %s source: %v; want it refused saying %q", tc.name, err, tc.want)
+		}
+	}
+
 	for _, tc := range []struct {
 		name, reason, want string
 		spec               map[string]any
 	}{
 		{name: "secret", reason: "SecretsNotAllowed", want: "targets.secrets: true", spec: map[string]any{
 			"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}}, "target": map[string]any{"secret": map[string]any{"name": "roots"}}}},
-		{name: "configmap-source", reason: "InvalidSpec", want: "a ConfigMap or Secret source belongs to one namespace", spec: map[string]any{
-			"sources": []any{map[string]any{"configMap": map[string]any{"name": "x", "key": "ca.crt"}, "path": "ca.crt"}}, "target": map[string]any{"configMap": map[string]any{"name": "roots"}}}},
+		{name: "nested-path", reason: "InvalidSpec", want: "must be a ConfigMap or Secret key", spec: map[string]any{
+			"sources": []any{map[string]any{"defaultCAs": true, "path": "certs/ca.crt"}}, "target": map[string]any{"configMap": map[string]any{"name": "roots"}}}},
 		{name: "no-namespace", reason: "NoNamespaces", want: "matches no namespace", spec: map[string]any{
 			"sources": []any{map[string]any{"defaultCAs": true, "path": "ca.crt"}},
 			"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"nothing": "matches"}}}}},
