@@ -37,7 +37,7 @@ func (s Selector) Validate(fldPath *field.Path) field.ErrorList {
 	case s.Name != "" && s.SignerName != "":
 		errs = append(errs, field.Invalid(fldPath, s.Name, "only one of name and signerName may be used"))
 	case s.Name != "":
-		for _, msg := range NameValidator(signerOfName(s.Name), NativeForm)(s.Name, false) {
+		for _, msg := range NameValidator(SignerOfName(s.Name), NativeForm)(s.Name, false) {
 			errs = append(errs, field.Invalid(fldPath.Child("name"), s.Name, "not a valid clustertrustbundlename: "+msg))
 		}
 		if s.LabelSelector != nil {
@@ -55,9 +55,9 @@ func (s Selector) Validate(fldPath *field.Path) field.ErrorList {
 	return errs
 }
 
-// signerOfName returns the signer an upstream-form name claims by its prefix, or ""
+// SignerOfName returns the signer an upstream-form name claims by its prefix, or ""
 // for a name without ":". It is what the kubelet checks a projection's name against.
-func signerOfName(name string) string {
+func SignerOfName(name string) string {
 	i := strings.LastIndex(name, ":")
 	if i < 0 {
 		return ""
