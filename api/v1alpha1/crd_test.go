@@ -79,10 +79,10 @@ type crd struct {
 }
 
 type crdSchema struct {
-	Type                 string             `json:"type"`
+	Type                 string                `json:"type"`
 	Properties           map[string]*crdSchema `json:"properties"`
 	Items                *crdSchema            `json:"items"`
-	PreserveUnknown      bool               `json:"x-kubernetes-preserve-unknown-fields"`
+	PreserveUnknown      bool                  `json:"x-kubernetes-preserve-unknown-fields"`
 	AdditionalProperties *crdSchema            `json:"additionalProperties"`
 }
 
