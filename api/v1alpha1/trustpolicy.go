@@ -148,7 +148,7 @@ func ParseTrustPolicySpec(s *TrustPolicySpec) (*ParsedTrustPolicySpec, error) {
 				errs = append(errs, field.Invalid(fp.Child("dnsNames").Index(j), pattern, err.Error()))
 			}
 		}
-		parsed.Signers = append(parsed.Signers, ParsedSignerGrant{SignerName: g.SignerName, DNSNames: g.DNSNames})
+		parsed.Signers = append(parsed.Signers, ParsedSignerGrant(g))
 	}
 	if len(errs) > 0 {
 		return nil, errs.ToAggregate()
