@@ -135,6 +135,16 @@ func (cp *ControlPlane) InstallFederationCRD(ctx context.Context) error {
 	return cp.installCRD(ctx, path)
 }
 
+// InstallPoliciesCRD installs the chart's TrustPolicy CRD and waits until it is
+// served.
+func (cp *ControlPlane) InstallPoliciesCRD(ctx context.Context) error {
+	path, err := chartCRDPath("trustpolicies.trustsync.io.yaml")
+	if err != nil {
+		return err
+	}
+	return cp.installCRD(ctx, path)
+}
+
 // InstallCRD installs the CRD in the YAML file at path (one a test brings, such as
 // another project's) and waits until it is served.
 func (cp *ControlPlane) InstallCRD(ctx context.Context, path string) error {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
 )
 
 // Plugin runs kubectl-trustsync, built as make build builds it, as the admin.
@@ -15,12 +17,19 @@ type Plugin struct{ bin, kubeconfig string }
 // NewPlugin builds the plugin and writes the admin's kubeconfig for it.
 func NewPlugin(t testing.TB, cp *ControlPlane) Plugin {
 	t.Helper()
+	return NewPluginAs(t, cp.AdminConfig())
+}
+
+// NewPluginAs builds the plugin and writes a kubeconfig of cfg's user for it (one of
+// UserConfig's, to run it as a tenant would).
+func NewPluginAs(t testing.TB, cfg *rest.Config) Plugin {
+	t.Helper()
 	bin, err := BuildBinary("kubectl-trustsync")
 	if err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+	if err := WriteKubeconfig(kubeconfig, cfg); err != nil {
 		t.Fatal(err)
 	}
 	return Plugin{bin: bin, kubeconfig: kubeconfig}

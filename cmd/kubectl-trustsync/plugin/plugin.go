@@ -63,6 +63,7 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   who-trusts ANCHOR  which pods hold this anchor?
   rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
   federation [PEER]  has each peer trust domain's bundle arrived, and do the pods hold it?
+  grants             what may this namespace trust and ask for, and which TrustPolicy says so?
   convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
   version            the plugin's release
 
@@ -135,6 +136,18 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			}
 			return o.federation(cmd.Context(), name)
 		},
+	})
+	root.AddCommand(&cobra.Command{
+		Use:   "grants",
+		Short: "What a namespace may trust and ask for certificates, and which TrustPolicy grants each",
+		Example: `  # The current namespace's grants
+  kubectl trustsync grants
+  # Another namespace's, as JSON
+  kubectl trustsync grants -n ten-a -o json
+  # Every namespace's
+  kubectl trustsync grants -A`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.grants(cmd.Context()) },
 	})
 	root.AddCommand(o.convertCommand(os.Stdin, stderr), &cobra.Command{
 		Use:   "version",

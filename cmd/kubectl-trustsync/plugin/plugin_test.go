@@ -26,7 +26,7 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // An unknown -o is refused before anything is read: the server given here does not
 // exist, and the error must be about -o, not about reaching it.
 func TestMain_AnUnknownOutputIsRefusedBeforeAnyAPICall(t *testing.T) {
-	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"federation"}, {"version"}, {"convert", "-f", "-"}} {
+	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"federation"}, {"grants"}, {"version"}, {"convert", "-f", "-"}} {
 		_, stderr, code := run(t, append(cmd, "-o", "xml", "--server", "https://127.0.0.1:1")...)
 		if code != ExitError || !strings.Contains(stderr, `--output "xml" is not supported: give json or yaml`) {
 			t.Errorf("%s -o xml: exit %d, %q", cmd[0], code, stderr)
@@ -144,9 +144,10 @@ func TestDocs_JSONExamplesMatchWhatIsPrinted(t *testing.T) {
 		{"who-trusts", &trustAnswer{}, append(append(jsonFields(reflect.TypeFor[trustAnswer]()), jsonFields(reflect.TypeFor[query.Holder]())...), jsonFields(reflect.TypeFor[query.Unseen]())...)},
 		{"rotation", &Rotation{}, append(jsonFields(reflect.TypeFor[Rotation]()), jsonFields(reflect.TypeFor[query.Straggler]())...)},
 		{"federation", &Peer{}, jsonFields(reflect.TypeFor[Peer]())},
+		{"grants", &NamespaceGrants{}, append(append(jsonFields(reflect.TypeFor[NamespaceGrants]()), jsonFields(reflect.TypeFor[GrantedBundle]())...), jsonFields(reflect.TypeFor[GrantedSigner]())...)},
 	}
 	if len(blocks) != len(examples) {
-		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation, federation)", len(blocks), len(examples))
+		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation, federation, grants)", len(blocks), len(examples))
 	}
 	for i, ex := range examples {
 		text := strings.ReplaceAll(blocks[i][1], `"<sha256>"`, `"`+strings.Repeat("ab", 32)+`"`)
