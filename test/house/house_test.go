@@ -1,4 +1,4 @@
-package bundle
+package house
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ const module = "github.com/trustsync/trustsync/"
 // scripts, tests).
 func house(t *testing.T) map[string]int {
 	t.Helper()
-	f, err := os.Open("../docs/design.md")
+	f, err := os.Open("../../docs/design.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ type pkg struct {
 
 func packages(t *testing.T) []pkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../...").CombinedOutput()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "../../...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
@@ -104,7 +104,7 @@ func TestHouse_TheLayoutTableIsTheCodeAndNothingImportsUpward(t *testing.T) {
 		if folder == "test/e2e/*" {
 			continue
 		}
-		if st, err := os.Stat(filepath.Join("..", folder)); err != nil || !st.IsDir() {
+		if st, err := os.Stat(filepath.Join("../..", folder)); err != nil || !st.IsDir() {
 			t.Errorf("docs/design.md's Layout table names %s, which is not a folder", folder)
 		}
 	}
