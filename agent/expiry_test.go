@@ -11,11 +11,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/trustsync/trustsync/agent/holdings"
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/podevents/podeventstest"
-	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/trustfiles"
 )
 
 // The agent warns of what every pod trusts, whichever delivery wrote its files: one
@@ -28,17 +29,17 @@ func TestAnchorExpiry_ExportsEachAnchorOnceAndWarnsEachPodThatTrustsOneExpiringS
 	for _, c := range []*fixtures.Cert{soon, later} {
 		anchors[bundle.AnchorID(c.Cert.Raw)] = bundle.NewAnchor(c.Cert.Raw)
 	}
-	pod := func(name string, delivery injector.Delivery, held ...*fixtures.Cert) holdings.Pod {
-		f := holdings.File{TrustFile: injector.TrustFile{Delivery: delivery, File: "ca.pem", MountPaths: []string{"/etc/trust/ca.pem"}}}
+	pod := func(name string, delivery v1alpha1.Delivery, held ...*fixtures.Cert) holdings.Pod {
+		f := holdings.File{TrustFile: trustfiles.TrustFile{Delivery: delivery, File: "ca.pem", MountPaths: []string{"/etc/trust/ca.pem"}}}
 		for _, c := range held {
 			f.Anchors = append(f.Anchors, bundle.AnchorID(c.Cert.Raw))
 		}
 		return holdings.Pod{Namespace: "apps", Name: name, UID: types.UID("uid-" + name), Files: []holdings.File{f}}
 	}
 	held := []holdings.Pod{
-		pod("native-app", injector.DeliveryNative, soon, later),
-		pod("sidecar-app", injector.DeliverySidecar, soon),
-		pod("fresh-app", injector.DeliveryNode, later),
+		pod("native-app", v1alpha1.DeliveryNative, soon, later),
+		pod("sidecar-app", v1alpha1.DeliverySidecar, soon),
+		pod("fresh-app", v1alpha1.DeliveryNode, later),
 	}
 	recorders := map[string]*podeventstest.Recorder{}
 	gauge := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trustsync_agent_anchor_expiry_timestamp_seconds", Help: "h"}, []string{"anchor", "name"})
@@ -73,7 +74,7 @@ func TestAnchorExpiry_ExportsEachAnchorOnceAndWarnsEachPodThatTrustsOneExpiringS
 	}
 
 	// The anchor leaves every pod: its series goes, and so does the pods' state.
-	e.Observe([]holdings.Pod{pod("fresh-app", injector.DeliveryNode, later)}, lookup)
+	e.Observe([]holdings.Pod{pod("fresh-app", v1alpha1.DeliveryNode, later)}, lookup)
 	if n := testutil.CollectAndCount(gauge); n != 1 {
 		t.Errorf("%d series after Corp Root left every pod, want 1", n)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/trustsync/trustsync/agent/holdings"
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/trustfiles"
 )
 
 // node makes pods pods of files trust files each; set(p, f) is the anchors pod p's
@@ -30,7 +30,7 @@ func node(pods, files int, set func(p, f int) []string) []holdings.Pod {
 		hp := holdings.Pod{Namespace: "apps", Name: fmt.Sprintf("pod-%03d", p), UID: types.UID(fmt.Sprintf("uid-%03d", p))}
 		for f := range files {
 			hp.Files = append(hp.Files, holdings.File{
-				TrustFile: injector.TrustFile{Delivery: injector.DeliveryNode, Volume: "trustsync-anchors", File: fmt.Sprintf("ca-%d.pem", f),
+				TrustFile: trustfiles.TrustFile{Delivery: v1alpha1.DeliveryNode, Volume: "trustsync-anchors", File: fmt.Sprintf("ca-%d.pem", f),
 					MountPaths: []string{fmt.Sprintf("/var/run/trust-anchors/ca-%d.pem", f)}},
 				Anchors: set(p, f), ChangedAt: time.Unix(1700000000, 0),
 			})

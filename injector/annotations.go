@@ -22,9 +22,9 @@ import (
 const Prefix = "trustsync.io/"
 
 // knownAnnotations are every key trustsync reads, each added by annotation as it is
-// declared; any other trustsync.io/ key on a pod or its namespace is most likely a
+// declared (those every reader of pods shares are declared by api/v1alpha1); any other trustsync.io/ key on a pod or its namespace is most likely a
 // typo, and earns a warning.
-var knownAnnotations []string
+var knownAnnotations = []string{v1alpha1.AnnotationInject, v1alpha1.AnnotationStatus}
 
 // annotation declares a key trustsync reads.
 func annotation(name string) string {
@@ -34,8 +34,6 @@ func annotation(name string) string {
 
 // The annotations a pod (or, as defaults, its namespace) asks for trust with.
 var (
-	AnnotationInject        = annotation("inject")
-	AnnotationStatus        = annotation("status")
 	AnnotationSignerName    = annotation("signer-name")
 	AnnotationLabelSelector = annotation("label-selector")
 	AnnotationBundleName    = annotation("bundle-name")
@@ -149,7 +147,7 @@ func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
 	out := map[string]string{}
 	podSetsSource := slices.ContainsFunc(sourceAnnotations, func(k string) bool { _, ok := pod[k]; return ok })
 	for k, v := range namespace {
-		if !strings.HasPrefix(k, Prefix) || k == AnnotationInject || k == AnnotationStatus {
+		if !strings.HasPrefix(k, Prefix) || k == v1alpha1.AnnotationInject || k == v1alpha1.AnnotationStatus {
 			continue
 		}
 		if podSetsSource && slices.Contains(sourceAnnotations, k) {
@@ -167,13 +165,13 @@ func effectiveAnnotations(pod, namespace map[string]string) map[string]string {
 
 // request is what the annotations ask for, parsed and checked.
 type request struct {
-	delivery        Delivery
+	delivery        v1alpha1.Delivery
 	sources         []v1alpha1.Source
 	mountPath       string
 	containers      []string // nil: every app container
 	sslCertFile     string   // relative to the volume; "" for none
 	sslCertFileRaw  string   // the annotation as written, for messages
-	mode            Mode
+	mode            v1alpha1.Mode
 	resources       resources
 	volumeSizeLimit resource.Quantity
 	certificate     *certificateRequest
@@ -246,7 +244,7 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 	p := &annotationParser{a: a}
 	r := &request{
 		mountPath: DefaultMountPath,
-		mode:      Mode(p.choice(AnnotationSidecarMode, string(cfg.defaultMode()), []string{string(ModeRestartableInit), string(ModeLegacy)})),
+		mode:      v1alpha1.Mode(p.choice(AnnotationSidecarMode, string(cfg.defaultMode()), []string{string(v1alpha1.ModeRestartableInit), string(v1alpha1.ModeLegacy)})),
 		resources: resources{
 			cpuRequest:    p.quantity(AnnotationCPURequest, "10m"),
 			memoryRequest: p.quantity(AnnotationMemoryRequest, "24Mi"),
@@ -274,15 +272,15 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 			p.invalid(AnnotationContainers, "must list at least one container name, separated by commas")
 		}
 	}
-	r.delivery = Delivery(p.choice(AnnotationDelivery, string(DeliverySidecar), []string{string(DeliverySidecar), string(DeliveryNative), string(DeliveryNode)}))
+	r.delivery = v1alpha1.Delivery(p.choice(AnnotationDelivery, string(v1alpha1.DeliverySidecar), []string{string(v1alpha1.DeliverySidecar), string(v1alpha1.DeliveryNative), string(v1alpha1.DeliveryNode)}))
 	r.certificate = p.certificate(r.delivery)
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
 	r.reload = p.reload()
 	switch r.delivery {
-	case DeliveryNative:
+	case v1alpha1.DeliveryNative:
 		p.errs = append(p.errs, checkNative(a, r, cfg)...)
-	case DeliveryNode:
+	case v1alpha1.DeliveryNode:
 		p.errs = append(p.errs, checkNode(a, cfg)...)
 	}
 	return r, p.errs
@@ -329,7 +327,7 @@ func (p *annotationParser) sources(certificateRequested bool) []v1alpha1.Source 
 	case certificateRequested:
 		return nil
 	default:
-		p.errs = append(p.errs, field.Required(annotationPath(AnnotationInject),
+		p.errs = append(p.errs, field.Required(annotationPath(v1alpha1.AnnotationInject),
 			fmt.Sprintf("trust was asked for but no source is named: set %s, %s or %s (or %s: \"true\")", AnnotationSignerName, AnnotationBundleName, AnnotationSources, AnnotationCertificate)))
 		return nil
 	}
@@ -419,7 +417,7 @@ func (p *annotationParser) sslCertFile(sources []v1alpha1.Source) string {
 	return v
 }
 
-func (p *annotationParser) certificate(delivery Delivery) *certificateRequest {
+func (p *annotationParser) certificate(delivery v1alpha1.Delivery) *certificateRequest {
 	if !p.bool(AnnotationCertificate, false) {
 		return nil
 	}
@@ -453,14 +451,14 @@ func (p *annotationParser) certificate(delivery Delivery) *certificateRequest {
 // keyType reads the certificate's key type, checked against what the delivery makes:
 // the sidecar and the kubelet's podCertificate volume each make a type the other
 // does not, so a type of the other delivery is named as such.
-func (p *annotationParser) keyType(delivery Delivery) string {
+func (p *annotationParser) keyType(delivery v1alpha1.Delivery) string {
 	v, ok := p.a[AnnotationCertificateKeyType]
 	if !ok {
 		return contract.DefaultKeyType
 	}
 	makes, other := contract.KeyTypes, nativeKeyTypes
 	what, otherWhat := "the sidecar generates", "a podCertificate volume's alone ("+AnnotationDelivery+": native)"
-	if delivery == DeliveryNative {
+	if delivery == v1alpha1.DeliveryNative {
 		makes, other = nativeKeyTypes, contract.KeyTypes
 		what, otherWhat = "a podCertificate volume takes", "the sidecar's alone"
 	}

@@ -8,23 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/policy"
-)
-
-// Mode is how the sidecar runs (trustsync.io/sidecar-mode). Its value "native" names
-// Kubernetes' native sidecar; in code it is ModeRestartableInit, so that "native" in
-// an identifier means one thing only: delivery native, the kubelet's projection.
-type Mode string
-
-const (
-	// ModeRestartableInit runs the sidecar as Kubernetes' native sidecar: an init
-	// container with restartPolicy Always, started (and probed) before every other
-	// container. Its annotation value is "native".
-	ModeRestartableInit Mode = "native"
-	// ModeLegacy, for clusters without native sidecars: an init container writes the
-	// files once, then a regular container keeps them current.
-	ModeLegacy Mode = "legacy"
 )
 
 // Config is the injector's cluster-wide configuration.
@@ -37,8 +23,8 @@ type Config struct {
 	// those it does not list already; its own stay first, and a missing Secret only
 	// makes the kubelet try the pull without it.
 	ImagePullSecrets []string
-	// DefaultMode applies when a pod does not say; empty means ModeRestartableInit.
-	DefaultMode Mode
+	// DefaultMode applies when a pod does not say; empty means v1alpha1.ModeRestartableInit.
+	DefaultMode v1alpha1.Mode
 	// Namespace is the injector's own; its pods are never touched, so trustsync can
 	// never block its own recovery.
 	Namespace string
@@ -70,9 +56,9 @@ func (c Config) NamespaceSkipped(namespace string) string {
 // DefaultImage is the sidecar image when none is configured.
 const DefaultImage = "ghcr.io/trustsync/trustsync:v0.1.0"
 
-func (c Config) defaultMode() Mode {
+func (c Config) defaultMode() v1alpha1.Mode {
 	if c.DefaultMode == "" {
-		return ModeRestartableInit
+		return v1alpha1.ModeRestartableInit
 	}
 	return c.DefaultMode
 }

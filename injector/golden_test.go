@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -20,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden .out.yaml files from
 type goldenInput struct {
 	Namespace            string            `json:"namespace"`
 	NamespaceAnnotations map[string]string `json:"namespaceAnnotations,omitempty"`
-	DefaultMode          Mode              `json:"defaultMode,omitempty"`
+	DefaultMode          v1alpha1.Mode     `json:"defaultMode,omitempty"`
 	// NativeAPIs are what the API server serves; unset means both native APIs.
 	NativeAPIs *NativeAPIs `json:"nativeAPIs,omitempty"`
 	// NodeAgent says the agent's CSIDriver is installed; unset means it is.

@@ -54,18 +54,6 @@ func (e *RefusalError) Error() string {
 	return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, e.PodName, e.Errs).Error()
 }
 
-// Status is recorded in the trustsync.io/status annotation: what was injected, so a
-// second admission (reinvocation, or a stored pod sent again) changes nothing.
-type Status struct {
-	// Delivery is empty for the sidecar (as before delivery existed), "native" for
-	// native volumes and "node" for the node agent's volume, which have no sidecar.
-	Delivery  Delivery `json:"delivery,omitempty"`
-	Mode      Mode     `json:"mode,omitempty"`
-	Sidecar   string   `json:"sidecar,omitempty"`
-	Volume    string   `json:"volume"`
-	MountPath string   `json:"mountPath"`
-}
-
 // Inject decides what pod, created in namespace, gets. nsAnnotations are the
 // namespace's annotations, defaults for the pod's own.
 func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, cfg Config) (*Result, error) {
@@ -73,7 +61,7 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	if name == "" {
 		name = pod.GenerateName
 	}
-	v, ok := pod.Annotations[AnnotationInject]
+	v, ok := pod.Annotations[v1alpha1.AnnotationInject]
 	if !ok {
 		return &Result{Skipped: SkipNotRequested}, nil
 	}
@@ -82,20 +70,20 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	case "false":
 		return &Result{Skipped: SkipNotRequested}, nil
 	default:
-		return nil, &RefusalError{PodName: name, Errs: field.ErrorList{field.NotSupported(annotationPath(AnnotationInject), v, []string{"true", "false"})}}
+		return nil, &RefusalError{PodName: name, Errs: field.ErrorList{field.NotSupported(annotationPath(v1alpha1.AnnotationInject), v, []string{"true", "false"})}}
 	}
 	if reason := cfg.NamespaceSkipped(namespace); reason != "" {
 		return &Result{Skipped: reason}, nil
 	}
 	req, errs := parseRequest(effectiveAnnotations(pod.Annotations, nsAnnotations), cfg)
-	if raw, done := pod.Annotations[AnnotationStatus]; done {
+	if raw, done := pod.Annotations[v1alpha1.AnnotationStatus]; done {
 		return reinvoke(pod, raw, req, errs), nil
 	}
 	if len(errs) > 0 {
 		return nil, &RefusalError{PodName: name, Errs: errs}
 	}
 	targets, errs := targetContainers(pod, req, "")
-	if len(errs) == 0 && req.reload != nil && req.delivery != DeliveryNative {
+	if len(errs) == 0 && req.reload != nil && req.delivery != v1alpha1.DeliveryNative {
 		errs = resolveReload(pod, req, targets)
 	}
 	if len(errs) > 0 {
@@ -111,7 +99,7 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 // containers added since, which lack the volume, get their mount; nothing is ever
 // injected twice, and nothing is refused at this point.
 func reinvoke(pod *corev1.Pod, rawStatus string, req *request, errs field.ErrorList) *Result {
-	var st Status
+	var st v1alpha1.InjectionStatus
 	if len(errs) > 0 || json.Unmarshal([]byte(rawStatus), &st) != nil || st.Volume == "" {
 		return &Result{Skipped: SkipAlreadyInjected}
 	}
@@ -197,7 +185,7 @@ func targetContainers(pod *corev1.Pod, req *request, ownVolume string) ([]target
 	if len(targets) == 0 && len(errs) == 0 {
 		// The API server refuses such a pod, but only after mutating admission, so
 		// the injector sees it first.
-		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "the pod has no container to mount the trust files into; add one, or drop "+AnnotationInject))
+		errs = append(errs, field.Required(field.NewPath("spec", "containers"), "the pod has no container to mount the trust files into; add one, or drop "+v1alpha1.AnnotationInject))
 	}
 	sslValue := path.Join(req.mountPath, req.sslCertFile)
 	for _, t := range targets {
@@ -238,16 +226,16 @@ func containerNames(all []target) []string {
 // inserted at the front of initContainers, so their indices are still right.
 func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]PatchOp, []string) {
 	switch req.delivery {
-	case DeliveryNative:
+	case v1alpha1.DeliveryNative:
 		return buildNative(pod, req, targets)
-	case DeliveryNode:
+	case v1alpha1.DeliveryNode:
 		return buildNode(pod, req, targets, cfg)
 	}
 	var warnings []string
 	names := newNamer(pod)
 	volume := names.volume("trustsync-anchors")
 	sidecar := names.container("trustsync")
-	status := Status{Mode: req.mode, Sidecar: sidecar, Volume: volume, MountPath: req.mountPath}
+	status := v1alpha1.InjectionStatus{Mode: req.mode, Sidecar: sidecar, Volume: volume, MountPath: req.mountPath}
 
 	p := &patch{}
 	addStatus(p, pod, status)
@@ -299,7 +287,7 @@ func build(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]Patch
 		}
 	}
 	switch {
-	case req.mode == ModeRestartableInit:
+	case req.mode == v1alpha1.ModeRestartableInit:
 		first(s.container(sidecar, "run", true))
 	case pod.Spec.RestartPolicy == corev1.RestartPolicyNever || pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure:
 		// A regular sidecar container never exits, so a pod that should run to
@@ -331,7 +319,7 @@ func buildNative(pod *corev1.Pod, req *request, targets []target) ([]PatchOp, []
 	var warnings []string
 	volume := newNamer(pod).volume("trustsync-anchors")
 	p := &patch{}
-	addStatus(p, pod, Status{Delivery: DeliveryNative, Volume: volume, MountPath: req.mountPath})
+	addStatus(p, pod, v1alpha1.InjectionStatus{Delivery: v1alpha1.DeliveryNative, Volume: volume, MountPath: req.mountPath})
 	var uid *int64
 	if req.certificate != nil {
 		if runsAs(pod, targets, appUID(pod, targets)) {
@@ -505,11 +493,11 @@ func (n *namer) volume(base string) string    { return unique(n.volumes, base) }
 func (n *namer) container(base string) string { return unique(n.containers, base) }
 
 // addStatus records what was injected, for reinvocation.
-func addStatus(p *patch, pod *corev1.Pod, status Status) {
+func addStatus(p *patch, pod *corev1.Pod, status v1alpha1.InjectionStatus) {
 	statusJSON, _ := json.Marshal(status)
 	if pod.Annotations == nil {
-		p.add("/metadata/annotations", map[string]string{AnnotationStatus: string(statusJSON)})
+		p.add("/metadata/annotations", map[string]string{v1alpha1.AnnotationStatus: string(statusJSON)})
 	} else {
-		p.add("/metadata/annotations/"+escapeKey(AnnotationStatus), string(statusJSON))
+		p.add("/metadata/annotations/"+escapeKey(v1alpha1.AnnotationStatus), string(statusJSON))
 	}
 }

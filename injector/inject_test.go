@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -69,7 +70,7 @@ func TestInject_PatchKeepsFieldsNoTypeKnows(t *testing.T) {
 func TestInject_RefusalNamesThePodEvenWithGenerateName(t *testing.T) {
 	pod := &corev1.Pod{}
 	pod.GenerateName = "web-"
-	pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationSignerName: "bad"}
+	pod.Annotations = map[string]string{v1alpha1.AnnotationInject: "true", AnnotationSignerName: "bad"}
 	pod.Spec.Containers = []corev1.Container{{Name: "app"}}
 	_, err := Inject(pod, "apps", nil, Config{})
 	if err == nil || !strings.HasPrefix(err.Error(), `Pod "web-" is invalid: metadata.annotations[trustsync.io/signer-name]`) {
@@ -97,7 +98,7 @@ func FuzzInject(f *testing.F) {
 		}
 		pod := &corev1.Pod{}
 		pod.Name = "web"
-		pod.Annotations = map[string]string{AnnotationInject: "true", AnnotationSignerName: "example.com/s", AnnotationCertificate: "true"}
+		pod.Annotations = map[string]string{v1alpha1.AnnotationInject: "true", AnnotationSignerName: "example.com/s", AnnotationCertificate: "true"}
 		pod.Annotations[keys[which%len(keys)]] = value
 		pod.Spec.Containers = []corev1.Container{{Name: "app", Image: "x"}, {Name: "other", Image: "y"}}
 		res, err := Inject(pod, "apps", nil, Config{})
@@ -127,7 +128,7 @@ func FuzzInject(f *testing.F) {
 func TestInject_TheSidecarWarnsWithinThePolicysExpiryWindow(t *testing.T) {
 	pod := func() *corev1.Pod {
 		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{AnnotationInject: "true", AnnotationBundleName: "corp"}},
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{v1alpha1.AnnotationInject: "true", AnnotationBundleName: "corp"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
 		}
 	}

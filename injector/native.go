@@ -12,23 +12,6 @@ import (
 	"github.com/trustsync/trustsync/policy"
 )
 
-// Delivery is how the files reach the pod.
-type Delivery string
-
-const (
-	// DeliverySidecar runs the trust-sync sidecar: every source kind, merged files,
-	// updates within seconds, certificates through CSRs.
-	DeliverySidecar Delivery = "sidecar"
-	// DeliveryNative turns the same annotations into Kubernetes' own projected volume
-	// (clusterTrustBundle and podCertificate sources): no sidecar, what the kubelet
-	// can do alone.
-	DeliveryNative Delivery = "native"
-	// DeliveryNode has the trustsync agent on the pod's node (a CSI driver) write the
-	// files into an inline CSI volume: everything the sidecar delivers, with no
-	// container in the pod and no watch of its own for bundles.
-	DeliveryNode Delivery = "node"
-)
-
 var AnnotationDelivery = annotation("delivery")
 
 // NativeAPIs are the native APIs the cluster serves, which delivery native needs.

@@ -42,7 +42,7 @@ func buildNode(pod *corev1.Pod, req *request, targets []target, cfg Config) ([]P
 	var warnings []string
 	volume := newNamer(pod).volume("trustsync-anchors")
 	p := &patch{}
-	addStatus(p, pod, Status{Delivery: DeliveryNode, Volume: volume, MountPath: req.mountPath})
+	addStatus(p, pod, v1alpha1.InjectionStatus{Delivery: v1alpha1.DeliveryNode, Volume: volume, MountPath: req.mountPath})
 	if req.certificate != nil && !runsAs(pod, targets, appUID(pod, targets)) {
 		warnings = append(warnings, fmt.Sprintf("trustsync: neither the pod nor container %q sets runAsUser, so the node agent writes %s (mode 0600) owned by root, which an app running as another uid cannot read; set securityContext.runAsUser (and runAsGroup) to the app's ids", targets[0].c.Name, v1alpha1.FileKey))
 	}

@@ -13,11 +13,11 @@ import (
 // object does not ask (no trustsync.io/inject: "true").
 func ObjectSources(annotations map[string]string) (sources []v1alpha1.Source, ok bool, errs field.ErrorList) {
 	p := &annotationParser{a: annotations}
-	switch v, set := annotations[AnnotationInject]; {
+	switch v, set := annotations[v1alpha1.AnnotationInject]; {
 	case !set || v == "false":
 		return nil, false, nil
 	case v != "true":
-		return nil, true, field.ErrorList{field.NotSupported(annotationPath(AnnotationInject), v, []string{"true", "false"})}
+		return nil, true, field.ErrorList{field.NotSupported(annotationPath(v1alpha1.AnnotationInject), v, []string{"true", "false"})}
 	}
 	sources = p.sources(false)
 	return sources, true, p.errs

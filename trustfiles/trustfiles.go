@@ -15,20 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/injector"
-)
-
-// Deliveries of a trust object's keys, as the kubelet writes them into a pod's
-// volume: they are reported and printed beside injector's.
-const (
-	DeliveryConfigMap injector.Delivery = "configMap"
-	DeliverySecret    injector.Delivery = "secret"
-)
-
-// Kinds of trust object.
-const (
-	KindConfigMap = v1alpha1.KindConfigMap
-	KindSecret    = v1alpha1.KindSecret
 )
 
 // Object is a ConfigMap or Secret trustsync writes: what each of its keys is made of.
@@ -101,31 +87,31 @@ func keysOf(sources []v1alpha1.Source) []Key {
 
 // Of lists every trust file of a stored pod: trustsync's deliveries and projected
 // bundles, then the keys of objs the pod mounts as volumes.
-func Of(pod *corev1.Pod, objs Objects) []injector.TrustFile {
-	return append(injector.TrustFiles(pod), ObjectFiles(pod, objs)...)
+func Of(pod *corev1.Pod, objs Objects) []TrustFile {
+	return append(Delivered(pod), ObjectFiles(pod, objs)...)
 }
 
 // ObjectFiles lists the keys of trust objects the pod mounts: a configMap or secret
 // volume, or a projected volume's configMap or secret source, each key under the
 // path the volume's items give it (a key the items leave out is not there).
-func ObjectFiles(pod *corev1.Pod, objs Objects) []injector.TrustFile {
+func ObjectFiles(pod *corev1.Pod, objs Objects) []TrustFile {
 	if len(objs) == 0 {
 		return nil
 	}
-	var files []injector.TrustFile
+	var files []TrustFile
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.ConfigMap != nil:
-			files = append(files, filesOf(pod, v.Name, DeliveryConfigMap, objs[ObjectRef{KindConfigMap, pod.Namespace, v.ConfigMap.Name}], v.ConfigMap.Items)...)
+			files = append(files, filesOf(pod, v.Name, v1alpha1.DeliveryConfigMap, objs[ObjectRef{v1alpha1.KindConfigMap, pod.Namespace, v.ConfigMap.Name}], v.ConfigMap.Items)...)
 		case v.Secret != nil:
-			files = append(files, filesOf(pod, v.Name, DeliverySecret, objs[ObjectRef{KindSecret, pod.Namespace, v.Secret.SecretName}], v.Secret.Items)...)
+			files = append(files, filesOf(pod, v.Name, v1alpha1.DeliverySecret, objs[ObjectRef{v1alpha1.KindSecret, pod.Namespace, v.Secret.SecretName}], v.Secret.Items)...)
 		case v.Projected != nil:
 			for _, p := range v.Projected.Sources {
 				switch {
 				case p.ConfigMap != nil:
-					files = append(files, filesOf(pod, v.Name, DeliveryConfigMap, objs[ObjectRef{KindConfigMap, pod.Namespace, p.ConfigMap.Name}], p.ConfigMap.Items)...)
+					files = append(files, filesOf(pod, v.Name, v1alpha1.DeliveryConfigMap, objs[ObjectRef{v1alpha1.KindConfigMap, pod.Namespace, p.ConfigMap.Name}], p.ConfigMap.Items)...)
 				case p.Secret != nil:
-					files = append(files, filesOf(pod, v.Name, DeliverySecret, objs[ObjectRef{KindSecret, pod.Namespace, p.Secret.Name}], p.Secret.Items)...)
+					files = append(files, filesOf(pod, v.Name, v1alpha1.DeliverySecret, objs[ObjectRef{v1alpha1.KindSecret, pod.Namespace, p.Secret.Name}], p.Secret.Items)...)
 				}
 			}
 		}
@@ -133,11 +119,11 @@ func ObjectFiles(pod *corev1.Pod, objs Objects) []injector.TrustFile {
 	return files
 }
 
-func filesOf(pod *corev1.Pod, volume string, delivery injector.Delivery, o *Object, items []corev1.KeyToPath) []injector.TrustFile {
+func filesOf(pod *corev1.Pod, volume string, delivery v1alpha1.Delivery, o *Object, items []corev1.KeyToPath) []TrustFile {
 	if o == nil {
 		return nil
 	}
-	var files []injector.TrustFile
+	var files []TrustFile
 	for _, k := range o.Keys {
 		file := k.Key
 		if len(items) > 0 {
@@ -147,8 +133,8 @@ func filesOf(pod *corev1.Pod, volume string, delivery injector.Delivery, o *Obje
 			}
 			file = items[i].Path
 		}
-		files = append(files, injector.TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format,
-			MountPaths: injector.MountPaths(pod, volume, "", file), Sources: k.Sources})
+		files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format,
+			MountPaths: MountPaths(pod, volume, "", file), Sources: k.Sources})
 	}
 	return files
 }
@@ -196,18 +182,18 @@ func EnvReaders(pod *corev1.Pod, objs Objects) []EnvReader {
 				continue
 			}
 			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
-				add(name, "env", ref(KindConfigMap, r.Name), r.Key)
+				add(name, "env", ref(v1alpha1.KindConfigMap, r.Name), r.Key)
 			}
 			if r := e.ValueFrom.SecretKeyRef; r != nil {
-				add(name, "env", ref(KindSecret, r.Name), r.Key)
+				add(name, "env", ref(v1alpha1.KindSecret, r.Name), r.Key)
 			}
 		}
 		for _, e := range envFrom {
 			if e.ConfigMapRef != nil {
-				add(name, "envFrom", ref(KindConfigMap, e.ConfigMapRef.Name), "")
+				add(name, "envFrom", ref(v1alpha1.KindConfigMap, e.ConfigMapRef.Name), "")
 			}
 			if e.SecretRef != nil {
-				add(name, "envFrom", ref(KindSecret, e.SecretRef.Name), "")
+				add(name, "envFrom", ref(v1alpha1.KindSecret, e.SecretRef.Name), "")
 			}
 		}
 	}
@@ -229,7 +215,7 @@ func (r EnvReader) Describe() string {
 // PasswordSecret is the Secret holding the password of a truststore file, nil for
 // one with the default password (or a PEM file): the node's agent reads no Secret, so
 // such a store cannot be observed.
-func PasswordSecret(tf injector.TrustFile) *v1alpha1.KeyRef {
+func PasswordSecret(tf TrustFile) *v1alpha1.KeyRef {
 	if tf.Format == v1alpha1.FormatPEM {
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/injector"
 )
 
 func namespace(name string, labels map[string]string) *metav1.PartialObjectMetadata {
@@ -37,9 +36,9 @@ func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
 	}, namespaces)
 
 	want := map[ObjectRef][]string{
-		{KindConfigMap, "apps", "trust-ca"}: {"ca.pem", "truststore.p12"},
-		{KindSecret, "apps", "trust-ca"}:    {"ca.pem"},
-		{KindSecret, "other", "trust-ca"}:   {"ca.pem"},
+		{v1alpha1.KindConfigMap, "apps", "trust-ca"}: {"ca.pem", "truststore.p12"},
+		{v1alpha1.KindSecret, "apps", "trust-ca"}:    {"ca.pem"},
+		{v1alpha1.KindSecret, "other", "trust-ca"}:   {"ca.pem"},
 	}
 	got := map[ObjectRef][]string{}
 	for ref, o := range objs {
@@ -50,43 +49,43 @@ func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("objects: %v; want %v (a terminating namespace, an unselected one and an invalid target hold none)", got, want)
 	}
-	if o := objs[ObjectRef{KindConfigMap, "apps", "trust-ca"}]; o.Writer != "TrustTarget corp" || len(o.Keys[0].Sources) != 2 || o.Keys[1].Format != v1alpha1.FormatPKCS12 {
+	if o := objs[ObjectRef{v1alpha1.KindConfigMap, "apps", "trust-ca"}]; o.Writer != "TrustTarget corp" || len(o.Keys[0].Sources) != 2 || o.Keys[1].Format != v1alpha1.FormatPKCS12 {
 		t.Errorf("the ConfigMap's keys: %+v, writer %q; want ca.pem of two sources, a PKCS#12 truststore.p12, written by TrustTarget corp", o.Keys, o.Writer)
 	}
 }
 
 func TestObjectFiles_TheKeysOfTrustObjectsAPodMountsAreItsTrustFiles(t *testing.T) {
 	objs := Objects{}
-	objs.Add(&Object{Kind: KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
-	objs.Add(&Object{Kind: KindSecret, Namespace: "apps", Name: "trust-secret", Keys: keysOf(corpSources[:1])})
+	objs.Add(&Object{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
+	objs.Add(&Object{Kind: v1alpha1.KindSecret, Namespace: "apps", Name: "trust-secret", Keys: keysOf(corpSources[:1])})
 	mount := func(volume, path string) corev1.VolumeMount { return corev1.VolumeMount{Name: volume, MountPath: path} }
 	pem, p12, secretPEM := []v1alpha1.Source{corpSources[0], corpSources[1]}, []v1alpha1.Source{corpSources[2]}, corpSources[:1]
 	for _, tc := range []struct {
 		name   string
 		volume corev1.VolumeSource
-		want   []injector.TrustFile
+		want   []TrustFile
 	}{
 		{name: "a configMap volume holds every key, each a file",
 			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}},
-			want: []injector.TrustFile{
-				{Delivery: DeliveryConfigMap, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: pem},
-				{Delivery: DeliveryConfigMap, Volume: "trust", File: "truststore.p12", Format: "pkcs12", MountPaths: []string{"/etc/trust/truststore.p12"}, Sources: p12},
+			want: []TrustFile{
+				{Delivery: v1alpha1.DeliveryConfigMap, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: pem},
+				{Delivery: v1alpha1.DeliveryConfigMap, Volume: "trust", File: "truststore.p12", Format: "pkcs12", MountPaths: []string{"/etc/trust/truststore.p12"}, Sources: p12},
 			}},
 		{name: "items rename a key and leave the others out",
 			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"},
 				Items: []corev1.KeyToPath{{Key: "ca.pem", Path: "certs/corp.crt"}}}},
-			want: []injector.TrustFile{{Delivery: DeliveryConfigMap, Volume: "trust", File: "certs/corp.crt", Format: "pem", MountPaths: []string{"/etc/trust/certs/corp.crt"}, Sources: pem}}},
+			want: []TrustFile{{Delivery: v1alpha1.DeliveryConfigMap, Volume: "trust", File: "certs/corp.crt", Format: "pem", MountPaths: []string{"/etc/trust/certs/corp.crt"}, Sources: pem}}},
 		{name: "a secret volume of a trust Secret",
 			volume: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "trust-secret"}},
-			want:   []injector.TrustFile{{Delivery: DeliverySecret, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: secretPEM}}},
+			want:   []TrustFile{{Delivery: v1alpha1.DeliverySecret, Volume: "trust", File: "ca.pem", Format: "pem", MountPaths: []string{"/etc/trust/ca.pem"}, Sources: secretPEM}}},
 		{name: "a projected volume's configMap and secret sources",
 			volume: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Items: []corev1.KeyToPath{{Key: "truststore.p12", Path: "java/cacerts"}}}},
 				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-secret"}, Items: []corev1.KeyToPath{{Key: "ca.pem", Path: "secret.pem"}}}},
 			}}},
-			want: []injector.TrustFile{
-				{Delivery: DeliveryConfigMap, Volume: "trust", File: "java/cacerts", Format: "pkcs12", MountPaths: []string{"/etc/trust/java/cacerts"}, Sources: p12},
-				{Delivery: DeliverySecret, Volume: "trust", File: "secret.pem", Format: "pem", MountPaths: []string{"/etc/trust/secret.pem"}, Sources: secretPEM},
+			want: []TrustFile{
+				{Delivery: v1alpha1.DeliveryConfigMap, Volume: "trust", File: "java/cacerts", Format: "pkcs12", MountPaths: []string{"/etc/trust/java/cacerts"}, Sources: p12},
+				{Delivery: v1alpha1.DeliverySecret, Volume: "trust", File: "secret.pem", Format: "pem", MountPaths: []string{"/etc/trust/secret.pem"}, Sources: secretPEM},
 			}},
 		{name: "a ConfigMap trustsync does not write is never a trust file",
 			volume: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app-config"}}}},
@@ -111,7 +110,7 @@ func TestObjectFiles_TheKeysOfTrustObjectsAPodMountsAreItsTrustFiles(t *testing.
 
 func TestEnvReaders_EnvAndEnvFromOfATrustObjectAreNamed(t *testing.T) {
 	objs := Objects{}
-	objs.Add(&Object{Kind: KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
+	objs.Add(&Object{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web"}, Spec: corev1.PodSpec{
 		InitContainers: []corev1.Container{{Name: "init", EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}}}}},
 		Containers: []corev1.Container{{Name: "app", Env: []corev1.EnvVar{

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 )
 
@@ -88,7 +89,7 @@ func NewOptions() *Options {
 		ServiceName:              "trustsync-webhook",
 		WebhookConfigurationName: "trustsync",
 		SidecarImagePullPolicy:   string(corev1.PullIfNotPresent),
-		DefaultSidecarMode:       string(injector.ModeRestartableInit),
+		DefaultSidecarMode:       string(v1alpha1.ModeRestartableInit),
 		Namespace:                os.Getenv("POD_NAMESPACE"),
 	}
 }
@@ -146,7 +147,7 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--sidecar-image-pull-secrets: %q is not a Secret name: %s", name, strings.Join(msgs, "; ")))
 		}
 	}
-	if m := injector.Mode(o.DefaultSidecarMode); m != injector.ModeRestartableInit && m != injector.ModeLegacy {
+	if m := v1alpha1.Mode(o.DefaultSidecarMode); m != v1alpha1.ModeRestartableInit && m != v1alpha1.ModeLegacy {
 		errs = append(errs, fmt.Errorf("--default-sidecar-mode %q is not one of native, legacy", o.DefaultSidecarMode))
 	}
 	if o.SecurePort <= 0 || o.SecurePort > 65535 {

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 )
 
@@ -48,7 +49,7 @@ func realisticPod() *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "web-7d9f8b6c5-",
 			Labels:       map[string]string{"app": "web", "pod-template-hash": "7d9f8b6c5"},
-			Annotations:  map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "example.com/server-tls", injector.AnnotationSSLCertFile: "true"},
+			Annotations:  map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationSignerName: "example.com/server-tls", injector.AnnotationSSLCertFile: "true"},
 		},
 		Spec: corev1.PodSpec{
 			Containers:      []corev1.Container{container("web"), container("worker"), container("exporter")},

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/policy"
 )
@@ -50,7 +51,7 @@ func TestPodAdmission(t *testing.T) {
 		}
 		return nil, nil
 	}
-	ask := map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "example.com/s"}
+	ask := map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationSignerName: "example.com/s"}
 	tests := []struct {
 		name         string
 		req          request
@@ -64,7 +65,7 @@ func TestPodAdmission(t *testing.T) {
 		{name: "kube-system is never injected", req: podReq("kube-system", ask), wantAllowed: true},
 		{
 			name: "namespace annotations are defaults", wantAllowed: true, wantPatch: `example.com/from-namespace`,
-			req: podReq("defaulted", map[string]string{injector.AnnotationInject: "true"}),
+			req: podReq("defaulted", map[string]string{v1alpha1.AnnotationInject: "true"}),
 		},
 		{
 			name: "unreadable namespace defaults inject with a warning", wantAllowed: true, wantPatch: `"path":"/spec/initContainers"`,
@@ -72,7 +73,7 @@ func TestPodAdmission(t *testing.T) {
 		},
 		{
 			name:        "a bad annotation is denied with the annotation, value and rule",
-			req:         podReq("apps", map[string]string{injector.AnnotationInject: "true", injector.AnnotationSignerName: "no-slash"}),
+			req:         podReq("apps", map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationSignerName: "no-slash"}),
 			wantMessage: `Pod "web" is invalid: metadata.annotations[trustsync.io/signer-name]: Invalid value: "no-slash": must be a fully qualified domain and path of the form 'example.com/signer-name'`,
 		},
 	}

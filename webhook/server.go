@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi"
@@ -239,7 +240,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		Injector: injector.Config{
 			Image: o.SidecarImage, ImagePullPolicy: corev1.PullPolicy(o.SidecarImagePullPolicy),
 			ImagePullSecrets: o.SidecarImagePullSecrets,
-			DefaultMode:      injector.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
+			DefaultMode:      v1alpha1.Mode(o.DefaultSidecarMode), Namespace: o.Namespace, Policy: pol,
 		},
 		Namespaces:          namespaces,
 		NativeAPIs:          native.get,

@@ -23,7 +23,6 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 )
 
@@ -33,7 +32,7 @@ const MaxFileBytes = 4 << 20
 
 // File is what one pod holds in one trust file.
 type File struct {
-	injector.TrustFile
+	trustfiles.TrustFile
 	// Anchors are the SHA-256 of each anchor's DER, hex, sorted.
 	Anchors []string
 	// ChangedAt is when the file was last written (its modification time).
@@ -74,7 +73,7 @@ type Scanner struct {
 
 type podFiles struct {
 	resourceVersion string
-	files           []injector.TrustFile
+	files           []trustfiles.TrustFile
 }
 
 type seenFile struct {
@@ -165,7 +164,7 @@ func (o *Scanner) Anchor(id string) (*bundle.Anchor, bool) {
 }
 
 // read observes one file, reusing prev's anchors when the file is the same one.
-func (o *Scanner) read(dir string, tf injector.TrustFile, prev seenFile) seenFile {
+func (o *Scanner) read(dir string, tf trustfiles.TrustFile, prev seenFile) seenFile {
 	if s := trustfiles.PasswordSecret(tf); s != nil {
 		return seenFile{err: fmt.Sprintf("a %s truststore whose password is in Secret %s (key %s), which the agent does not read", tf.Format, s.Name, s.Key)}
 	}

@@ -191,7 +191,7 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	jks, err := truststore.EncodeJKS(anchors, v1alpha1.DefaultStorePassword)
 	must(t, err)
 	objs := trustfiles.Objects{}
-	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{
+	objs.Add(&trustfiles.Object{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{
 		{Key: "ca.pem", Format: v1alpha1.FormatPEM}, {Key: "trust.p12", Format: v1alpha1.FormatPKCS12}, {Key: "trust.jks", Format: v1alpha1.FormatJKS},
 		{Key: "broken.p12", Format: v1alpha1.FormatPKCS12},
 		{Key: "locked.p12", Format: v1alpha1.FormatPKCS12, Sources: []v1alpha1.Source{{Name: "corp", Path: "locked.p12", Format: v1alpha1.FormatPKCS12, PasswordSecret: &v1alpha1.KeyRef{Name: "pw", Key: "password"}}}},

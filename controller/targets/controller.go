@@ -34,7 +34,6 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
-	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
@@ -353,11 +352,11 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	if live == nil {
 		d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
 	} else {
-		if _, asks := live.meta.GetAnnotations()[injector.AnnotationInject]; asks {
+		if _, asks := live.meta.GetAnnotations()[v1alpha1.AnnotationInject]; asks {
 			if labelled != target {
-				return false, note, &conflictError{fmt.Sprintf("%s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", kind, ns.Name, object, injector.AnnotationInject)}
+				return false, note, &conflictError{fmt.Sprintf("%s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", kind, ns.Name, object, v1alpha1.AnnotationInject)}
 			}
-			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, injector.AnnotationInject)
+			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, v1alpha1.AnnotationInject)
 		}
 		if createdByTargets(live.meta) {
 			d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}

@@ -122,7 +122,7 @@ func NewFiller(cfg FillConfig) *Filler {
 			if err != nil {
 				return
 			}
-			_, asks := m.GetAnnotations()[injector.AnnotationInject]
+			_, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]
 			if asks || in.state.lookup(injectKey(k, m)) != nil {
 				in.queue.Add(injectKey(k, m))
 			}
@@ -191,7 +191,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		return 0, nil
 	}
 	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.caBundle {
-		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, injector.AnnotationInject))
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, v1alpha1.AnnotationInject))
 		in.state.forget(key)
 		return 0, nil
 	}
@@ -200,7 +200,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		// gets so many tended at once, so no one namespace can exhaust the
 		// controller every tenant shares.
 		if n := in.state.count(resource + "|" + m.Namespace + "/"); n >= MaxInjectedPerNamespace {
-			in.warnOnce(key, ref, "TrustInjectRefused", fmt.Sprintf("namespace %s has %d annotated %ss filled already, the most one namespace may have; remove the %s annotation from some, or use a TrustTarget", m.Namespace, n, k.kind, injector.AnnotationInject))
+			in.warnOnce(key, ref, "TrustInjectRefused", fmt.Sprintf("namespace %s has %d annotated %ss filled already, the most one namespace may have; remove the %s annotation from some, or use a TrustTarget", m.Namespace, n, k.kind, v1alpha1.AnnotationInject))
 			return 0, nil
 		}
 	}

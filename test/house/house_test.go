@@ -140,17 +140,19 @@ func deps(t *testing.T, path string) []string {
 // What each part links says what it can do: the plugin answers from reports and
 // converts, so it links no controller, no delivery stage and nothing of the agent;
 // the signer holds the CA keys and links nothing of the agent; the report model and
-// its queries stand below the agent, the signer, the controller and the plugin; the
-// sidecar's wiring is its binary's alone.
+// its queries stand below the agent, the signer, the controller and the plugin; none
+// of those readers of pods links the pod mutation (injector); the sidecar's wiring is
+// its binary's alone.
 func TestHouse_EachPartLinksOnlyWhatItsJobNeeds(t *testing.T) {
 	stages := []string{"delivery/watch", "delivery/render", "delivery/write", "delivery/pipeline", "delivery/observe", "delivery/certificate", "delivery/podevents", "delivery/kubeclient", "delivery/metrics"}
 	for _, tc := range []struct {
 		pkg       string
 		forbidden []string // prefixes
 	}{
-		{pkg: "cmd/kubectl-trustsync", forbidden: append([]string{"controller", "agent", "signer", "sidecar", "webhook"}, stages...)},
-		{pkg: "cmd/signer", forbidden: []string{"agent", "controller", "sidecar", "delivery/watch", "delivery/pipeline"}},
-		{pkg: "trustreport/query", forbidden: append([]string{"agent", "controller", "signer"}, stages...)},
+		{pkg: "cmd/kubectl-trustsync", forbidden: append([]string{"controller", "agent", "signer", "sidecar", "webhook", "injector"}, stages...)},
+		{pkg: "cmd/signer", forbidden: []string{"agent", "controller", "sidecar", "delivery/watch", "delivery/pipeline", "injector"}},
+		{pkg: "trustreport/query", forbidden: append([]string{"agent", "controller", "signer", "injector"}, stages...)},
+		{pkg: "trustreport/reader", forbidden: append([]string{"agent", "controller", "signer", "injector"}, stages...)},
 		{pkg: "trustmanager", forbidden: append([]string{"controller", "agent"}, stages...)},
 	} {
 		for _, d := range deps(t, tc.pkg) {
@@ -164,6 +166,22 @@ func TestHouse_EachPartLinksOnlyWhatItsJobNeeds(t *testing.T) {
 	for _, p := range packages(t) {
 		if slices.Contains(p.imports, "sidecar") && p.path != "cmd/sidecar" && !strings.HasPrefix(p.path, "test/e2e/sidecar") {
 			t.Errorf("%s imports sidecar, the sidecar binary's wiring; share what it needs through delivery/", p.path)
+		}
+	}
+}
+
+// The API and the tenancy answers are read by every binary, the sidecar included:
+// they link no client, so declaring a kind or asking a grant never reaches a server.
+func TestHouse_TheAPIAndTheGrantsLinkNoClient(t *testing.T) {
+	for _, pkg := range []string{"api/v1alpha1", "tenancy"} {
+		out, err := exec.Command("go", "list", "-deps", module+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		}
+		for _, d := range strings.Fields(string(out)) {
+			if strings.HasPrefix(d, "k8s.io/client-go/") {
+				t.Errorf("%s links %s", pkg, d)
+			}
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 )
 
@@ -118,7 +117,7 @@ func byPod(a, b Straggler) int { return strings.Compare(a.Namespace+"/"+a.Pod, b
 
 // files are the pod's trust files: trustsync's and the kubelet's, and the keys of
 // trust objects it mounts.
-func (c Cluster) files(pod *corev1.Pod) []injector.TrustFile { return trustfiles.Of(pod, c.Objects) }
+func (c Cluster) files(pod *corev1.Pod) []trustfiles.TrustFile { return trustfiles.Of(pod, c.Objects) }
 
 // byNode is the reports by node name. A report speaks for its own node alone: one
 // whose node is not its name is no node's.
@@ -229,7 +228,7 @@ type observation struct {
 	state, reason string
 }
 
-func (c Cluster) observe(reports map[string]*v1alpha1.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) observation {
+func (c Cluster) observe(reports map[string]*v1alpha1.NodeTrustReport, pod *corev1.Pod, tf trustfiles.TrustFile) observation {
 	r := reports[pod.Spec.NodeName]
 	held, ok := observed(r, pod, tf)
 	if ok && held.ChangedAt != nil && held.ChangedAt.After(r.UpdatedAt.Add(time.Second)) {
@@ -288,7 +287,7 @@ func (c Cluster) compare(fs *FileStatus, set v1alpha1.AnchorSet, expected []stri
 
 // expected is what the file's bundle sources select now, when the newest of them
 // changed, and whether other kinds of source feed the file too.
-func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.Time, onlyBundles bool) {
+func (c Cluster) expected(tf trustfiles.TrustFile) (anchors []string, since time.Time, onlyBundles bool) {
 	for _, s := range tf.Sources {
 		sel, ok := s.Selector()
 		if !ok {
@@ -318,7 +317,7 @@ func (c Cluster) expected(tf injector.TrustFile) (anchors []string, since time.T
 }
 
 // observed finds the pod's file in its node's report.
-func observed(r *v1alpha1.NodeTrustReport, pod *corev1.Pod, tf injector.TrustFile) (v1alpha1.FileHolding, bool) {
+func observed(r *v1alpha1.NodeTrustReport, pod *corev1.Pod, tf trustfiles.TrustFile) (v1alpha1.FileHolding, bool) {
 	p, ok := podIn(r, pod)
 	if !ok {
 		return v1alpha1.FileHolding{}, false
@@ -573,7 +572,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		if !alive(pod) {
 			continue
 		}
-		var files []injector.TrustFile
+		var files []trustfiles.TrustFile
 		var env []string
 		for _, tf := range c.files(pod) {
 			switch {

@@ -176,7 +176,7 @@ func TestStatus_AChangeAfterItsReportIsNotKnown(t *testing.T) {
 // store, both of bundle name.
 func trustCM(bundleName string) trustfiles.Objects {
 	objs := trustfiles.Objects{}
-	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "ns", Name: "trust-ca", Writer: "TrustTarget corp", Keys: []trustfiles.Key{
+	objs.Add(&trustfiles.Object{Kind: v1alpha1.KindConfigMap, Namespace: "ns", Name: "trust-ca", Writer: "TrustTarget corp", Keys: []trustfiles.Key{
 		{Key: "ca.pem", Format: "pem", Sources: []v1alpha1.Source{{Name: bundleName, Path: "ca.pem"}}},
 		{Key: "trust.p12", Format: "pkcs12", Sources: []v1alpha1.Source{{Name: bundleName, Path: "trust.p12", Format: "pkcs12"}}},
 	}})
@@ -213,7 +213,7 @@ func TestProgress_TheObjectsATrustTargetWritesAreWaitedForByItsStatus(t *testing
 			p := Cluster{Targets: []*v1alpha1.TrustTarget{tc.target}}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})
 			got := ""
 			for _, o := range p.Objects {
-				if o.Kind != trustfiles.KindConfigMap || o.Name != "trust-ca" || o.Writer != "TrustTarget roots" {
+				if o.Kind != v1alpha1.KindConfigMap || o.Name != "trust-ca" || o.Writer != "TrustTarget roots" {
 					t.Errorf("object %+v, want ConfigMap trust-ca of TrustTarget roots", o)
 				}
 				got += fmt.Sprintf("%d/%d %s", o.Holding, o.Expected, o.Detail)

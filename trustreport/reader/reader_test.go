@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 )
@@ -15,7 +16,7 @@ import (
 // A slimmed pod answers every question the read model asks as the pod itself does,
 // and keeps nothing else of weight.
 func TestSlim_KeepsWhatTheReadModelReadsAndDropsTheRest(t *testing.T) {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web", Annotations: map[string]string{injector.AnnotationInject: "true", injector.AnnotationBundleName: "corp"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: "web", Annotations: map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationBundleName: "corp"}}}
 	pod.Spec.Containers = []corev1.Container{{Name: "app", Image: "registry.example/app:1", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}},
 		Env:          []corev1.EnvVar{{Name: "LITERAL", Value: "big value"}, {Name: "CA", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}}},
 		VolumeMounts: []corev1.VolumeMount{{Name: "trust", MountPath: "/etc/trust"}}}}
@@ -33,7 +34,7 @@ func TestSlim_KeepsWhatTheReadModelReadsAndDropsTheRest(t *testing.T) {
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1", RestartCount: 2,
 		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
 	objs := trustfiles.Objects{}
-	objs.Add(&trustfiles.Object{Kind: trustfiles.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{{Key: "ca.pem", Format: "pem"}}})
+	objs.Add(&trustfiles.Object{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: []trustfiles.Key{{Key: "ca.pem", Format: "pem"}}})
 
 	got, err := Slim(pod)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
@@ -71,9 +70,9 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 	warn := func(what string, err error) {
 		fmt.Fprintf(o.stderr, "warning: %s not read, so not listed: %s\n", what, safe(err.Error()))
 	}
-	for _, kind := range []string{trustfiles.KindConfigMap, trustfiles.KindSecret} {
+	for _, kind := range []string{v1alpha1.KindConfigMap, v1alpha1.KindSecret} {
 		gvr := corev1.SchemeGroupVersion.WithResource("configmaps")
-		if kind == trustfiles.KindSecret {
+		if kind == v1alpha1.KindSecret {
 			gvr = corev1.SchemeGroupVersion.WithResource("secrets")
 		}
 		add := func(u *unstructured.Unstructured, writer string) {
@@ -99,7 +98,7 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 			continue
 		}
 		for _, m := range list.Items {
-			if m.Annotations[injector.AnnotationInject] != "true" || m.Labels[v1alpha1.TargetLabel] != "" {
+			if m.Annotations[v1alpha1.AnnotationInject] != "true" || m.Labels[v1alpha1.TargetLabel] != "" {
 				continue
 			}
 			u, err := dyn.Resource(gvr).Namespace(m.Namespace).Get(ctx, m.Name, metav1.GetOptions{})
@@ -122,7 +121,7 @@ func (o *options) readContents(ctx context.Context, core kubernetes.Interface, d
 			continue
 		}
 		for _, m := range list.Items {
-			if m.Annotations[injector.AnnotationInject] != "true" {
+			if m.Annotations[v1alpha1.AnnotationInject] != "true" {
 				continue
 			}
 			u, err := dyn.Resource(k.Resource).Get(ctx, m.Name, metav1.GetOptions{})

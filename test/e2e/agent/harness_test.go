@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/contract"
@@ -247,7 +248,7 @@ func podTokens(t testing.TB, cp *controlplane.ControlPlane, pod *corev1.Pod, aud
 // annotations (with delivery node) into the agent's volume; it runs as uid 1000.
 func newPod(t testing.TB, cp *controlplane.ControlPlane, name, sa, node string, annotations map[string]string) *corev1.Pod {
 	t.Helper()
-	a := map[string]string{injector.AnnotationInject: "true", injector.AnnotationDelivery: string(injector.DeliveryNode)}
+	a := map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationDelivery: string(v1alpha1.DeliveryNode)}
 	maps.Copy(a, annotations)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: a},

@@ -45,7 +45,7 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 		t.Fatal(err)
 	}
 	sidecarPod := newPod(t, cp, "report-sidecar", "web", nodeName, map[string]string{
-		injector.AnnotationBundleName: name, injector.AnnotationDelivery: string(injector.DeliverySidecar), injector.AnnotationCertificate: "true"})
+		injector.AnnotationBundleName: name, injector.AnnotationDelivery: string(v1alpha1.DeliverySidecar), injector.AnnotationCertificate: "true"})
 	nativePod := createPod(t, cp, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "report-native", Namespace: namespace},
 		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: "web",
 			Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
@@ -60,9 +60,9 @@ func TestAgent_ReportsWhatEveryPodOnItsNodeHoldsWhoeverDeliveredIt(t *testing.T)
 	keyOpened := cluster.WatchOpens(t, filepath.Join(sidecarDir, "..1", "tls.key"))
 
 	want := map[string]string{
-		"report-node/" + injector.DefaultMountPath + "/" + injector.DefaultPath:    string(injector.DeliveryNode),
-		"report-sidecar/" + injector.DefaultMountPath + "/" + injector.DefaultPath: string(injector.DeliverySidecar),
-		"report-native//etc/roots/roots.pem":                                       string(injector.DeliveryNative),
+		"report-node/" + injector.DefaultMountPath + "/" + injector.DefaultPath:    string(v1alpha1.DeliveryNode),
+		"report-sidecar/" + injector.DefaultMountPath + "/" + injector.DefaultPath: string(v1alpha1.DeliverySidecar),
+		"report-native//etc/roots/roots.pem":                                       string(v1alpha1.DeliveryNative),
 	}
 	holding := func(r *v1alpha1.NodeTrustReport, anchors ...*fixtures.Cert) []string {
 		var ids []string

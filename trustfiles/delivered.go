@@ -1,4 +1,4 @@
-package injector
+package trustfiles
 
 import (
 	"encoding/json"
@@ -12,12 +12,12 @@ import (
 )
 
 // TrustFile is one trust file a pod's containers read, as the stored pod says it is
-// delivered: by trustsync's sidecar or node agent (what this package injected), or by
+// delivered: by trustsync's sidecar or node agent (what the injector injected), or by
 // the kubelet projecting ClusterTrustBundles (injected with delivery native, or
 // written into the pod by hand). It is what observation reads and what a report
 // compares with the sources.
 type TrustFile struct {
-	Delivery Delivery
+	Delivery v1alpha1.Delivery
 	// Volume is the pod's volume holding the file; File its path in the volume.
 	Volume string
 	File   string
@@ -38,33 +38,35 @@ func (f TrustFile) Path() string {
 	return f.File
 }
 
-// TrustFiles lists the trust files of a stored pod. It never lists a certificate or
+// Delivered lists the trust files of a stored pod that trustsync delivers (what the
+// injector recorded in its trustsync.io/status annotation) or the kubelet projects
+// from bundles. It never lists a certificate or
 // key: only the paths of trust sources. A pod whose injected spec cannot be read back
 // (edited by hand) lists what can be.
-func TrustFiles(pod *corev1.Pod) []TrustFile {
+func Delivered(pod *corev1.Pod) []TrustFile {
 	var files []TrustFile
-	var st Status
-	injected := json.Unmarshal([]byte(pod.Annotations[AnnotationStatus]), &st) == nil && st.Volume != ""
+	var st v1alpha1.InjectionStatus
+	injected := json.Unmarshal([]byte(pod.Annotations[v1alpha1.AnnotationStatus]), &st) == nil && st.Volume != ""
 	for _, v := range pod.Spec.Volumes {
 		var sources []v1alpha1.Source
-		delivery := DeliveryNative
+		delivery := v1alpha1.DeliveryNative
 		switch {
 		case v.Projected != nil:
 			sources = projectedTrust(v.Projected)
-		case injected && v.Name == st.Volume && st.Delivery == DeliveryNode && v.CSI != nil:
-			delivery = DeliveryNode
+		case injected && v.Name == st.Volume && st.Delivery == v1alpha1.DeliveryNode && v.CSI != nil:
+			delivery = v1alpha1.DeliveryNode
 			if spec, err := contract.SpecFromAttributes(v.CSI.VolumeAttributes, "/", "/"); err == nil {
 				sources = spec.Sources
 			}
-		case injected && v.Name == st.Volume && (st.Delivery == "" || st.Delivery == DeliverySidecar) && v.EmptyDir != nil:
-			delivery = DeliverySidecar
+		case injected && v.Name == st.Volume && (st.Delivery == "" || st.Delivery == v1alpha1.DeliverySidecar) && v.EmptyDir != nil:
+			delivery = v1alpha1.DeliverySidecar
 			if c := sidecarContainer(pod, st.Sidecar); c != nil {
 				if spec, err := contract.SpecFromArgs(c.Args); err == nil {
 					sources = spec.Sources
 				}
 			}
 		}
-		files = append(files, filesOf(pod, v.Name, st.Sidecar, delivery, sources)...)
+		files = append(files, sourceFiles(pod, v.Name, st.Sidecar, delivery, sources)...)
 	}
 	return files
 }
@@ -89,8 +91,8 @@ func projectedTrust(p *corev1.ProjectedVolumeSource) []v1alpha1.Source {
 	return sources
 }
 
-// filesOf groups sources by the file they write, in the order of first mention.
-func filesOf(pod *corev1.Pod, volume, sidecar string, delivery Delivery, sources []v1alpha1.Source) []TrustFile {
+// sourceFiles groups sources by the file they write, in the order of first mention.
+func sourceFiles(pod *corev1.Pod, volume, sidecar string, delivery v1alpha1.Delivery, sources []v1alpha1.Source) []TrustFile {
 	var files []TrustFile
 	index := map[string]int{}
 	for _, s := range sources {

@@ -1,4 +1,4 @@
-package injector
+package trustfiles
 
 import (
 	"testing"
@@ -8,17 +8,18 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/injector"
 )
 
 func injected(t *testing.T, annotations map[string]string) *corev1.Pod {
 	t.Helper()
-	a := map[string]string{AnnotationInject: "true"}
+	a := map[string]string{v1alpha1.AnnotationInject: "true"}
 	for k, v := range annotations {
 		a[k] = v
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: a},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
-	res, err := Inject(pod, "apps", nil, Config{NodeAgent: true, NativeAPIs: NativeAPIs{ClusterTrustBundles: true, PodCertificates: true}})
+	res, err := injector.Inject(pod, "apps", nil, injector.Config{NodeAgent: true, NativeAPIs: injector.NativeAPIs{ClusterTrustBundles: true, PodCertificates: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,25 +44,25 @@ func TestTrustFiles_ListsEveryDeliverysTrustFilesAndNeverACertificate(t *testing
 		want []TrustFile
 	}{
 		{name: "the sidecar's files, read back from its arguments, as the app mounts them",
-			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationCertificate: "true"}),
-			want: []TrustFile{{Delivery: DeliverySidecar, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			pod: injected(t, map[string]string{injector.AnnotationBundleName: "corp-roots", injector.AnnotationCertificate: "true"}),
+			want: []TrustFile{{Delivery: v1alpha1.DeliverySidecar, Volume: "trustsync-anchors", File: injector.DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{injector.DefaultMountPath + "/" + injector.DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: injector.DefaultPath}}}}},
 		{name: "the node agent's files, read back from the volume's attributes",
-			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "node"}),
-			want: []TrustFile{{Delivery: DeliveryNode, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			pod: injected(t, map[string]string{injector.AnnotationBundleName: "corp-roots", injector.AnnotationDelivery: "node"}),
+			want: []TrustFile{{Delivery: v1alpha1.DeliveryNode, Volume: "trustsync-anchors", File: injector.DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{injector.DefaultMountPath + "/" + injector.DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: injector.DefaultPath}}}}},
 		{name: "the kubelet's projected bundle, injected with delivery native",
-			pod: injected(t, map[string]string{AnnotationBundleName: "corp-roots", AnnotationDelivery: "native"}),
-			want: []TrustFile{{Delivery: DeliveryNative, Volume: "trustsync-anchors", File: DefaultPath, Format: v1alpha1.FormatPEM,
-				MountPaths: []string{DefaultMountPath + "/" + DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: DefaultPath}}}}},
+			pod: injected(t, map[string]string{injector.AnnotationBundleName: "corp-roots", injector.AnnotationDelivery: "native"}),
+			want: []TrustFile{{Delivery: v1alpha1.DeliveryNative, Volume: "trustsync-anchors", File: injector.DefaultPath, Format: v1alpha1.FormatPEM,
+				MountPaths: []string{injector.DefaultMountPath + "/" + injector.DefaultPath}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: injector.DefaultPath}}}}},
 		{name: "a projected bundle written by hand, without trustsync's annotations; other projections are not trust files",
 			pod: handMade,
-			want: []TrustFile{{Delivery: DeliveryNative, Volume: "roots", File: "roots.pem", Format: v1alpha1.FormatPEM,
+			want: []TrustFile{{Delivery: v1alpha1.DeliveryNative, Volume: "roots", File: "roots.pem", Format: v1alpha1.FormatPEM,
 				MountPaths: []string{"/etc/roots/roots.pem"}, Sources: []v1alpha1.Source{{Name: "corp-roots", Path: "roots.pem"}}}}},
 		{name: "a pod without trust has none", pod: &corev1.Pod{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := TrustFiles(tc.pod)
+			got := Delivered(tc.pod)
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d files %+v, want %+v", len(got), got, tc.want)
 			}
