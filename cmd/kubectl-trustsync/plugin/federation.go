@@ -9,9 +9,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
@@ -48,13 +46,8 @@ func (o *options) federation(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	list, err := dyn.Resource(v1alpha1.FederatedTrustDomainResource).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("FederatedTrustDomains are not served here: install the chart's CRDs (crds/federatedtrustdomains.trustsync.io.yaml)")
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%w\nkubectl trustsync federation reads FederatedTrustDomains with your credentials; trustsync's chart aggregates them into the ClusterRole view", err)
-	case err != nil:
+	list, err := listKind(ctx, dyn, v1alpha1.FederatedTrustDomainResource, "FederatedTrustDomains", "federation")
+	if err != nil {
 		return err
 	}
 	c, err := o.cluster(ctx, "")

@@ -9,6 +9,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -59,13 +61,8 @@ func (o *options) grants(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	list, err := dyn.Resource(v1alpha1.TrustPolicyResource).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return fmt.Errorf("TrustPolicies are not served here: install the chart's CRDs (crds/trustpolicies.trustsync.io.yaml)")
-	case apierrors.IsForbidden(err):
-		return fmt.Errorf("%w\nkubectl trustsync grants lists TrustPolicies (cluster-scoped) with your credentials; trustsync's chart aggregates them into the ClusterRole view, which reads them where a ClusterRoleBinding binds it (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or give a ClusterRole granting list on trustpolicies.trustsync.io", err)
-	case err != nil:
+	list, err := listKind(ctx, dyn, v1alpha1.TrustPolicyResource, "TrustPolicies", "grants")
+	if err != nil {
 		return err
 	}
 	var policies []*v1alpha1.TrustPolicy
@@ -168,4 +165,17 @@ func describeBundle(b GrantedBundle) string {
 		return "signer " + b.SignerName + "'s bundles selected by " + b.LabelSelector
 	}
 	return "every bundle of signer " + b.SignerName
+}
+
+// listKind lists one of trustsync's cluster-scoped kinds with the user's credentials,
+// saying what to do when the cluster does not serve it or the user may not read it.
+func listKind(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, kinds, command string) (*unstructured.UnstructuredList, error) {
+	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("%s are not served here: install the chart's CRDs (crds/%s.%s.yaml)", kinds, gvr.Resource, gvr.Group)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("%w\nkubectl trustsync %s reads %s (cluster-scoped) with your credentials; trustsync's chart aggregates them into the ClusterRole view, which reads them where a ClusterRoleBinding binds it (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or give a ClusterRole granting list on %s.%s", err, command, kinds, gvr.Resource, gvr.Group)
+	}
+	return list, err
 }
