@@ -1,10 +1,10 @@
 // Package tenancy answers one question for every place trust enters a namespace: is
 // this namespace granted it? The TrustPolicies (api/v1alpha1) that select a namespace
 // add up to its Grants: the bundles it may trust and the signers it may ask for
-// certificates, each with the policy that grants it. Admission, the node agent, the
-// controller, the signer and `kubectl trustsync grants` all ask here, so a refusal
-// reads the same wherever it is met. It links no client; Index keeps the policies
-// parsed, and its caller feeds it from a watch.
+// certificates, each with the policy that grants it. Every place that decides asks
+// here, so a refusal reads the same wherever it is met: `kubectl trustsync grants`
+// today, and admission, the node agent, the controller and the signer once they
+// enforce. It links no client: callers parse the policies they read once (Parse).
 package tenancy
 
 import (
@@ -89,10 +89,7 @@ func (g Grants) Bundle(b Bundle) (string, error) {
 		signer = bundle.SignerOfName(b.Name)
 	}
 	for _, bg := range g.Bundles {
-		if bg.Name != "" && bg.Name == b.Name {
-			return bg.Policy, nil
-		}
-		if bg.Name == "" && bg.SignerName == signer && signer != "" && bg.Labels.Matches(labels.Set(b.Labels)) {
+		if bg.Grants(b.Name, signer, b.Labels) {
 			return bg.Policy, nil
 		}
 	}

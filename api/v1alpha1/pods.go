@@ -50,8 +50,9 @@ const (
 	ModeLegacy Mode = "legacy"
 )
 
-// InjectionStatus is recorded in the trustsync.io/status annotation: what was injected, so a
-// second admission (reinvocation, or a stored pod sent again) changes nothing.
+// InjectionStatus is recorded in the trustsync.io/status annotation: what was
+// injected, so that a second admission (reinvocation, or a stored pod sent again)
+// changes nothing, and so that readers of pods find the trust files.
 type InjectionStatus struct {
 	// Delivery is empty for the sidecar (as before delivery existed), "native" for
 	// native volumes and "node" for the node agent's volume, which have no sidecar.
