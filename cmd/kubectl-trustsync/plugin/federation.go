@@ -10,7 +10,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 )
@@ -38,15 +37,11 @@ type Peer struct {
 
 func (o *options) federation(ctx context.Context, name string) error {
 	o.allNamespaces = true // an imported bundle concerns every pod that selects it
-	cfg, err := o.flags.ToRESTConfig()
+	cl, err := o.clients()
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	list, err := listKind(ctx, dyn, v1alpha1.FederatedTrustDomainResource, "FederatedTrustDomains", "federation")
+	list, err := listKind(ctx, cl.dyn, v1alpha1.FederatedTrustDomainResource, "FederatedTrustDomains", "federation")
 	if err != nil {
 		return err
 	}

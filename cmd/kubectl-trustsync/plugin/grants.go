@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/tenancy"
@@ -49,19 +48,12 @@ type GrantedSigner struct {
 const alwaysAllowed = "Always allowed: the namespace's own ConfigMap and Secret sources, and the public roots (defaultCAs)."
 
 func (o *options) grants(ctx context.Context) error {
-	cfg, err := o.flags.ToRESTConfig()
+	cl, err := o.clients()
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	core, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	list, err := listKind(ctx, dyn, v1alpha1.TrustPolicyResource, "TrustPolicies", "grants")
+	core := cl.core
+	list, err := listKind(ctx, cl.dyn, v1alpha1.TrustPolicyResource, "TrustPolicies", "grants")
 	if err != nil {
 		return err
 	}

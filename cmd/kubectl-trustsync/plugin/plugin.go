@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -190,20 +189,38 @@ func (o *options) cluster(ctx context.Context, namespace string) (query.Cluster,
 	return c, err
 }
 
-func (o *options) read(ctx context.Context, namespace string) (query.Cluster, error) {
-	var c query.Cluster
+// clients are the typed, dynamic and metadata clients of the user's kubeconfig.
+type clients struct {
+	core kubernetes.Interface
+	dyn  dynamic.Interface
+	meta metadata.Interface
+}
+
+func (o *options) clients() (clients, error) {
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
-		return c, err
+		return clients{}, err
 	}
-	core, err := kubernetes.NewForConfig(cfg)
+	var c clients
+	if c.core, err = kubernetes.NewForConfig(cfg); err != nil {
+		return clients{}, err
+	}
+	if c.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return clients{}, err
+	}
+	if c.meta, err = metadata.NewForConfig(cfg); err != nil {
+		return clients{}, err
+	}
+	return c, nil
+}
+
+func (o *options) read(ctx context.Context, namespace string) (query.Cluster, error) {
+	var c query.Cluster
+	cl, err := o.clients()
 	if err != nil {
 		return c, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return c, err
-	}
+	core, dyn := cl.core, cl.dyn
 	pods, err := core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return c, fmt.Errorf("list pods: %w", err)
@@ -224,11 +241,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	if c.Objects, c.Targets, err = o.readObjects(ctx, core, dyn); err != nil {
 		return c, err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return c, err
-	}
-	served, err := bundleapi.Discover(dc)
+	served, err := bundleapi.Discover(core.Discovery())
 	if err != nil {
 		return c, err
 	}
@@ -359,23 +372,11 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 
 // contents reads what the objects trustsync writes hold, with the user's credentials.
 func (o *options) contents(ctx context.Context, namespace string) ([]query.ObjectContent, error) {
-	cfg, err := o.flags.ToRESTConfig()
+	cl, err := o.clients()
 	if err != nil {
 		return nil, err
 	}
-	core, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return o.readContents(ctx, core, dyn, meta, namespace), nil
+	return o.readContents(ctx, cl.core, cl.dyn, cl.meta, namespace), nil
 }
 
 // printNotObservable says, under a table, which pods read trust where no one can see.
