@@ -209,16 +209,24 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}
 	u := obj.(*unstructured.Unstructured)
 	ftd, err := v1alpha1.FederatedTrustDomainFromUnstructured(u)
+	var spec *v1alpha1.ParsedFederatedTrustDomainSpec
+	var specErr error
+	if err == nil {
+		spec, specErr = v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec)
+	}
 	now := c.cfg.Clock.Now()
 	p := c.peer(name, u)
-	if err == nil && now.Before(p.next) && !c.diverged(ftd) {
+	if err == nil && now.Before(p.next) && (specErr != nil || !c.diverged(ftd, spec)) {
 		return p.next.Sub(now), nil
 	}
 	var outcome result
-	if err != nil {
+	switch {
+	case err != nil:
 		outcome = result{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
-	} else {
-		outcome = c.refresh(ctx, ftd)
+	case specErr != nil:
+		outcome = result{reason: v1alpha1.ReasonInvalidSpec, message: specErr.Error()}
+	default:
+		outcome = c.refresh(ctx, ftd, spec)
 	}
 	c.cfg.Metrics.observe(ftd, outcome, now)
 	if err := c.setStatus(ctx, u, ftd, outcome); err != nil {
@@ -304,11 +312,7 @@ type result struct {
 }
 
 // refresh fetches the peer's bundle and imports it when it may.
-func (c *Controller) refresh(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain) result {
-	spec, err := v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec)
-	if err != nil {
-		return result{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
-	}
+func (c *Controller) refresh(ctx context.Context, ftd *v1alpha1.FederatedTrustDomain, spec *v1alpha1.ParsedFederatedTrustDomainSpec) result {
 	td, name := spec.TrustDomain, spec.BundleName
 	r := result{bundleName: name, sequence: ftd.Status.Sequence}
 
@@ -451,9 +455,8 @@ func (e *conflictError) Error() string { return e.msg }
 // diverged says whether an imported bundle no longer holds what the status says was
 // written (deleted, or edited by someone else): the peer is then refreshed at once,
 // which writes it again.
-func (c *Controller) diverged(ftd *v1alpha1.FederatedTrustDomain) bool {
-	spec, err := v1alpha1.ParseFederatedTrustDomainSpec(&ftd.Spec)
-	if len(ftd.Status.Anchors) == 0 || err != nil {
+func (c *Controller) diverged(ftd *v1alpha1.FederatedTrustDomain, spec *v1alpha1.ParsedFederatedTrustDomainSpec) bool {
+	if len(ftd.Status.Anchors) == 0 {
 		return false
 	}
 	name := spec.BundleName
