@@ -1,8 +1,17 @@
 package plugin
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,5 +49,27 @@ func TestGrantsOf_EachGrantWithThePolicyThatMakesIt(t *testing.T) {
 	w, _ := json.Marshal(want)
 	if string(g) != string(w) {
 		t.Errorf("grants:\n%s\nwant\n%s", g, w)
+	}
+}
+
+// A kind the cluster does not serve, or the user may not read, is said with what to do.
+func TestListKind_SaysWhatToDoWhenNotServedOrNotReadable(t *testing.T) {
+	gr := v1alpha1.TrustPolicyResource.GroupResource()
+	for _, tc := range []struct {
+		name string
+		err  error
+		says string
+	}{
+		{"not served", apierrors.NewNotFound(gr, ""), "TrustPolicies are not served here: install the chart's CRDs (crds/trustpolicies.trustsync.io.yaml)"},
+		{"not readable", apierrors.NewForbidden(gr, "", errors.New("no")), "kubectl trustsync grants reads TrustPolicies (cluster-scoped) with your credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.TrustPolicyResource: "TrustPolicyList"})
+			dyn.PrependReactor("list", "trustpolicies", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			_, err := listKind(context.Background(), dyn, v1alpha1.TrustPolicyResource, "TrustPolicies", "grants")
+			if err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("%v; want it to say %q", err, tc.says)
+			}
+		})
 	}
 }

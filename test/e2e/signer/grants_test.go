@@ -93,6 +93,11 @@ func TestGrants_ATenantReadsItsGrantsAsDocsTenancyTeaches(t *testing.T) {
 		t.Errorf("the table (exit %d):\n%s", code, table)
 	}
 
+	// A namespace that does not exist is said, not answered with nothing granted.
+	if out, code := controlplane.NewPlugin(t, cp).Run(t, "grants", "-n", "no-such-namespace"); code != plugin.ExitError || !strings.Contains(out, `read namespace no-such-namespace, whose labels the policies select: namespaces "no-such-namespace" not found`) {
+		t.Errorf("grants of a missing namespace: exit %d, %s", code, out)
+	}
+
 	// A tenant reads policies; it does not write them.
 	broken := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": "TrustPolicy", "metadata": map[string]any{"name": "broken"},
 		"spec": map[string]any{"namespaceSelector": map[string]any{}, "bundles": []any{map[string]any{"trustDomain": "Partner.Example"}}}}}
