@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"github.com/trustsync/trustsync/delivery/contract"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/delivery/contract"
 )
 
 // Options are the agent's command line.
@@ -37,7 +39,10 @@ type Options struct {
 	ReapEvery        time.Duration
 	// PodsDir is the kubelet's pods directory, as the agent sees it: where it reads
 	// what the node's pods hold. "" observes nothing.
-	PodsDir         string
+	PodsDir string
+	// InjectedIndex is NAMESPACE/NAME of the controller's index of annotated
+	// objects: the pods mounting those are observed too. Empty: they are not.
+	InjectedIndex   string
 	ObserveEvery    time.Duration
 	ReportInterval  time.Duration
 	ReportHeartbeat time.Duration
@@ -89,6 +94,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.FirstSyncTimeout, "first-sync-timeout", o.FirstSyncTimeout, "How long a publish waits for a new volume's sources and certificate before failing with the reason, which the kubelet shows on the pod and retries.")
 	fs.DurationVar(&o.ReapEvery, "reap-interval", o.ReapEvery, "How often to look for volumes whose pods are gone without the kubelet having unpublished them.")
 	fs.StringVar(&o.PodsDir, "pods-dir", o.PodsDir, "The kubelet's pods directory, as this container sees it: the agent reads the trust files of the node's pods there (whichever delivery wrote them, trust files alone) and reports what each holds in the node's NodeTrustReport. Empty observes and reports nothing.")
+	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap in which the controller lists the ConfigMaps and Secrets annotation injection fills (the chart's: RELEASE-NAMESPACE/"+v1alpha1.InjectedIndexName+"): pods mounting those are observed like those mounting a TrustTarget's. Empty: they are not. Only that ConfigMap is read.")
 	fs.DurationVar(&o.ObserveEvery, "observe-interval", o.ObserveEvery, "How often to look at the node's trust files for a change. Only a file whose inode, size or modification time changed is read again.")
 	fs.DurationVar(&o.ReportInterval, "report-interval", o.ReportInterval, "The least time between two writes of the node's NodeTrustReport: changes within it are written together.")
 	fs.DurationVar(&o.ReportHeartbeat, "report-heartbeat", o.ReportHeartbeat, "Write the report at least this often even when nothing changed, so that its updatedAt tells a running agent from a stopped one.")
@@ -120,6 +126,9 @@ func (o *Options) Validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %s is negative", d.flag, d.v))
 		}
+	}
+	if _, err := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex); err != nil {
+		errs = append(errs, err)
 	}
 	if o.PodsDir != "" && !filepath.IsAbs(o.PodsDir) {
 		errs = append(errs, fmt.Errorf("--pods-dir %q must be an absolute path", o.PodsDir))

@@ -122,7 +122,8 @@ func Run(ctx context.Context, o *Options) error {
 		if err != nil {
 			return err
 		}
-		objects, err := reader.NewTrustObjects(ctx, dyn, meta, 10*time.Minute)
+		index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
+		objects, err := reader.NewTrustObjects(reader.TrustObjectsConfig{Dynamic: dyn, Metadata: meta, Core: core, Index: index, Resync: 10 * time.Minute})
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,8 @@ import (
 	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
 )
 
 // LeaseName is the controllers' leader-election Lease, apart from the signer's.
@@ -37,11 +39,16 @@ type Options struct {
 	OwnTrustDomains []string
 	QPS             float32
 	Burst           int
+	// InjectedIndex is NAMESPACE/NAME of the ConfigMap listing the annotated objects
+	// filled, for the node agents and the signer; empty publishes none.
+	InjectedIndex string
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
-	return &Options{Namespace: os.Getenv("POD_NAMESPACE"), HealthAddress: ":8081", Targets: true, CABundles: true, Federation: true, QPS: 100, Burst: 200}
+	ns := os.Getenv("POD_NAMESPACE")
+	return &Options{Namespace: ns, HealthAddress: ":8081", Targets: true, CABundles: true, Federation: true, QPS: 100, Burst: 200,
+		InjectedIndex: v1alpha1.DefaultInjectedIndex(ns)}
 }
 
 // AddFlags registers the options on fs.
@@ -57,6 +64,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.OwnTrustDomains, "fleet-own-trust-domains", o.OwnTrustDomains, "This cluster's own trust domains: the fleet's profiles naming one are this cluster, and are not imported.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
+	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap listing the objects annotation injection fills and the anchors each holds, from which the node agents observe the pods reading them and the signer's rotations count them (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"). Empty publishes none: those objects' readers go unobserved.")
 }
 
 // Validate reports flag values that cannot work.
@@ -64,6 +72,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required: it holds the Lease"))
+	}
+	if _, err := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex); err != nil {
+		errs = append(errs, err)
 	}
 	if o.QPS <= 0 || o.Burst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.QPS, o.Burst))

@@ -159,8 +159,9 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
 	// injection finds the objects that ask, the targets whether an object exists.
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
+	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
 	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
+		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index})
 	go in.Run(ctx, 2)
 	if o.Targets {
 		if !serves(client, v1alpha1.TrustTargetResource) {

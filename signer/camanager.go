@@ -193,6 +193,8 @@ func floorReason(p query.Progress, bundleName string) string {
 	switch {
 	case len(p.NotObservable) > 0:
 		return fmt.Sprintf("%s read %s where no one can observe it: %s", pods(len(p.NotObservable)), bundleName, describeStragglers(p.NotObservable))
+	case len(p.Unobserved) > 0:
+		return strings.Join(p.Unobserved, "; ")
 	case p.Expected == 0:
 		return "no pod is observed selecting " + bundleName + " (its consumers may read it in ways trustsync cannot see)"
 	}

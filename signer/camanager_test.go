@@ -108,6 +108,12 @@ func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T
 		{name: "a TrustTarget's objects without it hold it back past the floor, every pod holding it or not",
 			progress: query.Progress{Holding: 2, Expected: 2, Objects: []query.ObjectProgress{staleObjects}}, after: 3 * time.Minute, signs: false,
 			event: "objects written from example.com:s:live that do not all hold it: ConfigMap trust-ca of TrustTarget roots in 0 of 3 namespaces (its content does not hold it yet)"},
+		{name: "annotated objects the controller's index leaves out wait the floor, named",
+			progress: query.Progress{Holding: 1, Expected: 1, Unobserved: []string{"3 annotated objects are not in the controller's index (it is full): their readers are not observed"}}, after: time.Minute, signs: false,
+			event: "3 annotated objects are not in the controller's index (it is full): their readers are not observed; waiting the floor of 2m0s", floor: true},
+		{name: "an annotated caBundle without it holds it back past the floor, named",
+			progress: query.Progress{Holding: 1, Expected: 1, Objects: []query.ObjectProgress{{Kind: "ValidatingWebhookConfiguration", Name: "hooks", Writer: "annotation", Expected: 1, Detail: "its content does not hold it yet"}}}, after: 3 * time.Minute, signs: false,
+			event: "objects written from example.com:s:live that do not all hold it: annotated ValidatingWebhookConfiguration hooks (its content does not hold it yet)"},
 		{name: "a TrustTarget's objects holding it in every namespace let it sign",
 			progress: query.Progress{Holding: 2, Expected: 2, Objects: []query.ObjectProgress{{Kind: "ConfigMap", Name: "trust-ca", Writer: "TrustTarget roots", Holding: 3, Expected: 3}}}, after: time.Second, signs: true},
 	} {

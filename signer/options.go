@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -31,6 +32,9 @@ type Options struct {
 	CAPropagation        string
 	CAPropagationMaxWait time.Duration
 	CAPropagationMinWait time.Duration
+	// InjectedIndex is NAMESPACE/NAME of the controller's index of annotated
+	// objects: a rotation counts those holding the new CA. Empty: not counted.
+	InjectedIndex string
 
 	// BundleEndpointAddress serves the trust domains' SPIFFE bundles (empty: none);
 	// BundleEndpointRefreshHint is the spiffe_refresh_hint they carry.
@@ -50,6 +54,7 @@ func NewOptions() *Options {
 		KubeAPIQPS:           20,
 		KubeAPIBurst:         30,
 		Namespace:            os.Getenv("POD_NAMESPACE"),
+		InjectedIndex:        v1alpha1.DefaultInjectedIndex(os.Getenv("POD_NAMESPACE")),
 		TrustDomain:          policy.DefaultTrustDomain,
 		Workers:              4,
 		HealthAddress:        ":8081",
@@ -96,6 +101,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.BundleEndpointMaxConnections, "bundle-endpoint-max-connections", o.BundleEndpointMaxConnections, "The most connections the bundle endpoint holds at once; more wait in the kernel's backlog until one closes. Each costs about 30 KiB of the signer's memory, so this bounds what the network can make the key holder spend.")
 	fs.DurationVar(&o.BundleEndpointIdleTimeout, "bundle-endpoint-idle-timeout", o.BundleEndpointIdleTimeout, "How long the bundle endpoint keeps an idle keep-alive connection; peers fetch once per refresh hint, so a connection is rarely worth keeping longer.")
 	fs.DurationVar(&o.CAPropagationMinWait, "ca-propagation-min-wait", o.CAPropagationMinWait, "With --ca-propagation=observed: the least a new CA waits when any consumer of the signer's bundle cannot be observed (a trust object read through env, a truststore whose password is in a Secret) or none is observed at all: seeing nobody is not everybody holding it. The default covers the kubelet's worst refresh of a configMap or secret volume; never more than --ca-propagation-max-wait. 0 is safe only where every consumer is a pod whose trust files the node agents observe.")
+	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap in which the controller lists the objects annotation injection fills and the anchors each holds (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"): a rotation waits until those filled from the signer's bundle hold the new CA (caBundle fields included). Empty: they are not counted. Only that ConfigMap is read.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 
@@ -160,6 +166,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required: it holds the CA Secrets and the Lease"))
+	}
+	if _, err := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, not %d", o.Workers))

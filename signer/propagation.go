@@ -3,8 +3,10 @@ package signer
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/trustreport/query"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
@@ -48,6 +50,9 @@ func describeStragglers(ss []query.Straggler) string {
 // describeObjects names up to ten objects' progress, with why, and how many more.
 func describeObjects(os []query.ObjectProgress) string {
 	return firstTen(os, func(o query.ObjectProgress) string {
+		if o.Writer == v1alpha1.WriterAnnotation {
+			return fmt.Sprintf("annotated %s %s (%s)", o.Kind, path.Join(o.Namespace, o.Name), o.Detail)
+		}
 		return fmt.Sprintf("%s %s of %s in %d of %d namespaces (%s)", o.Kind, o.Name, o.Writer, o.Holding, o.Expected, o.Detail)
 	})
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/kubeapi"
@@ -159,7 +160,8 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	managers := map[string]*caManager{}
 	// One reader of pods, reports and trust objects for every signer's rotation gate,
 	// watching from the first rotation that waits on.
-	cluster := &reader.Reader{Client: client, Dynamic: dyn, Metadata: metaClient, Resync: resync}
+	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
+	cluster := &reader.Reader{Client: client, Dynamic: dyn, Metadata: metaClient, Index: index, Resync: resync}
 	for i := range pol.Signers {
 		rules := &pol.Signers[i]
 		name := rules.SignerName

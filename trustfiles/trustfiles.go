@@ -22,7 +22,7 @@ type Object struct {
 	Kind      string
 	Namespace string
 	Name      string
-	// Writer names who writes it: "TrustTarget NAME".
+	// Writer names who writes it: "TrustTarget NAME", or "annotation".
 	Writer string
 	Keys   []Key
 }
@@ -69,6 +69,20 @@ func FromTargets(targets []*v1alpha1.TrustTarget, namespaces []*metav1.PartialOb
 		}
 	}
 	return objs
+}
+
+// AddInjected records the ConfigMaps and Secrets annotation injection fills, as its
+// index lists them (caBundle fields are read by API servers, not pods, and are left
+// out). An object a TrustTarget writes is recorded as the target's.
+func (objs Objects) AddInjected(idx *v1alpha1.InjectedIndex) {
+	if idx == nil {
+		return
+	}
+	for _, o := range idx.Objects {
+		if o.Kind == v1alpha1.KindConfigMap || o.Kind == v1alpha1.KindSecret {
+			objs.Add(&Object{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Writer: v1alpha1.WriterAnnotation, Keys: keysOf(o.Sources)})
+		}
+	}
 }
 
 // keysOf groups sources by the key they write, in the order of first mention.

@@ -54,6 +54,32 @@ func TestFromTargets_EachSelectedNamespaceHoldsTheTargetsObject(t *testing.T) {
 	}
 }
 
+func TestAddInjected_AnnotatedConfigMapsAndSecretsAreTrustObjectsAndCABundlesAreNot(t *testing.T) {
+	objs := FromTargets([]*v1alpha1.TrustTarget{
+		target("corp", v1alpha1.TrustTargetSpec{Sources: corpSources[:1], Target: v1alpha1.Target{ConfigMap: &v1alpha1.ObjectRef{Name: "trust-ca"}}}),
+	}, []*metav1.PartialObjectMetadata{namespace("apps", nil)})
+	objs.AddInjected(&v1alpha1.InjectedIndex{Objects: []v1alpha1.InjectedObject{
+		{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "annotated", Sources: corpSources[2:]},
+		{Kind: v1alpha1.KindSecret, Namespace: "apps", Name: "annotated", Sources: corpSources[:1]},
+		{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Sources: corpSources[2:]},
+		{Kind: "ValidatingWebhookConfiguration", Name: "hooks", Sources: corpSources[:1]},
+	}})
+	objs.AddInjected(nil)
+
+	got := map[ObjectRef]string{}
+	for ref, o := range objs {
+		got[ref] = o.Writer + ": " + o.Keys[0].Key
+	}
+	want := map[ObjectRef]string{
+		{v1alpha1.KindConfigMap, "apps", "annotated"}: "annotation: truststore.p12",
+		{v1alpha1.KindSecret, "apps", "annotated"}:    "annotation: ca.pem",
+		{v1alpha1.KindConfigMap, "apps", "trust-ca"}:  "TrustTarget corp: ca.pem",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("objects: %v; want %v (a target's object stays the target's; a caBundle is no pod's file)", got, want)
+	}
+}
+
 func TestObjectFiles_TheKeysOfTrustObjectsAPodMountsAreItsTrustFiles(t *testing.T) {
 	objs := Objects{}
 	objs.Add(&Object{Kind: v1alpha1.KindConfigMap, Namespace: "apps", Name: "trust-ca", Keys: keysOf(corpSources)})

@@ -78,6 +78,9 @@ type FillConfig struct {
 	// ObjectMeta, when set, is the metadata-only informer factory to watch through
 	// (shared with the TrustTarget controller); otherwise the injector makes its own.
 	ObjectMeta metadatainformer.SharedInformerFactory
+	// Index is the ConfigMap the filled objects are listed in (v1alpha1.InjectedIndex)
+	// for the node agents and the signer; no name: none is published.
+	Index types.NamespacedName
 }
 
 // Filler fills objects annotated trustsync.io/inject: "true" with the sources
@@ -91,6 +94,7 @@ type Filler struct {
 	synced []cache.InformerSynced
 
 	state *tended
+	index *injectedIndex // nil: none published
 
 	mu     sync.Mutex
 	warned map[string]string // the last warning recorded per object
@@ -102,6 +106,9 @@ func NewFiller(cfg FillConfig) *Filler {
 	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, warned: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
 	in.state = newTended(cfg.Registry, func(key string) { in.queue.Add(key) })
+	if cfg.Index.Name != "" {
+		in.index = newInjectedIndex(cfg.Client, cfg.Index)
+	}
 	kinds := []injectKind{kindConfigMap}
 	if cfg.Secrets {
 		kinds = append(kinds, kindSecret)
@@ -156,9 +163,20 @@ func injectKey(k injectKind, m metav1.Object) string {
 func (in *Filler) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
 	defer in.queue.ShutDown()
+	if in.index != nil {
+		if err := in.index.seed(ctx, in.keyOfIndexed); err != nil {
+			// Published from the objects alone: their readers may go unobserved
+			// until each is filled again.
+			klog.ErrorS(err, "Cannot read the injected index written before", "configMap", in.cfg.Index)
+		}
+	}
 	in.start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), in.synced...) {
 		return
+	}
+	if in.index != nil {
+		in.index.keepOnly(in.asks)
+		go in.index.run(ctx, time.Second)
 	}
 	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
 	queue.Work(ctx, in.queue, workers, "annotated object", in.reconcile)
@@ -175,14 +193,14 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		return 0, err
 	}
 	if !exists {
-		in.state.forget(key)
+		in.forget(key)
 		return 0, nil
 	}
 	m := obj.(*metav1.PartialObjectMetadata)
 	ref := &corev1.ObjectReference{Kind: k.kind, APIVersion: k.gvr.GroupVersion().String(), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 	sources, asks, errs := injector.ObjectSources(m.Annotations)
 	if !asks {
-		in.state.forget(key) // no longer asks: what was written stays, untended
+		in.forget(key) // no longer asks: what was written stays, untended
 		return 0, nil
 	}
 	errs = append(errs, checkInjectSources(k, sources)...)
@@ -192,7 +210,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	}
 	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.caBundle {
 		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, v1alpha1.AnnotationInject))
-		in.state.forget(key)
+		in.forget(key)
 		return 0, nil
 	}
 	if in.state.lookup(key) == nil && !k.caBundle {
@@ -238,7 +256,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		// Refused before anything is sent, and the rendering dropped: what cannot
 		// be written is not held (it comes back with the object's next change).
 		in.warnOnce(key, ref, "TrustInjectTooLarge", "nothing written: "+err.Error())
-		in.state.forget(key)
+		in.forget(key)
 		return 0, nil
 	}
 	digest := digestOf(data, binary)
@@ -259,6 +277,9 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	in.mu.Lock()
 	delete(in.warned, key)
 	in.mu.Unlock()
+	if in.index != nil {
+		in.index.set(key, v1alpha1.InjectedObject{Kind: k.kind, Namespace: m.Namespace, Name: m.Name, Sources: sources, Anchors: r.AnchorIDs()})
+	}
 	if digest != st.written {
 		st.written = digest
 		what := "keys " + strings.Join(keysOf(data, binary), ", ")
@@ -272,6 +293,44 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		in.cfg.Events.Event(ref, corev1.EventTypeNormal, "TrustInjected", msg)
 	}
 	return 0, nil
+}
+
+// forget stops tending the object and drops it from the index: its content is no
+// longer known to be current.
+func (in *Filler) forget(key string) {
+	in.state.forget(key)
+	if in.index != nil {
+		in.index.forget(key)
+	}
+}
+
+// asks reports whether the object of key is known and annotated to ask for trust.
+func (in *Filler) asks(key string) bool {
+	resource, objKey, _ := strings.Cut(key, "|")
+	store, ok := in.store[resource]
+	if !ok {
+		return false
+	}
+	obj, exists, err := store.GetByKey(objKey)
+	if err != nil || !exists {
+		return false
+	}
+	m, err := metaOf(obj)
+	if err != nil {
+		return false
+	}
+	_, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]
+	return asks
+}
+
+// keyOfIndexed is the key of an object the index lists, if its kind is filled.
+func (in *Filler) keyOfIndexed(o v1alpha1.InjectedObject) (string, bool) {
+	for _, k := range in.kinds {
+		if k.kind == o.Kind {
+			return injectKey(k, &metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}), true
+		}
+	}
+	return "", false
 }
 
 // warnOnce records a Warning on the object, once per distinct message.

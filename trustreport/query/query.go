@@ -60,6 +60,9 @@ type Cluster struct {
 	// Targets are the TrustTargets, with the status their controller wrote: what
 	// their objects hold, and in how many of the namespaces they select.
 	Targets []*v1alpha1.TrustTarget
+	// Injected is the controller's index of the annotated objects it fills, with
+	// what each holds (nil where none is read).
+	Injected *v1alpha1.InjectedIndex
 }
 
 // ObjectContent is one key of an object trustsync writes (a ConfigMap's or
@@ -517,20 +520,29 @@ type Progress struct {
 	// bundle through env or envFrom: what they hold cannot be seen, so a rotation
 	// waits its floor for them.
 	NotObservable []Straggler `json:"notObservable,omitempty"`
-	// Objects are the objects TrustTargets write from the bundle, a target at a
-	// time: whoever reads them (a volume the kubelet refreshes, env, a controller
-	// through the API) gets what they hold, so they are waited for like pods.
+	// Objects are the objects trustsync writes from the bundle, a TrustTarget at a
+	// time and each annotated object (caBundle fields included): whoever reads them
+	// (a volume the kubelet refreshes, env, a controller or an API server through
+	// the API) gets what they hold, so they are waited for like pods.
 	Objects []ObjectProgress `json:"objects,omitempty"`
+	// Unobserved says which objects' readers cannot be told at all (annotated
+	// objects the controller's index leaves out, or an index that does not read):
+	// a rotation waits its floor for them.
+	Unobserved []string `json:"unobserved,omitempty"`
 }
 
 // ObjectProgress is how many of the objects one TrustTarget writes (one in each
-// namespace it selects) hold the anchor, by its controller's status.
+// namespace it selects) hold the anchor, by its controller's status; or whether one
+// annotated object does (Writer "annotation", Expected 1), by the controller's
+// index.
 type ObjectProgress struct {
-	Kind     string `json:"kind"`
-	Name     string `json:"name"`
-	Writer   string `json:"writer"`
-	Holding  int    `json:"holding"`
-	Expected int    `json:"expected"`
+	Kind string `json:"kind"`
+	// Namespace is an annotated object's; a TrustTarget's objects are in many.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Writer    string `json:"writer"`
+	Holding   int    `json:"holding"`
+	Expected  int    `json:"expected"`
 	// Detail says why not all hold it.
 	Detail string `json:"detail,omitempty"`
 }
@@ -623,6 +635,7 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		}
 	}
 	p.Objects = c.objectsProgress(anchor, bundles)
+	p.Unobserved = c.unindexed()
 	slices.SortFunc(p.Stragglers, byPod)
 	slices.Sort(p.NotStarted)
 	slices.SortFunc(p.NotObservable, byPod)
@@ -655,8 +668,38 @@ func (c Cluster) objectsProgress(anchor string, bundles []*certificatesv1.Cluste
 		}
 		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b ObjectProgress) int { return strings.Compare(a.Writer, b.Writer) })
+	if c.Injected != nil {
+		for _, obj := range c.Injected.Objects {
+			if !selectsAny(obj.Sources, bundles) {
+				continue
+			}
+			o := ObjectProgress{Kind: obj.Kind, Name: obj.Name, Namespace: obj.Namespace, Writer: v1alpha1.WriterAnnotation, Expected: 1}
+			if slices.Contains(obj.Anchors, anchor) {
+				o.Holding = 1
+			} else {
+				o.Detail = "its content does not hold it yet"
+			}
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b ObjectProgress) int {
+		return strings.Compare(a.Writer+"\x00"+a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Writer+"\x00"+b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
+	})
 	return out
+}
+
+// unindexed says why annotated objects cannot be counted: the index leaves some out,
+// or does not read.
+func (c Cluster) unindexed() []string {
+	switch {
+	case c.Injected == nil:
+		return nil
+	case c.Injected.Unreadable != "":
+		return []string{"the controller's index of annotated objects does not read (" + c.Injected.Unreadable + "): their readers are not observed"}
+	case c.Injected.Omitted > 0:
+		return []string{fmt.Sprintf("%d annotated objects are not in the controller's index (it is full): their readers are not observed", c.Injected.Omitted)}
+	}
+	return nil
 }
 
 // selectsAny reports whether one of sources selects one of bundles.

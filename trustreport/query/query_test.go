@@ -228,6 +228,58 @@ func TestProgress_TheObjectsATrustTargetWritesAreWaitedForByItsStatus(t *testing
 	}
 }
 
+func TestProgress_AnnotatedObjectsAreWaitedForByTheControllersIndex(t *testing.T) {
+	oldCA, newCA := fixtures.CA("index old"), fixtures.CA("index new")
+	oldID, newID := bundle.AnchorID(oldCA.Cert.Raw), bundle.AnchorID(newCA.Cert.Raw)
+	corp := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "corp"}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(oldCA, newCA)}}
+	object := func(kind, ns, bundleName string, anchors ...string) v1alpha1.InjectedObject {
+		return v1alpha1.InjectedObject{Kind: kind, Namespace: ns, Name: "x", Sources: []v1alpha1.Source{{Name: bundleName, Path: "ca.pem"}}, Anchors: anchors}
+	}
+	for _, tc := range []struct {
+		name       string
+		index      *v1alpha1.InjectedIndex
+		want       string // each counted object: kind namespace holding/expected detail
+		unobserved string
+		done       bool
+	}{
+		{name: "no index read counts nothing and hides nothing", done: true},
+		{name: "a caBundle holding the new CA holds it",
+			index: &v1alpha1.InjectedIndex{Objects: []v1alpha1.InjectedObject{object("ValidatingWebhookConfiguration", "", "corp", newID, oldID)}},
+			want:  "ValidatingWebhookConfiguration  1/1 ;", done: true},
+		{name: "an annotated ConfigMap without the new CA holds the rotation back",
+			index: &v1alpha1.InjectedIndex{Objects: []v1alpha1.InjectedObject{object(v1alpha1.KindConfigMap, "apps", "corp", oldID)}},
+			want:  "ConfigMap apps 0/1 its content does not hold it yet;"},
+		{name: "an object filled from another bundle is not waited for",
+			index: &v1alpha1.InjectedIndex{Objects: []v1alpha1.InjectedObject{object(v1alpha1.KindConfigMap, "apps", "other", oldID)}}, done: true},
+		{name: "objects the full index leaves out are named as not observable",
+			index:      &v1alpha1.InjectedIndex{Omitted: 7},
+			unobserved: "7 annotated objects are not in the controller's index (it is full): their readers are not observed", done: true},
+		{name: "an index that does not read is named",
+			index:      &v1alpha1.InjectedIndex{Unreadable: "bad JSON"},
+			unobserved: "the controller's index of annotated objects does not read (bad JSON): their readers are not observed", done: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Cluster{Injected: tc.index}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})
+			got := ""
+			for _, o := range p.Objects {
+				if o.Writer != v1alpha1.WriterAnnotation || o.Name != "x" {
+					t.Errorf("object %+v; want x, written by annotation", o)
+				}
+				got += fmt.Sprintf("%s %s %d/%d %s;", o.Kind, o.Namespace, o.Holding, o.Expected, o.Detail)
+			}
+			if got != tc.want {
+				t.Errorf("objects %q; want %q", got, tc.want)
+			}
+			if u := strings.Join(p.Unobserved, "; "); u != tc.unobserved {
+				t.Errorf("unobserved %q; want %q", u, tc.unobserved)
+			}
+			if p.Done() != tc.done {
+				t.Errorf("done %v; want %v", p.Done(), tc.done)
+			}
+		})
+	}
+}
+
 func TestProgress_EveryConsumerOfATrustObjectCounts(t *testing.T) {
 	oldCA, newCA := fixtures.CA("consumers old"), fixtures.CA("consumers new")
 	oldID, newID := bundle.AnchorID(oldCA.Cert.Raw), bundle.AnchorID(newCA.Cert.Raw)

@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
@@ -23,26 +25,51 @@ import (
 
 // TrustObjects knows which ConfigMaps and Secrets trustsync writes, so that the pods
 // mounting them are observed and those reading them through env are named: it learns
-// them from the TrustTargets and the namespaces' labels alone (a watch of each,
-// cluster-scoped and small), never from the objects, so neither the node agent nor
-// the signer holds a right to list a ConfigMap or a Secret.
+// them from the TrustTargets and the namespaces' labels (a watch of each,
+// cluster-scoped and small) and from the controller's injected index (a watch of one
+// ConfigMap, by name), never from the objects, so neither the node agent nor the
+// signer holds a right to list a ConfigMap or a Secret.
 type TrustObjects struct {
 	targets    cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
+	index      cache.SharedIndexInformer // nil: no index read
+	indexRef   types.NamespacedName
 	dirty      atomic.Bool
 
 	mu      sync.Mutex
 	current trustfiles.Objects
 	// parsed are the TrustTargets current was made from, with their status.
 	parsed []*v1alpha1.TrustTarget
+	// injected is the index current was made from.
+	injected *v1alpha1.InjectedIndex
 }
 
-// NewTrustObjects watches the TrustTargets and namespaces. Where TrustTargets are not
-// served (yet), the watch retries and there are no trust objects meanwhile.
-func NewTrustObjects(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, resync time.Duration) (*TrustObjects, error) {
+// TrustObjectsConfig is what TrustObjects watches through.
+type TrustObjectsConfig struct {
+	Dynamic  dynamic.Interface
+	Metadata metadata.Interface
+	// Core (a REST client of the core group) and Index: the controller's injected
+	// index, read where Index names one.
+	Core   cache.Getter
+	Index  types.NamespacedName
+	Resync time.Duration
+}
+
+// NewTrustObjects watches the TrustTargets, the namespaces and the injected index.
+// Where TrustTargets are not served (yet), the watch retries and there are no
+// targets' objects meanwhile.
+func NewTrustObjects(cfg TrustObjectsConfig) (*TrustObjects, error) {
 	o := &TrustObjects{
-		targets:    dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.TrustTargetResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
-		namespaces: metadatainformer.NewFilteredMetadataInformer(meta, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
+		targets:    dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, v1alpha1.TrustTargetResource, metav1.NamespaceAll, cfg.Resync, cache.Indexers{}, nil).Informer(),
+		namespaces: metadatainformer.NewFilteredMetadataInformer(cfg.Metadata, corev1.SchemeGroupVersion.WithResource("namespaces"), metav1.NamespaceAll, cfg.Resync, cache.Indexers{}, nil).Informer(),
+		indexRef:   cfg.Index,
+	}
+	informers := []cache.SharedIndexInformer{o.targets, o.namespaces}
+	if cfg.Index.Name != "" {
+		// One ConfigMap by name: what RBAC's resourceNames grants, and no other.
+		lw := cache.NewListWatchFromClient(cfg.Core, "configmaps", cfg.Index.Namespace, fields.OneTermEqualSelector("metadata.name", cfg.Index.Name))
+		o.index = cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, cfg.Resync, cache.Indexers{})
+		informers = append(informers, o.index)
 	}
 	o.dirty.Store(true)
 	changed := cache.ResourceEventHandlerFuncs{
@@ -50,7 +77,7 @@ func NewTrustObjects(ctx context.Context, dyn dynamic.Interface, meta metadata.I
 		UpdateFunc: func(any, any) { o.dirty.Store(true) },
 		DeleteFunc: func(any) { o.dirty.Store(true) },
 	}
-	for _, i := range []cache.SharedIndexInformer{o.targets, o.namespaces} {
+	for _, i := range informers {
 		if _, err := i.AddEventHandler(changed); err != nil {
 			return nil, err
 		}
@@ -61,11 +88,16 @@ func NewTrustObjects(ctx context.Context, dyn dynamic.Interface, meta metadata.I
 // Run watches until ctx is done.
 func (o *TrustObjects) Run(ctx context.Context) {
 	go o.targets.RunWithContext(ctx)
+	if o.index != nil {
+		go o.index.RunWithContext(ctx)
+	}
 	o.namespaces.RunWithContext(ctx)
 }
 
-// HasSynced reports whether both watches have listed.
-func (o *TrustObjects) HasSynced() bool { return o.targets.HasSynced() && o.namespaces.HasSynced() }
+// HasSynced reports whether every watch has listed.
+func (o *TrustObjects) HasSynced() bool {
+	return o.targets.HasSynced() && o.namespaces.HasSynced() && (o.index == nil || o.index.HasSynced())
+}
 
 // Current is what trustsync writes now, and whether it changed since the last call.
 // Until both watches have listed it is nothing, and unchanged.
@@ -95,7 +127,39 @@ func (o *TrustObjects) Current() (trustfiles.Objects, bool) {
 		}
 	}
 	o.current, o.parsed = trustfiles.FromTargets(targets, namespaces), targets
+	o.injected = o.readIndex()
+	o.current.AddInjected(o.injected)
 	return o.current, true
+}
+
+// readIndex is the injected index as watched: nil where none is read or the
+// controller has not written it yet; an index naming why where it does not read (its
+// objects' readers are then not observed, and a rotation waits its floor).
+func (o *TrustObjects) readIndex() *v1alpha1.InjectedIndex {
+	if o.index == nil {
+		return nil
+	}
+	obj, ok, _ := o.index.GetStore().GetByKey(o.indexRef.String())
+	if !ok {
+		return nil
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil
+	}
+	idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
+	if err != nil {
+		klog.InfoS("The injected index does not read; annotated objects are not observed until it does", "configMap", o.indexRef, "err", err)
+		return &v1alpha1.InjectedIndex{Unreadable: err.Error()}
+	}
+	return idx
+}
+
+// Injected is the injected index as of the last Current (nil: none read).
+func (o *TrustObjects) Injected() *v1alpha1.InjectedIndex {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.injected
 }
 
 // Targets are the TrustTargets as of the last Current, with their status: what

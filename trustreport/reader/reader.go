@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -32,6 +33,8 @@ type Reader struct {
 	Client   kubernetes.Interface
 	Dynamic  dynamic.Interface
 	Metadata metadata.Interface
+	// Index is the controller's injected index (none where no name).
+	Index types.NamespacedName
 	// Resync is the watches' resync period.
 	Resync time.Duration
 
@@ -72,6 +75,7 @@ func (r *Reader) Cluster(ctx, runCtx context.Context) (c query.Cluster, served b
 	if r.objects != nil {
 		c.Objects, _ = r.objects.Current()
 		c.Targets = r.objects.Targets()
+		c.Injected = r.objects.Injected()
 	}
 	return c, true, nil
 }
@@ -89,7 +93,7 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 	// Without TrustTargets served there are no trust objects, and nothing to wait for.
 	var objects *TrustObjects
 	if _, err := r.Dynamic.Resource(v1alpha1.TrustTargetResource).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
-		if objects, err = NewTrustObjects(ctx, r.Dynamic, r.Metadata, r.Resync); err != nil {
+		if objects, err = NewTrustObjects(TrustObjectsConfig{Dynamic: r.Dynamic, Metadata: r.Metadata, Core: r.Client.CoreV1().RESTClient(), Index: r.Index, Resync: r.Resync}); err != nil {
 			return err
 		}
 	} else if !apierrors.IsNotFound(err) {

@@ -152,3 +152,14 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/*
+The ConfigMap in which the controller lists the objects annotation injection fills
+(NAMESPACE/NAME): the agents and the signer read it, and only it.
+*/}}
+{{- define "trustsync.injectedIndexName" -}}
+{{ include "trustsync.fullname" . }}-injected
+{{- end }}
+{{- define "trustsync.injectedIndex" -}}
+{{- if .Values.targets.enabled }}{{ .Release.Namespace }}/{{ include "trustsync.injectedIndexName" . }}{{ end }}
+{{- end }}

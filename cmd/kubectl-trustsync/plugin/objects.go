@@ -60,6 +60,34 @@ func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dy
 	return trustfiles.FromTargets(targets, namespaces), targets, nil
 }
 
+// readInjected reads the controller's index of annotated objects (every ConfigMap
+// labelled v1alpha1.InjectedIndexLabel, one per installation), as the agents and the
+// signer do; nil where there is none, or the user may not list ConfigMaps (said).
+func (o *options) readInjected(ctx context.Context, core kubernetes.Interface) *v1alpha1.InjectedIndex {
+	list, err := core.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.InjectedIndexLabel + "=true"})
+	if err != nil {
+		fmt.Fprintf(o.stderr, "warning: the controller's index of annotated objects (the ConfigMap labelled %s) not read, so the pods mounting annotated ConfigMaps and Secrets are not counted: %s\n", v1alpha1.InjectedIndexLabel, safe(err.Error()))
+		return nil
+	}
+	var out *v1alpha1.InjectedIndex
+	for _, cm := range list.Items {
+		idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
+		if err != nil {
+			fmt.Fprintf(o.stderr, "warning: ConfigMap %s/%s: %s\n", safe(cm.Namespace), safe(cm.Name), safe(err.Error()))
+			idx = &v1alpha1.InjectedIndex{Unreadable: err.Error()}
+		}
+		if out == nil {
+			out = idx
+			continue
+		}
+		out.Objects, out.Omitted = append(out.Objects, idx.Objects...), out.Omitted+idx.Omitted
+		if out.Unreadable == "" {
+			out.Unreadable = idx.Unreadable
+		}
+	}
+	return out
+}
+
 // readContents reads what the objects trustsync writes hold, in namespace ("" for
 // every one, and the cluster-scoped caBundle objects): the TrustTargets' ConfigMaps
 // and Secrets (by their label), the annotated ones, and annotated objects' caBundle

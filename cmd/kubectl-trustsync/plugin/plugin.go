@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -23,9 +24,11 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/cmd/internal/version"
+	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
@@ -240,6 +243,12 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	}
 	if c.Objects, c.Targets, err = o.readObjects(ctx, core, dyn); err != nil {
 		return c, err
+	}
+	if c.Injected = o.readInjected(ctx, core); c.Injected != nil {
+		if c.Objects == nil {
+			c.Objects = trustfiles.Objects{}
+		}
+		c.Objects.AddInjected(c.Injected)
 	}
 	served, err := bundleapi.Discover(core.Discovery())
 	if err != nil {
@@ -488,8 +497,12 @@ type Rotation struct {
 	// floor (FloorUntil) for them.
 	NotObservable []query.Straggler `json:"notObservable,omitempty"`
 	// Objects are the ConfigMaps and Secrets TrustTargets write from the bundle, a
-	// target at a time: the new CA waits until they hold it too.
+	// target at a time, and the annotated objects filled from it (caBundle fields
+	// included): the new CA waits until they hold it too.
 	Objects []query.ObjectProgress `json:"objects,omitempty"`
+	// Unobserved says which annotated objects cannot be counted at all: the new CA
+	// waits the floor for them.
+	Unobserved []string `json:"unobserved,omitempty"`
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
@@ -510,7 +523,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if r.NewCA != "" {
 			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
-			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable, r.Objects = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable, p.Objects
+			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable, r.Objects, r.Unobserved = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable, p.Objects, p.Unobserved
 			if !p.Done() {
 				o.code = ExitNotAll
 			}
@@ -540,15 +553,21 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
 		for _, obj := range r.Objects {
 			line := fmt.Sprintf("%s %s (%s) in %d of %d namespaces", obj.Kind, obj.Name, obj.Writer, obj.Holding, obj.Expected)
+			if obj.Writer == v1alpha1.WriterAnnotation {
+				line = fmt.Sprintf("%s %s (annotated), holding it: %t", obj.Kind, path.Join(obj.Namespace, obj.Name), obj.Holding == obj.Expected)
+			}
 			if obj.Detail != "" {
 				line += ": " + obj.Detail
 			}
 			fmt.Fprintf(o.stdout, "Objects:      %s\n", safe(line))
 		}
-		if r.FloorUntil != nil && (r.Expected == 0 || len(r.NotObservable) > 0) {
+		if r.FloorUntil != nil && (r.Expected == 0 || len(r.NotObservable) > 0 || len(r.Unobserved) > 0) {
 			why := "no pod is observed selecting the bundle, which is not everyone holding it"
-			if len(r.NotObservable) > 0 {
+			switch {
+			case len(r.NotObservable) > 0:
 				why = fmt.Sprintf("%d pods read it where no one can observe", len(r.NotObservable))
+			case len(r.Unobserved) > 0:
+				why = strings.Join(r.Unobserved, "; ")
 			}
 			fmt.Fprintf(o.stdout, "Floor:        signs no earlier than %s: %s\n", r.FloorUntil.Format(time.RFC3339), why)
 		}

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustreport/query"
-	"sigs.k8s.io/yaml"
 )
 
 // run is Main with args, and what it printed.

@@ -571,6 +571,16 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		if !can("trustsync-controller", clusterWide[0]) || !can("trustsync-controller", clusterWide[2]) {
 			t.Error("the controller may not write what TrustTargets and injection need")
 		}
+		index := authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps", Namespace: ns, Name: "trustsync-injected"}
+		other := authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: ns, Name: "anything-else"}
+		for _, sa := range []string{"trustsync-signer", "trustsync-agent"} {
+			if !can(sa, index) {
+				t.Errorf("%s may not read the controller's index of annotated objects", sa)
+			}
+			if can(sa, other) || can(sa, authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: ns}) {
+				t.Errorf("%s may read ConfigMaps other than the index", sa)
+			}
+		}
 	})
 
 	t.Run("a sidecar reads bundles as any ServiceAccount, through the chart's sidecar role", func(t *testing.T) {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -18,9 +19,10 @@ import (
 
 // A platform team moving from trust-manager: a TrustTarget writes the signer's live
 // bundle into a ConfigMap, as PEM and as a PKCS#12 truststore, and plain pods read it
-// as an ordinary configMap volume, a Java truststore, or an env variable. The agent
-// observes the volumes as the kubelet wrote them: who-trusts lists the pods and the
-// ConfigMap; a CA rotation names the volume pod while the kubelet has not refreshed
+// as an ordinary configMap volume, a Java truststore, or an env variable; another
+// pod mounts a ConfigMap annotated to ask for the same bundle. The agent observes the
+// volumes as the kubelet wrote them (the annotated one known from the controller's
+// index): who-trusts lists the pods and both ConfigMaps; a CA rotation names the volume pod while the kubelet has not refreshed
 // it, names the env pod as not observable, and signs only once the volume's file
 // holds the new CA and the floor has passed.
 func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
@@ -43,20 +45,31 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		return err == nil
 	})
 
-	mount := func(name string, items ...corev1.KeyToPath) *corev1.Pod {
+	// A ConfigMap annotated to ask for the same bundle: its readers are known to the
+	// agent only through the controller's index.
+	sources, err := json.Marshal([]any{withPath("ca.pem", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "annotated-ca",
+		Annotations: map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": string(sources)}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mountOf := func(configMap, name string, items ...corev1.KeyToPath) *corev1.Pod {
 		pod := appPod(name, nil, 1000, "exec sleep 3600")
 		pod.Spec.Volumes = []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Items: items}}}}
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMap}, Items: items}}}}
 		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "trust", MountPath: "/etc/trust", ReadOnly: true}}
 		return pod
 	}
+	mount := func(name string, items ...corev1.KeyToPath) *corev1.Pod { return mountOf("trust-ca", name, items...) }
 	env := appPod("env", nil, 1000, "exec sleep 3600")
 	env.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "CA_PEM", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}, Key: "ca.pem"}}}}
-	for _, pod := range []*corev1.Pod{mount("volume"), mount("java", corev1.KeyToPath{Key: "truststore.p12", Path: "cacerts"}), env} {
+	for _, pod := range []*corev1.Pod{mount("volume"), mount("java", corev1.KeyToPath{Key: "truststore.p12", Path: "cacerts"}), env, mountOf("annotated-ca", "annotated")} {
 		createPod(t, ns, pod)
 	}
-	for _, name := range []string{"volume", "java", "env"} {
+	for _, name := range []string{"volume", "java", "env", "annotated"} {
 		n.WaitPod(t, ns, name, 2*time.Minute, "Ready", cluster.PodReady)
 	}
 
@@ -86,7 +99,8 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	want := []string{"ConfigMap/trust-ca/ca.pem", "ConfigMap/trust-ca/truststore.p12", "java/configMap//etc/trust/cacerts", "volume/configMap//etc/trust/ca.pem", "volume/configMap//etc/trust/truststore.p12"}
+	want := []string{"ConfigMap/annotated-ca/ca.pem", "ConfigMap/trust-ca/ca.pem", "ConfigMap/trust-ca/truststore.p12", "annotated/configMap//etc/trust/ca.pem",
+		"java/configMap//etc/trust/cacerts", "volume/configMap//etc/trust/ca.pem", "volume/configMap//etc/trust/truststore.p12"}
 	var got []string
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(context.Context) (bool, error) {
 		got = holds()
@@ -158,7 +172,7 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 
 	// With no consumer left at all, seeing nobody is not everyone holding it: the next
 	// new CA does not sign before the floor.
-	for _, name := range []string{"volume", "java", "env"} {
+	for _, name := range []string{"volume", "java", "env", "annotated"} {
 		if err := n.Client.CoreV1().Pods(ns).Delete(context.Background(), name, *metav1.NewDeleteOptions(0)); err != nil {
 			t.Fatal(err)
 		}

@@ -211,6 +211,12 @@ func writeReport(t *testing.T, cp *controlplane.ControlPlane, pod *corev1.Pod, a
 	if err != nil {
 		t.Fatal(err)
 	}
+	putReport(t, cp, obj)
+}
+
+// putReport creates or replaces a node's report, deleted when the test ends.
+func putReport(t *testing.T, cp *controlplane.ControlPlane, obj *unstructured.Unstructured) {
+	t.Helper()
 	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.NodeTrustReportResource)
 	if cur, err := c.Get(context.Background(), obj.GetName(), metav1.GetOptions{}); err == nil {
 		obj.SetResourceVersion(cur.GetResourceVersion())

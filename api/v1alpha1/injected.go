@@ -1,0 +1,148 @@
+package v1alpha1
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The injected index: the objects annotation injection fills (annotated ConfigMaps,
+// Secrets and caBundle fields), published by the controller as one ConfigMap in its
+// namespace, so that the node agent and the signer know which ConfigMaps and Secrets
+// trust is read from, and what each caBundle holds, with no right to read any
+// ConfigMap, Secret or webhook configuration themselves. The agent and the signer may
+// read that one ConfigMap, by name.
+const (
+	// InjectedIndexName is the ConfigMap's default name.
+	InjectedIndexName = "trustsync-injected"
+	// InjectedIndexLabel marks the index (value "true"), wherever it is named.
+	InjectedIndexLabel = "trustsync.io/injected-index"
+	// InjectedIndexKey is its one key: an InjectedIndex as JSON.
+	InjectedIndexKey = "objects.json"
+	// MaxInjectedIndexBytes bounds the JSON, under a ConfigMap's 1 MiB: about 3,700
+	// objects holding two anchors each. Objects beyond it are counted in Omitted.
+	MaxInjectedIndexBytes = 900 << 10
+	// WriterAnnotation is the writer an annotated object is listed under.
+	WriterAnnotation = "annotation"
+	// CABundleKey is the key an object's caBundle fields are listed under.
+	CABundleKey = "caBundle"
+)
+
+// InjectedIndex lists what annotation injection fills.
+type InjectedIndex struct {
+	Objects []InjectedObject `json:"objects"`
+	// Omitted objects are filled but not listed (the index reached
+	// MaxInjectedIndexBytes): their readers are not observed, and a rotation waits
+	// its floor for them.
+	Omitted int `json:"omitted,omitempty"`
+	// Unreadable says why a reader could not read the index (never written).
+	Unreadable string `json:"-"`
+}
+
+// InjectedObject is one filled object as last written.
+type InjectedObject struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Sources are what its annotations name; each path is a key of the object (of a
+	// caBundle kind, the one PEM its caBundle fields hold).
+	Sources []Source `json:"sources"`
+	// Anchors are the anchors (bundle.AnchorID) the written content holds, sorted.
+	Anchors []string `json:"anchors,omitempty"`
+}
+
+// Ref is "Kind namespace/name", or "Kind name" for a cluster-scoped object.
+func (o InjectedObject) Ref() string {
+	if o.Namespace == "" {
+		return o.Kind + " " + o.Name
+	}
+	return o.Kind + " " + o.Namespace + "/" + o.Name
+}
+
+// EncodeInjectedIndex orders objects by kind, namespace and name and encodes as many
+// as fit in MaxInjectedIndexBytes, counting the rest as omitted: the same objects
+// always give the same bytes, so an unchanged index is never written again.
+func EncodeInjectedIndex(objects []InjectedObject) (string, int) {
+	sorted := slices.Clone(objects)
+	slices.SortFunc(sorted, func(a, b InjectedObject) int {
+		return strings.Compare(a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
+	})
+	var buf bytes.Buffer
+	buf.WriteString(`{"objects":[`)
+	n := 0
+	for _, o := range sorted {
+		b, err := json.Marshal(o)
+		if err != nil {
+			panic(err) // plain structs always marshal
+		}
+		// Room is kept for the closing and the omitted count.
+		if buf.Len()+len(b)+64 > MaxInjectedIndexBytes {
+			break
+		}
+		if n > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(b)
+		n++
+	}
+	buf.WriteString("]")
+	if omitted := len(sorted) - n; omitted > 0 {
+		fmt.Fprintf(&buf, `,"omitted":%d`, omitted)
+	}
+	buf.WriteString("}")
+	return buf.String(), len(sorted) - n
+}
+
+// ParseInjectedIndex reads the index's JSON; each listed object must name its kind
+// and name, and carry valid sources and anchor IDs.
+func ParseInjectedIndex(data string) (*InjectedIndex, error) {
+	dec := json.NewDecoder(strings.NewReader(data))
+	dec.DisallowUnknownFields()
+	var idx InjectedIndex
+	if err := dec.Decode(&idx); err != nil {
+		return nil, fmt.Errorf("the injected index is not an index's JSON: %w", err)
+	}
+	for i, o := range idx.Objects {
+		if o.Kind == "" || o.Name == "" {
+			return nil, fmt.Errorf("the injected index's object %d names no kind or name", i)
+		}
+		if errs := ValidateSources(o.Sources, nil); len(errs) > 0 {
+			return nil, fmt.Errorf("the injected index's %s: %w", o.Ref(), errs.ToAggregate())
+		}
+		for _, a := range o.Anchors {
+			if !IsAnchorID(a) {
+				return nil, fmt.Errorf("the injected index's %s holds %q, which is not an anchor ID", o.Ref(), a)
+			}
+		}
+	}
+	return &idx, nil
+}
+
+// ParseInjectedIndexRef reads the --injected-index flag: "NAMESPACE/NAME", or "" for
+// none.
+func ParseInjectedIndexRef(s string) (types.NamespacedName, error) {
+	if s == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--injected-index %q: want NAMESPACE/NAME of the ConfigMap the controller lists annotated objects in (the chart's is RELEASE-NAMESPACE/%s), or empty for none", s, InjectedIndexName)
+	}
+	for _, e := range append(validation.IsDNS1123Label(ns), validation.IsDNS1123Subdomain(name)...) {
+		return types.NamespacedName{}, fmt.Errorf("--injected-index %q: %s", s, e)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// DefaultInjectedIndex is the index in namespace ("" where namespace is not known).
+func DefaultInjectedIndex(namespace string) string {
+	if namespace == "" {
+		return ""
+	}
+	return namespace + "/" + InjectedIndexName
+}

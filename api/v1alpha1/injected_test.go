@@ -1,0 +1,88 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func injectedObject(i int) InjectedObject {
+	return InjectedObject{Kind: KindConfigMap, Namespace: fmt.Sprintf("ns-%05d", i), Name: "trust", Sources: []Source{{Name: "corp", Path: "ca.pem"}},
+		Anchors: []string{strings.Repeat("a", 64), strings.Repeat("b", 64)}}
+}
+
+func TestInjectedIndex_EncodesInOneOrderAndReadsBack(t *testing.T) {
+	a, b := injectedObject(2), injectedObject(1)
+	one, _ := EncodeInjectedIndex([]InjectedObject{a, b})
+	other, omitted := EncodeInjectedIndex([]InjectedObject{b, a})
+	if one != other || omitted != 0 {
+		t.Fatalf("the same objects in another order encode differently (%d omitted):\n%s\n%s", omitted, one, other)
+	}
+	idx, err := ParseInjectedIndex(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Objects) != 2 || idx.Objects[0].Namespace != "ns-00001" || idx.Omitted != 0 {
+		t.Errorf("read back: %+v; want ns-00001 then ns-00002, none omitted", idx)
+	}
+}
+
+func TestInjectedIndex_BeyondItsBoundObjectsAreCountedNotListed(t *testing.T) {
+	var objects []InjectedObject
+	for i := range 10000 {
+		objects = append(objects, injectedObject(i))
+	}
+	data, omitted := EncodeInjectedIndex(objects)
+	if len(data) > MaxInjectedIndexBytes {
+		t.Fatalf("the index is %d bytes; the bound is %d", len(data), MaxInjectedIndexBytes)
+	}
+	idx, err := ParseInjectedIndex(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if omitted == 0 || idx.Omitted != omitted || len(idx.Objects)+omitted != len(objects) {
+		t.Errorf("%d listed, %d omitted (index says %d), of %d; want every object listed or counted", len(idx.Objects), omitted, idx.Omitted, len(objects))
+	}
+	if len(idx.Objects) < 3500 {
+		t.Errorf("only %d objects of two anchors fit; the bound promises about 3,700", len(idx.Objects))
+	}
+}
+
+func TestParseInjectedIndex_RefusesWhatNoControllerWrites(t *testing.T) {
+	for _, tc := range []struct{ name, data, want string }{
+		{"not JSON", "{", "not an index's JSON"},
+		{"an unknown field", `{"objects":[],"extra":1}`, "unknown field"},
+		{"an object without a name", `{"objects":[{"kind":"ConfigMap","sources":[{"name":"corp","path":"ca.pem"}]}]}`, "names no kind or name"},
+		{"invalid sources", `{"objects":[{"kind":"ConfigMap","name":"x","sources":[]}]}`, "ConfigMap x"},
+		{"a bad anchor", `{"objects":[{"kind":"ConfigMap","namespace":"a","name":"x","sources":[{"name":"corp","path":"ca.pem"}],"anchors":["nope"]}]}`, `ConfigMap a/x holds "nope"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseInjectedIndex(tc.data); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v; want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseInjectedIndexRef_IsNamespaceSlashNameOrNothing(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{in: "", want: "/"},
+		{in: "trustsync/trustsync-injected", want: "trustsync/trustsync-injected"},
+		{in: "trustsync-injected", err: "want NAMESPACE/NAME"},
+		{in: "a/b/c", err: "want NAMESPACE/NAME"},
+		{in: "Bad_NS/x", err: "RFC 1123"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseInjectedIndexRef(tc.in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("error %v; want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got.String() != tc.want {
+				t.Errorf("%v, %v; want %s", got, err, tc.want)
+			}
+		})
+	}
+}
