@@ -19,8 +19,10 @@ import (
 // decoder (as the webhook decodes reviews; see decodeReview there), whose names are
 // case-sensitive and unique, as in the JSON the API server writes.
 //
-// Whoever makes Inject read another field adds it here: TestDecodePod_InjectsAsTheFullPod
-// runs every golden case through both decodings and fails on any difference.
+// Whoever makes Inject (or Asks) read another field adds it here:
+// TestDecodePod_InjectsAsTheFullPod runs every golden case through both decodings and
+// fails on any difference. Volumes keep what Asks reads: projected clusterTrustBundle
+// and podCertificate sources' signers and bundles, and csi.trustsync.io attributes.
 func DecodePod(raw []byte) (*corev1.Pod, error) {
 	var in admittedPod
 	if err := jsonv2.Unmarshal(raw, &in); err != nil {
@@ -41,7 +43,7 @@ func DecodePod(raw []byte) (*corev1.Pod, error) {
 	if in.Spec.Volumes != nil {
 		pod.Spec.Volumes = make([]corev1.Volume, len(in.Spec.Volumes))
 		for i, v := range in.Spec.Volumes {
-			pod.Spec.Volumes[i].Name = v.Name
+			pod.Spec.Volumes[i] = v.volume()
 		}
 	}
 	if in.Spec.ImagePullSecrets != nil {
@@ -67,7 +69,7 @@ type admittedPod struct {
 		Annotations  map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
-		Volumes                      []named                  `json:"volumes"`
+		Volumes                      []admittedVolume         `json:"volumes"`
 		InitContainers               []admittedContainer      `json:"initContainers"`
 		Containers                   []admittedContainer      `json:"containers"`
 		EphemeralContainers          []named                  `json:"ephemeralContainers"`
@@ -82,6 +84,41 @@ type admittedPod struct {
 
 type named struct {
 	Name string `json:"name"`
+}
+
+// admittedVolume is a volume's name and the ways it may ask for trust.
+type admittedVolume struct {
+	Name      string `json:"name"`
+	Projected *struct {
+		Sources []struct {
+			ClusterTrustBundle *corev1.ClusterTrustBundleProjection `json:"clusterTrustBundle"`
+			PodCertificate     *struct {
+				SignerName string `json:"signerName"`
+			} `json:"podCertificate"`
+		} `json:"sources"`
+	} `json:"projected"`
+	CSI *struct {
+		Driver           string            `json:"driver"`
+		VolumeAttributes map[string]string `json:"volumeAttributes"`
+	} `json:"csi"`
+}
+
+func (v admittedVolume) volume() corev1.Volume {
+	out := corev1.Volume{Name: v.Name}
+	switch {
+	case v.Projected != nil:
+		out.Projected = &corev1.ProjectedVolumeSource{}
+		for _, s := range v.Projected.Sources {
+			p := corev1.VolumeProjection{ClusterTrustBundle: s.ClusterTrustBundle}
+			if s.PodCertificate != nil {
+				p.PodCertificate = &corev1.PodCertificateProjection{SignerName: s.PodCertificate.SignerName}
+			}
+			out.Projected.Sources = append(out.Projected.Sources, p)
+		}
+	case v.CSI != nil:
+		out.CSI = &corev1.CSIVolumeSource{Driver: v.CSI.Driver, VolumeAttributes: v.CSI.VolumeAttributes}
+	}
+	return out
 }
 
 type admittedContainer struct {

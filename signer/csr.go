@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 // signerRuntime is one signer: its rules, its CSRs, its CA.
@@ -35,6 +36,31 @@ type csrHandler struct {
 	signers map[string]*signerRuntime
 	clock   clock.PassiveClock
 	metrics *Metrics
+	// grants, when set, enforces tenancy: what the requester's namespace is granted.
+	grants grantsFunc
+}
+
+// grantsFunc says what a namespace is granted (exempt: not checked).
+type grantsFunc func(ctx context.Context, namespace string) (g tenancy.Grants, exempt bool, err error)
+
+// notGranted is why a namespace may not have a certificate of signer for dnsNames,
+// "" when it may (or tenancy is not enforced); an error where the grants cannot be
+// told, to be tried again rather than decided.
+func notGranted(ctx context.Context, grants grantsFunc, namespace, signer string, dnsNames []string) (string, error) {
+	if grants == nil {
+		return "", nil
+	}
+	g, exempt, err := grants(ctx, namespace)
+	if err != nil {
+		return "", fmt.Errorf("cannot tell what namespace %s is granted: %w", namespace, err)
+	}
+	if exempt {
+		return "", nil
+	}
+	if _, err := g.Certificate(signer, dnsNames); err != nil {
+		return err.Error(), nil
+	}
+	return "", nil
 }
 
 var errCANotReady = errors.New("the signing CA is not loaded yet")
@@ -71,6 +97,16 @@ func (h *csrHandler) approveOrDeny(ctx context.Context, csr *certificatesv1.Cert
 		d = decision{message: err.Error()}
 	} else {
 		d = decide(csr, req, sr.rules.Domain, sr.rules.Approval)
+		if namespace, _, ok := serviceAccount(csr.Spec.Username); ok && d.approve {
+			// The policy allows it for every namespace; the namespace's grants narrow it.
+			why, err := notGranted(ctx, h.grants, namespace, sr.rules.SignerName, req.DNSNames)
+			if err != nil {
+				return err
+			}
+			if why != "" {
+				d = decision{message: why}
+			}
+		}
 	}
 	cond := certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reasonDenied, Message: d.message,

@@ -35,6 +35,9 @@ type Options struct {
 	// InjectedIndex is NAMESPACE/NAME of the controller's index of annotated
 	// objects: a rotation counts those holding the new CA. Empty: not counted.
 	InjectedIndex string
+	// TenancyEnforced denies requests from namespaces their TrustPolicies do not
+	// grant the signer (or the DNS names asked); Namespace is exempt.
+	TenancyEnforced bool
 
 	// BundleEndpointAddress serves the trust domains' SPIFFE bundles (empty: none);
 	// BundleEndpointRefreshHint is the spiffe_refresh_hint they carry.
@@ -102,6 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.BundleEndpointIdleTimeout, "bundle-endpoint-idle-timeout", o.BundleEndpointIdleTimeout, "How long the bundle endpoint keeps an idle keep-alive connection; peers fetch once per refresh hint, so a connection is rarely worth keeping longer.")
 	fs.DurationVar(&o.CAPropagationMinWait, "ca-propagation-min-wait", o.CAPropagationMinWait, "With --ca-propagation=observed: the least a new CA waits when any consumer of the signer's bundle cannot be observed (a trust object read through env, a truststore whose password is in a Secret) or none is observed at all: seeing nobody is not everybody holding it. The default covers the kubelet's worst refresh of a configMap or secret volume; never more than --ca-propagation-max-wait. 0 is safe only where every consumer is a pod whose trust files the node agents observe.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap in which the controller lists the objects annotation injection fills and the anchors each holds (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"): a rotation waits until those filled from the signer's bundle hold the new CA (caBundle fields included). Empty: they are not counted. Only that ConfigMap is read.")
+	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Deny a CSR or PodCertificateRequest from a namespace whose TrustPolicies do not grant the signer, or for a DNS name outside the grant's patterns, naming the grant missing; --namespace is exempt. The TrustPolicies and namespaces are watched, not read per request.")
 	fs.DurationVar(&o.CAPropagationMaxWait, "ca-propagation-max-wait", o.CAPropagationMaxWait, "With --ca-propagation=observed: the longest a new CA waits for every pod; then it signs, and a Warning Event on the CA Secret names the pods that were not seen holding it.")
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -48,6 +49,8 @@ type pcrHandler struct {
 	// refreshes it: spread over [0.6, 0.8) so a node's pods, started together, do not
 	// all renew together.
 	refreshAt func() float64
+	// grants, when set, enforces tenancy: what the pod's namespace is granted.
+	grants grantsFunc
 }
 
 func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
@@ -70,8 +73,16 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	if ca == nil {
 		return errCANotReady
 	}
-	out, err := decidePCR(pcr, pub, why, ps.rules, ca, start, h.refreshAt())
+	// The namespace's grants first: nothing is signed for a namespace not granted it.
+	var out pcrOutcome
+	dnsNames, _ := requestedDNSNames(pcr, ps.rules)
+	refusal, err := notGranted(ctx, h.grants, pcr.Namespace, ps.rules.SignerName, dnsNames)
 	if err != nil {
+		return err
+	}
+	if refusal != "" {
+		out = terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeDenied, v1alpha1.ReasonNotGranted, refusal, start)
+	} else if out, err = decidePCR(pcr, pub, why, ps.rules, ca, start, h.refreshAt()); err != nil {
 		return err
 	}
 	if beta != nil {

@@ -42,6 +42,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy/grantcache"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
@@ -259,6 +260,16 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			go ctrl.RunWithContext(ctx)
 			synced = append(synced, ctrl.HasSynced)
 		}
+	}
+	if o.TenancyEnforced {
+		grants, err := grantcache.New(dyn, metaClient, o.Namespace, resync)
+		if err != nil {
+			return err
+		}
+		go grants.Run(ctx)
+		synced = append(synced, grants.HasSynced)
+		h.grants, pcrs.grants = grants.For, grants.For
+		klog.InfoS("Enforcing TrustPolicies on certificate requests", "exempt", o.Namespace)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil

@@ -146,3 +146,33 @@ func TestGrants_CertificateOnlyForGrantedSignersAndDNSNames(t *testing.T) {
 		})
 	}
 }
+
+func TestGrants_CheckNamesTheFirstAskNotCoveredAndWhereItWasAsked(t *testing.T) {
+	g := For(policies(t), "ten-a", map[string]string{"team": "a"})
+	for _, tc := range []struct {
+		name string
+		asks []Ask
+		want string // "" when every ask is granted
+	}{
+		{name: "nothing asked is granted", asks: nil},
+		{name: "a namespace's own ConfigMap and the public roots need no grant",
+			asks: []Ask{{Where: "annotation trustsync.io/sources", Source: &v1alpha1.Source{DefaultCAs: true, Path: "ca.pem"}},
+				{Where: "annotation trustsync.io/sources", Source: &v1alpha1.Source{ConfigMap: &v1alpha1.KeyRef{Name: "mine", Key: "ca.pem"}, Path: "mine.pem"}}}},
+		{name: "an ungranted bundle is named with where it was asked",
+			asks: []Ask{{Where: "volume roots (projected clusterTrustBundle)", Source: &v1alpha1.Source{Name: "corp-b", Path: "ca.pem"}}},
+			want: "volume roots (projected clusterTrustBundle): namespace ten-a may not trust bundle corp-b: no TrustPolicy grants it; kubectl trustsync grants -n ten-a"},
+		{name: "an ungranted signer is named",
+			asks: []Ask{{Where: "volume cert (projected podCertificate)", Signer: "example.com/other"}},
+			want: "volume cert (projected podCertificate): namespace ten-a may not ask example.com/other for certificates: no TrustPolicy grants it; kubectl trustsync grants -n ten-a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := g.Check(tc.asks, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want):
+				t.Errorf("error %v;\nwant %s", err, tc.want)
+			}
+		})
+	}
+}

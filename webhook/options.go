@@ -43,6 +43,9 @@ type Options struct {
 	// SidecarEventsClusterRole, when set, is the ClusterRole bound in every served
 	// namespace to that namespace's ServiceAccounts (eventsBinder).
 	SidecarEventsClusterRole string
+	// TenancyEnforced refuses pods asking for trust their namespace's TrustPolicies
+	// do not grant (Namespace is exempt).
+	TenancyEnforced bool
 
 	// ShutdownGracePeriod is how long in-flight reviews may take to finish after
 	// SIGTERM before the server closes their connections.
@@ -117,6 +120,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.SidecarImagePullSecrets, "sidecar-image-pull-secrets", o.SidecarImagePullSecrets, "Names of Secrets, in each pod's own namespace, to pull the sidecar image with; added to a sidecar pod's imagePullSecrets where it does not list them (comma-separated, or the flag repeated).")
 	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
+	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Refuse a pod that asks for a bundle or a signer its namespace's TrustPolicies do not grant, whichever way it asks (trustsync annotations, projected clusterTrustBundle or podCertificate volumes, inline csi.trustsync.io volumes); --namespace is exempt. The TrustPolicies and namespaces are watched, not read per review.")
 	fs.StringVar(&o.SidecarEventsClusterRole, "sidecar-events-cluster-role", o.SidecarEventsClusterRole, "A ClusterRole letting sidecars record Events; when set, every namespace the injector serves gets a RoleBinding of that name binding it to the namespace's own ServiceAccounts (group system:serviceaccounts:<namespace>), so a sidecar may write Events in its own namespace only. Empty: none are kept.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")

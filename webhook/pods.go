@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trustsync/trustsync/injector"
 )
@@ -25,6 +26,7 @@ type podAdmission struct {
 	namespaces NamespaceAnnotations
 	nativeAPIs func() injector.NativeAPIs
 	nodeAgent  func() bool
+	grants     Grants // nil: tenancy not enforced
 	metrics    *Metrics
 }
 
@@ -56,6 +58,11 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	if a.nodeAgent != nil {
 		cfg.NodeAgent = a.nodeAgent()
 	}
+	if a.grants != nil {
+		if denied := a.checkGrants(ctx, ar, pod, nsAnnotations, cfg); denied != nil {
+			return denied, nil
+		}
+	}
 	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, cfg)
 	var refusal *injector.RefusalError
 	switch {
@@ -78,6 +85,33 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	a.metrics.outcome(routeMutatePods, outcomeInjected)
 	logger.V(2).Info("Injected pod")
 	return &kwhmodel.MutatingAdmissionResponse{ID: ar.ID, JSONPatchPatch: patch, Warnings: warnings}, nil
+}
+
+// checkGrants refuses a pod that asks, any way it can, for trust its namespace is not
+// granted: nil when every ask is granted (or nothing is asked, or the namespace is
+// exempt). Where the grants cannot be told, the pod is refused too: enforcement that
+// lets pods through when it cannot look is no enforcement.
+func (a *podAdmission) checkGrants(ctx context.Context, ar kwhmodel.AdmissionReview, pod *corev1.Pod, nsAnnotations map[string]string, cfg injector.Config) kwhmodel.AdmissionResponse {
+	asks := injector.Asks(pod, nsAnnotations, cfg)
+	if len(asks) == 0 {
+		return nil
+	}
+	g, exempt, err := a.grants(ctx, ar.Namespace)
+	if err == nil && exempt {
+		return nil
+	}
+	if err == nil {
+		err = g.Check(asks, nil)
+	} else {
+		err = fmt.Errorf("cannot tell what namespace %s is granted: %w", ar.Namespace, err)
+	}
+	if err == nil {
+		return nil
+	}
+	a.metrics.injections.WithLabelValues(outcomeDenied, "").Inc()
+	a.metrics.outcome(routeMutatePods, outcomeDenied)
+	reviewLogger(&ar).V(2).Info("Refused pod: not granted", "reason", err.Error())
+	return &kwhmodel.ValidatingAdmissionResponse{ID: ar.ID, Allowed: false, Message: "trustsync: " + err.Error()}
 }
 
 func (a *podAdmission) skip(ar kwhmodel.AdmissionReview, reason string) kwhmodel.AdmissionResponse {

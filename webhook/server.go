@@ -26,10 +26,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -41,6 +43,8 @@ import (
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
+	"github.com/trustsync/trustsync/tenancy/grantcache"
 )
 
 // Config holds what the admission routes need.
@@ -65,7 +69,13 @@ type Config struct {
 	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
 	// DefaultReviewBytesInFlight.
 	ReviewBytesInFlight int64
+	// Grants, when set, enforces tenancy on pods: what a namespace is granted, or
+	// exempt for trustsync's own namespace.
+	Grants Grants
 }
+
+// Grants says what a namespace is granted (exempt: not checked).
+type Grants func(ctx context.Context, namespace string) (g tenancy.Grants, exempt bool, err error)
 
 // NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
 func NewHandler(cfg Config) (http.Handler, error) {
@@ -96,7 +106,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	// not drop fields the compiled types do not know, and the bundle route takes two
 	// kinds. The pods route is a kubewebhook Webhook of its own (podAdmission says
 	// why), decoding only the pod fields the injector reads.
-	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, nodeAgent: cfg.NodeAgent, metrics: metrics}
+	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, nodeAgent: cfg.NodeAgent, grants: cfg.Grants, metrics: metrics}
 	routes := []struct {
 		path      string
 		validator kwhvalidating.Validator
@@ -161,6 +171,26 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // the Service stops sending reviews, and in-flight reviews get the grace period. With
 // self-managed TLS and a campaign, only the Lease's holder writes the Secret and the
 // caBundle; a nil campaign lets every replica write.
+// watchGrants keeps the namespaces' grants from watches of the TrustPolicies and
+// namespaces; namespace, trustsync's own, is exempt.
+func watchGrants(ctx context.Context, restCfg *rest.Config, namespace string) (Grants, func() bool, error) {
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := grantcache.New(dyn, meta, namespace, 10*time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
+	go c.Run(ctx)
+	klog.InfoS("Enforcing TrustPolicies on pods", "exempt", namespace)
+	return c.For, c.HasSynced, nil
+}
+
 func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -221,6 +251,13 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return err == nil
 	}
 	factory.Start(ctx.Done())
+	var grants Grants
+	grantsSynced := func() bool { return true }
+	if o.TenancyEnforced {
+		if grants, grantsSynced, err = watchGrants(ctx, restCfg, o.Namespace); err != nil {
+			return err
+		}
+	}
 	native := &nativeAPIs{}
 	go native.run(ctx, client.Discovery(), time.Minute)
 
@@ -229,7 +266,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	// API server trusts the certificate served: `helm install --wait` then returns
 	// only when pods can be admitted.
 	readyFn := func() bool {
-		return synced() && csiDriversSynced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
+		return synced() && csiDriversSynced() && grantsSynced() && native.discovered() && !shuttingDown.Load() && (st == nil || st.caTrusted(ctx))
 	}
 	ready.Store(&readyFn)
 	handler, err := NewHandler(Config{
@@ -246,6 +283,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		NativeAPIs:          native.get,
 		NodeAgent:           nodeAgent,
 		ReviewBytesInFlight: o.ReviewBytesInFlight,
+		Grants:              grants,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,145 @@
+// Package grantcache keeps every namespace's grants current from two watches (the
+// TrustPolicies and the namespaces' metadata), so that a check at admission, at a
+// mount or at signing is a map lookup, never a request to the API server. Each
+// namespace's grants are added up once after any policy or namespace changes, on
+// first use.
+package grantcache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/tenancy"
+)
+
+var namespacesResource = corev1.SchemeGroupVersion.WithResource("namespaces")
+
+// Cache answers what a namespace is granted.
+type Cache struct {
+	meta       metadata.Interface
+	policies   cache.SharedIndexInformer
+	namespaces cache.SharedIndexInformer
+	// exempt is trustsync's own namespace, never checked.
+	exempt string
+	dirty  atomic.Bool
+
+	mu     sync.Mutex
+	parsed []tenancy.Policy
+	grants map[string]tenancy.Grants
+}
+
+// New watches the TrustPolicies and the namespaces; exempt (the release's namespace)
+// is never checked.
+func New(dyn dynamic.Interface, meta metadata.Interface, exempt string, resync time.Duration) (*Cache, error) {
+	c := &Cache{
+		meta:       meta,
+		policies:   dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.TrustPolicyResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
+		namespaces: metadatainformer.NewFilteredMetadataInformer(meta, namespacesResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
+		exempt:     exempt,
+		grants:     map[string]tenancy.Grants{},
+	}
+	c.dirty.Store(true)
+	changed := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.dirty.Store(true) },
+		UpdateFunc: func(any, any) { c.dirty.Store(true) },
+		DeleteFunc: func(any) { c.dirty.Store(true) },
+	}
+	for _, i := range []cache.SharedIndexInformer{c.policies, c.namespaces} {
+		if _, err := i.AddEventHandler(changed); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Run watches until ctx is done.
+func (c *Cache) Run(ctx context.Context) {
+	go c.policies.RunWithContext(ctx)
+	c.namespaces.RunWithContext(ctx)
+}
+
+// HasSynced reports whether both watches have listed.
+func (c *Cache) HasSynced() bool { return c.policies.HasSynced() && c.namespaces.HasSynced() }
+
+// For returns what namespace is granted; exempt is true for trustsync's own namespace,
+// which is not checked. A namespace the watch has not seen yet (created a moment ago)
+// is read once from the API server.
+func (c *Cache) For(ctx context.Context, namespace string) (g tenancy.Grants, exempt bool, err error) {
+	if namespace == c.exempt {
+		return tenancy.Grants{Namespace: namespace}, true, nil
+	}
+	if !c.HasSynced() {
+		return g, false, fmt.Errorf("the TrustPolicies and namespaces have not been listed yet; try again in a moment")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty.Swap(false) {
+		c.parsed = c.parse()
+		clear(c.grants)
+	}
+	if g, ok := c.grants[namespace]; ok {
+		return g, false, nil
+	}
+	labels, err := c.labels(ctx, namespace)
+	if err != nil {
+		return g, false, err
+	}
+	g = tenancy.For(c.parsed, namespace, labels)
+	c.grants[namespace] = g
+	return g, false, nil
+}
+
+// Policies are the TrustPolicies as last parsed (for a status writer).
+func (c *Cache) Policies() []tenancy.Policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty.Swap(false) {
+		c.parsed = c.parse()
+		clear(c.grants)
+	}
+	return c.parsed
+}
+
+func (c *Cache) parse() []tenancy.Policy {
+	var policies []*v1alpha1.TrustPolicy
+	for _, obj := range c.policies.GetStore().List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		p, err := v1alpha1.TrustPolicyFromUnstructured(u)
+		if err != nil {
+			klog.V(2).InfoS("Skipping a TrustPolicy that does not decode: it grants nothing", "policy", u.GetName(), "err", err)
+			continue
+		}
+		policies = append(policies, p)
+	}
+	return tenancy.Parse(policies)
+}
+
+func (c *Cache) labels(ctx context.Context, namespace string) (map[string]string, error) {
+	if obj, ok, _ := c.namespaces.GetStore().GetByKey(namespace); ok {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			return m.Labels, nil
+		}
+	}
+	m, err := c.meta.Resource(namespacesResource).Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read namespace %s's labels, which decide its TrustPolicies: %w", namespace, err)
+	}
+	return m.Labels, nil
+}

@@ -1,0 +1,71 @@
+package signer
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+)
+
+// With tenancy enforced, the signer certifies a ServiceAccount only for what its
+// namespace's TrustPolicies grant: a DNS name within the grant's patterns is issued;
+// one outside them, though the signer's own policy allows it, is denied naming the
+// grant and the pattern; once the policy goes, the namespace is granted nothing, and
+// the SPIFFE ID is still the requester's own.
+func TestSigner_TenancyCertifiesOnlyWhatTheNamespaceIsGranted(t *testing.T) {
+	const namespace, signer = "tenanted-signer", "example.com/tenanted"
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	if err := cp.InstallPoliciesCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
+	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
+		"metadata": map[string]any{"name": "apps-web"},
+		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
+			"signers": []any{map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-web", metav1.DeleteOptions{}) })
+	startObservedSigner(t, cp, namespace, signer, "--ca-propagation=timed", "--tenancy-enforced")
+
+	decided := func(dns string) *certificatesv1.CertificateSigningRequest {
+		t.Helper()
+		return waitDone(t, cp, requestAs(t, cp, "web", signer, nil, []string{spiffe(appNamespace, "web")}, dns).Name)
+	}
+	if csr := decided("web.apps.svc"); len(csr.Status.Certificate) == 0 {
+		t.Fatalf("a DNS name within the grant was not issued: %+v", csr.Status.Conditions)
+	} else if cert := leaf(t, csr); cert.URIs[0].String() != spiffe(appNamespace, "web") {
+		t.Errorf("identity %v; want the requester's own", cert.URIs)
+	}
+	denied := func(csr *certificatesv1.CertificateSigningRequest, want string) {
+		t.Helper()
+		c := condition(csr, certificatesv1.CertificateDenied)
+		if c == nil || c.Reason != "TrustsyncPolicyDenied" || !strings.Contains(c.Message, want) {
+			t.Errorf("conditions %+v; want denied saying %q", csr.Status.Conditions, want)
+		}
+		if len(csr.Status.Certificate) > 0 {
+			t.Error("a denied request was signed")
+		}
+	}
+	denied(decided("db.apps.svc"), `namespace apps may not ask example.com/tenanted for DNS names db.apps.svc: TrustPolicy apps-web allows web.*.svc but not "db.apps.svc" (kubectl trustsync grants -n apps)`)
+
+	if err := policies.Delete(ctx, "apps-web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		csr := decided("web.apps.svc")
+		if c := condition(csr, certificatesv1.CertificateDenied); c != nil || time.Now().After(deadline) {
+			denied(csr, "namespace apps may not ask example.com/tenanted for certificates: no TrustPolicy grants it; kubectl trustsync grants -n apps")
+			break
+		}
+	}
+}

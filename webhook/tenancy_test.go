@@ -1,0 +1,94 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
+)
+
+// tenantServer serves pods with tenancy enforced: namespace ten-a is granted bundle
+// corp-a alone, trustsync-system is exempt, and broken's grants cannot be told.
+func tenantServer(t *testing.T) *testServer {
+	t.Helper()
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
+	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
+		switch ns {
+		case "trustsync-system":
+			return tenancy.Grants{}, true, nil
+		case "broken":
+			return tenancy.Grants{}, false, errors.New("the TrustPolicies and namespaces have not been listed yet")
+		case "ten-a":
+			return tenancy.For(policies, ns, map[string]string{"team": "a"}), false, nil
+		}
+		return tenancy.For(policies, ns, nil), false, nil
+	}
+	pol, _ := policy.Parse(nil)
+	reg := prometheus.NewRegistry()
+	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: reg,
+		Injector: injector.Config{Namespace: "trustsync-system"}, Grants: grants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testServer{handler: h, registry: reg}
+}
+
+func TestPodAdmission_TenancyRefusesWhatANamespaceIsNotGranted(t *testing.T) {
+	bundle := func(name string) map[string]string {
+		return map[string]string{v1alpha1.AnnotationInject: "true", injector.AnnotationBundleName: name}
+	}
+	projected := func(ns, name string) request {
+		r := podReq(ns, nil)
+		pod := r.object.(*corev1.Pod)
+		pod.Spec.Volumes = []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To(name), Path: "ca.pem"}}}}}}}
+		return r
+	}
+	for _, tc := range []struct {
+		name        string
+		req         request
+		wantAllowed bool
+		wantMessage string
+	}{
+		{name: "a granted bundle is injected", req: podReq("ten-a", bundle("corp-a")), wantAllowed: true},
+		{name: "an ungranted bundle by annotation is refused, naming it and the command",
+			req:         podReq("ten-a", bundle("corp-b")),
+			wantMessage: "trustsync: the pod's trustsync annotations: namespace ten-a may not trust bundle corp-b: no TrustPolicy grants it; kubectl trustsync grants -n ten-a"},
+		{name: "an ungranted bundle in a projected volume written by hand is refused, without any annotation",
+			req:         projected("ten-a", "corp-b"),
+			wantMessage: "trustsync: volume roots (projected clusterTrustBundle): namespace ten-a may not trust bundle corp-b"},
+		{name: "a granted projected bundle is let through", req: projected("ten-a", "corp-a"), wantAllowed: true},
+		{name: "a namespace no policy selects is granted nothing",
+			req: podReq("ten-b", bundle("corp-a")), wantMessage: "namespace ten-b may not trust bundle corp-a"},
+		{name: "trustsync's own namespace is exempt", req: projected("trustsync-system", "corp-b"), wantAllowed: true},
+		{name: "a pod asking nothing is never checked", req: podReq("broken", nil), wantAllowed: true},
+		{name: "grants that cannot be told refuse the pod, saying why",
+			req: podReq("broken", bundle("corp-a")), wantMessage: "trustsync: cannot tell what namespace broken is granted: the TrustPolicies and namespaces have not been listed yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := tenantServer(t).review(t, tc.req)
+			if resp.Allowed != tc.wantAllowed {
+				t.Fatalf("allowed = %v (%v)", resp.Allowed, resp.Result)
+			}
+			if tc.wantMessage != "" && !strings.Contains(resp.Result.Message, tc.wantMessage) {
+				t.Errorf("message =\n  %s\nwant it to contain\n  %s", resp.Result.Message, tc.wantMessage)
+			}
+		})
+	}
+}
