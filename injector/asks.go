@@ -19,14 +19,28 @@ func Asks(pod *corev1.Pod, nsAnnotations map[string]string, cfg Config) []tenanc
 	var asks []tenancy.Ask
 	if pod.Annotations[v1alpha1.AnnotationInject] == "true" {
 		if req, errs := parseRequest(effectiveAnnotations(pod.Annotations, nsAnnotations), cfg); len(errs) == 0 {
-			for i := range req.sources {
-				asks = append(asks, tenancy.Ask{Where: "the pod's trustsync annotations", Source: &req.sources[i]})
-			}
-			if c := req.certificate; c != nil {
-				asks = append(asks, tenancy.Ask{Where: "annotation " + AnnotationCertificateSigner, Signer: c.signer, DNSNames: c.dnsNames})
-			}
+			asks = req.asks()
 		}
 	}
+	return append(asks, VolumeAsks(pod)...)
+}
+
+// asks is what the annotations ask for: their sources, and a certificate.
+func (req *request) asks() []tenancy.Ask {
+	var asks []tenancy.Ask
+	for i := range req.sources {
+		asks = append(asks, tenancy.Ask{Where: "the pod's trustsync annotations", Source: &req.sources[i]})
+	}
+	if c := req.certificate; c != nil {
+		asks = append(asks, tenancy.Ask{Where: "annotation " + AnnotationCertificateSigner, Signer: c.signer, DNSNames: c.dnsNames})
+	}
+	return asks
+}
+
+// VolumeAsks is what the pod's volumes written by hand ask for (Asks without the
+// annotations, which Inject's Result carries once parsed).
+func VolumeAsks(pod *corev1.Pod) []tenancy.Ask {
+	var asks []tenancy.Ask
 	for _, v := range pod.Spec.Volumes {
 		switch {
 		case v.Projected != nil:

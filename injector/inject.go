@@ -18,6 +18,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 // Why a pod is left alone.
@@ -40,6 +41,9 @@ type Result struct {
 	Patch []PatchOp
 	// Warnings tell the pod's author what the injection cannot do for this pod.
 	Warnings []string
+	// Asks are what the pod's annotations ask for (Asks says every way), for a
+	// tenancy check without parsing them again.
+	Asks []tenancy.Ask
 }
 
 // RefusalError says why a pod that asked for trust cannot get it: a bad annotation, or
@@ -91,7 +95,7 @@ func Inject(pod *corev1.Pod, namespace string, nsAnnotations map[string]string, 
 	}
 	ops, warnings := build(pod, req, targets, cfg)
 	warnings = append(unknownAnnotationWarnings(pod.Annotations, nsAnnotations), warnings...)
-	return &Result{Patch: ops, Warnings: warnings}, nil
+	return &Result{Patch: ops, Warnings: warnings, Asks: req.asks()}, nil
 }
 
 // reinvoke handles a pod injected before: the API server calls again (reinvocation)

@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	kwhmodel "github.com/slok/kubewebhook/v2/pkg/model"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 const routeMutatePods = "/mutate/pods"
@@ -58,12 +58,14 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 	if a.nodeAgent != nil {
 		cfg.NodeAgent = a.nodeAgent()
 	}
-	if a.grants != nil {
-		if denied := a.checkGrants(ctx, ar, pod, nsAnnotations, cfg); denied != nil {
+	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, cfg)
+	if a.grants != nil && err == nil {
+		// Checked on what Inject parsed, and on the volumes written by hand, before
+		// anything is answered.
+		if denied := a.checkGrants(ctx, ar, append(res.Asks, injector.VolumeAsks(pod)...)); denied != nil {
 			return denied, nil
 		}
 	}
-	res, err := injector.Inject(pod, ar.Namespace, nsAnnotations, cfg)
 	var refusal *injector.RefusalError
 	switch {
 	case errors.As(err, &refusal):
@@ -91,8 +93,7 @@ func (a *podAdmission) Review(ctx context.Context, ar kwhmodel.AdmissionReview) 
 // granted: nil when every ask is granted (or nothing is asked, or the namespace is
 // exempt). Where the grants cannot be told, the pod is refused too: enforcement that
 // lets pods through when it cannot look is no enforcement.
-func (a *podAdmission) checkGrants(ctx context.Context, ar kwhmodel.AdmissionReview, pod *corev1.Pod, nsAnnotations map[string]string, cfg injector.Config) kwhmodel.AdmissionResponse {
-	asks := injector.Asks(pod, nsAnnotations, cfg)
+func (a *podAdmission) checkGrants(ctx context.Context, ar kwhmodel.AdmissionReview, asks []tenancy.Ask) kwhmodel.AdmissionResponse {
 	if len(asks) == 0 {
 		return nil
 	}

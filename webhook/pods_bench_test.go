@@ -2,11 +2,14 @@ package webhook
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,10 +19,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy/grantcache"
 )
 
 // realisticPod has what production pods carry: three containers with env, resources
@@ -177,9 +189,19 @@ func BenchmarkNoopWebhook_Handler(b *testing.B) {
 // whose speed drifts (a shared VM) slows both alike; it reports the median of the
 // per-pair throughput ratios and each side's median reviews per second.
 func BenchmarkMutatePodsVsNoop_HTTPS(b *testing.B) {
-	s := podServer(b, nil)
+	benchVsNoop(b, podServer(b, nil).handler)
+}
+
+// BenchmarkMutatePodsTenancyVsNoop_HTTPS is the same side-by-side run with tenancy
+// enforced: 100 TrustPolicies and 1,000 namespaces watched by the real grant cache
+// (over fake clients), the pod's namespace granted its signer by one of them.
+func BenchmarkMutatePodsTenancyVsNoop_HTTPS(b *testing.B) {
+	benchVsNoop(b, tenantPodHandler(b))
+}
+
+func benchVsNoop(b *testing.B, handler http.Handler) {
 	body := podReviewBody(b)
-	mutate, noop := httptest.NewTLSServer(s.handler), httptest.NewTLSServer(noopWebhook())
+	mutate, noop := httptest.NewTLSServer(handler), httptest.NewTLSServer(noopWebhook())
 	defer mutate.Close()
 	defer noop.Close()
 	for b.Loop() {
@@ -235,4 +257,56 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// tenantPodHandler serves pods with tenancy enforced by grantcache, over 100 policies
+// (policy-N selects team=N and grants example.com/server-tls's bundles and
+// certificates) and 1,000 namespaces (apps is team 42).
+func tenantPodHandler(b *testing.B) http.Handler {
+	b.Helper()
+	var policies, namespaces []runtime.Object
+	for i := range 100 {
+		policies = append(policies, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
+			"metadata": map[string]any{"name": fmt.Sprintf("policy-%d", i)},
+			"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": fmt.Sprint(i)}},
+				"bundles": []any{map[string]any{"signerName": "example.com/server-tls"}, map[string]any{"name": fmt.Sprintf("team-%d-root", i)}},
+				"signers": []any{map[string]any{"signerName": "example.com/server-tls", "dnsNames": []any{"*.svc"}}}}}})
+	}
+	for i := range 1000 {
+		name := fmt.Sprintf("ns-%d", i)
+		if i == 0 {
+			name = "apps"
+		}
+		namespaces = append(namespaces, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"team": fmt.Sprint((i + 42) % 100)}}})
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.TrustPolicyResource: "TrustPolicyList"}, policies...)
+	scheme := runtime.NewScheme()
+	_ = metav1.AddMetaToScheme(scheme)
+	meta := metadatafake.NewSimpleMetadataClient(scheme, namespaces...)
+	c, err := grantcache.New(dyn, meta, "trustsync-system", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	go c.Run(ctx)
+	for !c.HasSynced() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g, _, err := c.For(ctx, "apps"); err != nil || len(g.Signers) != 1 {
+		b.Fatalf("apps' grants: %+v, %v; want policy-42's", g, err)
+	}
+	pol, _ := policy.Parse(nil)
+	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: prometheus.NewRegistry(),
+		Injector: injector.Config{Namespace: "trustsync-system"}, Grants: c.For})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(podReviewBody(b))))
+	if !strings.Contains(rec.Body.String(), `"allowed":true`) {
+		b.Fatalf("the granted pod is not admitted: %s", rec.Body.String())
+	}
+	return h
 }

@@ -1,0 +1,58 @@
+package signer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/tenancy"
+)
+
+func TestNotGranted_ARequestIsDecidedByItsNamespacesGrantsOrRetried(t *testing.T) {
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{},
+		Signers: []v1alpha1.SignerGrant{{SignerName: "example.com/s", DNSNames: []string{"web.*.svc"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "web", Spec: spec}}
+	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
+		switch ns {
+		case "trustsync":
+			return tenancy.Grants{}, true, nil
+		case "unlisted":
+			return tenancy.Grants{}, false, errors.New("not listed yet")
+		}
+		return tenancy.For(policies, ns, nil), false, nil
+	}
+	for _, tc := range []struct {
+		name, namespace, signer string
+		dns                     []string
+		grants                  grantsFunc
+		want, wantErr           string
+	}{
+		{name: "without enforcement nothing is refused", namespace: "apps", signer: "example.com/other"},
+		{name: "a name within the grant's patterns", grants: grants, namespace: "apps", signer: "example.com/s", dns: []string{"web.apps.svc"}},
+		{name: "no DNS name at all (a pod certificate whose signer sets none)", grants: grants, namespace: "apps", signer: "example.com/s"},
+		{name: "a name outside the patterns names the policy and the pattern", grants: grants, namespace: "apps", signer: "example.com/s", dns: []string{"db.apps.svc"},
+			want: `TrustPolicy web allows web.*.svc but not "db.apps.svc"`},
+		{name: "a signer not granted", grants: grants, namespace: "apps", signer: "example.com/other",
+			want: "namespace apps may not ask example.com/other for certificates: no TrustPolicy grants it"},
+		{name: "the release namespace is exempt", grants: grants, namespace: "trustsync", signer: "example.com/other"},
+		{name: "grants that cannot be told are retried, not decided", grants: grants, namespace: "unlisted", signer: "example.com/s",
+			wantErr: "cannot tell what namespace unlisted is granted: not listed yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			why, err := notGranted(context.Background(), tc.grants, tc.namespace, tc.signer, tc.dns)
+			if (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) {
+				t.Fatalf("error %v; want %q", err, tc.wantErr)
+			}
+			if (why == "") != (tc.want == "") || !strings.Contains(why, tc.want) {
+				t.Errorf("refusal %q; want one saying %q", why, tc.want)
+			}
+		})
+	}
+}
