@@ -14,7 +14,11 @@
 // It links no client: every binary, the sidecar included, may import it.
 package v1alpha1
 
-import "k8s.io/apimachinery/pkg/runtime/schema"
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+)
 
 // GroupVersion is trustsync.io/v1alpha1.
 var GroupVersion = schema.GroupVersion{Group: "trustsync.io", Version: "v1alpha1"}
@@ -32,3 +36,23 @@ const (
 	// ReasonConflict: another writer holds what the object would write.
 	ReasonConflict = "Conflict"
 )
+
+// FromStore decodes what an informer's store of unstructured objects of one kind holds,
+// skipping (and logging at level 2) what does not decode: a reader acts on every object
+// it can read, and one bad object must not hide the rest.
+func FromStore[T any](items []any, decode func(*unstructured.Unstructured) (T, error)) []T {
+	var out []T
+	for _, obj := range items {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		t, err := decode(u)
+		if err != nil {
+			klog.V(2).InfoS("Skipping an object that does not decode: it is not acted on", "kind", u.GetKind(), "name", u.GetName(), "err", err)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}

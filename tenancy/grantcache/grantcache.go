@@ -14,13 +14,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/tenancy"
@@ -114,21 +112,9 @@ func (c *Cache) Policies() []tenancy.Policy {
 	return c.parsed
 }
 
+// parse reads the policies as watched; one that does not decode grants nothing.
 func (c *Cache) parse() []tenancy.Policy {
-	var policies []*v1alpha1.TrustPolicy
-	for _, obj := range c.policies.GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		p, err := v1alpha1.TrustPolicyFromUnstructured(u)
-		if err != nil {
-			klog.V(2).InfoS("Skipping a TrustPolicy that does not decode: it grants nothing", "policy", u.GetName(), "err", err)
-			continue
-		}
-		policies = append(policies, p)
-	}
-	return tenancy.Parse(policies)
+	return tenancy.Parse(v1alpha1.FromStore(c.policies.GetStore().List(), v1alpha1.TrustPolicyFromUnstructured))
 }
 
 func (c *Cache) labels(ctx context.Context, namespace string) (map[string]string, error) {

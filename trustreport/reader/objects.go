@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -107,19 +106,7 @@ func (o *TrustObjects) Current() (trustfiles.Objects, bool) {
 	if !o.HasSynced() || !o.dirty.Swap(false) {
 		return o.current, false
 	}
-	var targets []*v1alpha1.TrustTarget
-	for _, obj := range o.targets.GetStore().List() {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
-		}
-		t, err := v1alpha1.TrustTargetFromUnstructured(u)
-		if err != nil {
-			klog.V(2).InfoS("Skipping a TrustTarget that does not decode", "target", u.GetName(), "err", err)
-			continue
-		}
-		targets = append(targets, t)
-	}
+	targets := v1alpha1.FromStore(o.targets.GetStore().List(), v1alpha1.TrustTargetFromUnstructured)
 	var namespaces []*metav1.PartialObjectMetadata
 	for _, obj := range o.namespaces.GetStore().List() {
 		if ns, ok := obj.(*metav1.PartialObjectMetadata); ok {

@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,13 +50,7 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	running := controller()
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
-	rotation := func() int {
-		out, code := cli.Run(t, "rotation", signer, "-o", "json")
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			return -1
-		}
-		return code
-	}
+	rotation := signerRotation(t, cli, signer, &r)
 	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 	oldCA := r.CurrentCA
 

@@ -137,13 +137,7 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	startObservedSigner(t, cp, namespace, signer, "--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=0")
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
-	rotation := func() int {
-		out, code := cli.Run(t, "rotation", signer, "-o", "json")
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			return -1
-		}
-		return code
-	}
+	rotation := signerRotation(t, cli, signer, &r)
 	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 
 	label := map[string]string{"objects-test": "signer-roots"}
@@ -183,6 +177,18 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	}
 	waitFor(t, "the new CA signing once both namespaces' ConfigMaps hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
 	waitEvent(t, cp, namespace, signer, "RotationProceeded", "and so do the 2 objects TrustTargets write from it")
+}
+
+// signerRotation returns what asks `kubectl trustsync rotation SIGNER -o json` into r,
+// returning its exit code (-1 when it printed no rotation).
+func signerRotation(t *testing.T, cli controlplane.Plugin, signer string, r *plugin.Rotation) func() int {
+	return func() int {
+		out, code := cli.Run(t, "rotation", signer, "-o", "json")
+		if err := json.Unmarshal([]byte(out), r); err != nil {
+			return -1
+		}
+		return code
+	}
 }
 
 // startObservedSigner runs a signer of its own in namespace, with observed
