@@ -49,6 +49,9 @@ func (x *injectedIndex) seed(ctx context.Context, keyOf func(v1alpha1.InjectedOb
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.written = cm.Data[v1alpha1.InjectedIndexKey]
+	if x.written == "" {
+		return nil // as the chart creates it: nothing listed yet
+	}
 	idx, err := v1alpha1.ParseInjectedIndex(x.written)
 	if err != nil {
 		klog.InfoS("The injected index does not read; it is written again from the objects", "configMap", x.ref, "err", err)

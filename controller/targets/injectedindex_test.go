@@ -89,3 +89,21 @@ func TestInjectedIndex_AnIndexThatDoesNotReadIsWrittenAgain(t *testing.T) {
 		t.Errorf("the index after a write: %v", err)
 	}
 }
+
+func TestInjectedIndex_TheChartsEmptyConfigMapIsWrittenAsTheIndex(t *testing.T) {
+	ctx := context.Background()
+	ref := types.NamespacedName{Namespace: "trustsync", Name: v1alpha1.InjectedIndexName}
+	client := fake.NewClientset(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: ref.Name,
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "Helm"}}})
+	x := newInjectedIndex(client, ref)
+	if err := x.seed(ctx, func(v1alpha1.InjectedObject) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cm, _ := client.CoreV1().ConfigMaps(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey]); err != nil || len(idx.Objects) != 0 {
+		t.Errorf("the index written over the chart's empty ConfigMap: %+v, %v; want an empty index", idx, err)
+	}
+}

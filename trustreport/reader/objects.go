@@ -131,8 +131,8 @@ func (o *TrustObjects) readIndex() *v1alpha1.InjectedIndex {
 		return nil
 	}
 	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok {
-		return nil
+	if !ok || cm.Data[v1alpha1.InjectedIndexKey] == "" {
+		return nil // not written yet (the chart creates it empty)
 	}
 	idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
 	if err != nil {

@@ -71,6 +71,9 @@ func (o *options) readInjected(ctx context.Context, core kubernetes.Interface) *
 	}
 	var out *v1alpha1.InjectedIndex
 	for _, cm := range list.Items {
+		if cm.Data[v1alpha1.InjectedIndexKey] == "" {
+			continue // not written yet
+		}
 		idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
 		if err != nil {
 			fmt.Fprintf(o.stderr, "warning: ConfigMap %s/%s: %s\n", safe(cm.Namespace), safe(cm.Name), safe(err.Error()))
