@@ -829,3 +829,18 @@ func TestChart_EveryBinaryAndTheChartAgreeOnTheVersion(t *testing.T) {
 		}
 	}
 }
+
+// The project's helm is stamped with the Kubernetes its client knows, as helm's own
+// release build is: `helm template` and `helm lint` work without --kube-version (an
+// unstamped helm assumes 1.20, which the chart's kubeVersion refuses).
+func TestChart_TheProjectsHelmRendersWithoutAKubeVersion(t *testing.T) {
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"template", "trustsync", "../../../charts/trustsync"}, {"lint", "../../../charts/trustsync"}} {
+		if out, err := exec.Command(filepath.Join(bin, "helm"), args...).CombinedOutput(); err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}

@@ -50,11 +50,15 @@ const (
 	bundleName  = "upgrade-corp"
 )
 
-// from is the commit the previous release is built from.
+// from is the commit the previous release is built from, in full.
 func from(t *testing.T) string {
 	t.Helper()
 	if c := os.Getenv("TRUSTSYNC_UPGRADE_FROM"); c != "" {
-		return c
+		full, err := resolveCommit(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return full
 	}
 	data, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
@@ -65,6 +69,17 @@ func from(t *testing.T) string {
 		t.Fatal("CHANGELOG.md names no commit to upgrade from (`commit <40 hex digits>`), and TRUSTSYNC_UPGRADE_FROM is not set")
 	}
 	return string(m[1])
+}
+
+// resolveCommit turns what make test-upgrade FROM= was given (a short commit, a tag, a
+// branch) into the full commit, or says why it cannot.
+func resolveCommit(c string) (string, error) {
+	out, err := exec.Command("git", "-C", root, "rev-parse", "--verify", "--quiet", c+"^{commit}").Output()
+	full := strings.TrimSpace(string(out))
+	if err != nil || len(full) != 40 {
+		return "", fmt.Errorf("FROM=%s (TRUSTSYNC_UPGRADE_FROM) is not a commit of this repository; give a commit, tag or branch git knows (git log --oneline)", c)
+	}
+	return full, nil
 }
 
 // run runs a command in dir, failing the test with its output.
