@@ -37,30 +37,7 @@ type csrHandler struct {
 	clock   clock.PassiveClock
 	metrics *Metrics
 	// grants, when set, enforces tenancy: what the requester's namespace is granted.
-	grants grantsFunc
-}
-
-// grantsFunc says what a namespace is granted (exempt: not checked).
-type grantsFunc func(ctx context.Context, namespace string) (g tenancy.Grants, exempt bool, err error)
-
-// notGranted is why a namespace may not have a certificate of signer for dnsNames,
-// "" when it may (or tenancy is not enforced); an error where the grants cannot be
-// told, to be tried again rather than decided.
-func notGranted(ctx context.Context, grants grantsFunc, namespace, signer string, dnsNames []string) (string, error) {
-	if grants == nil {
-		return "", nil
-	}
-	g, exempt, err := grants(ctx, namespace)
-	if err != nil {
-		return "", fmt.Errorf("cannot tell what namespace %s is granted: %w", namespace, err)
-	}
-	if exempt {
-		return "", nil
-	}
-	if _, err := g.Certificate(signer, dnsNames); err != nil {
-		return err.Error(), nil
-	}
-	return "", nil
+	grants tenancy.Lookup
 }
 
 var errCANotReady = errors.New("the signing CA is not loaded yet")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 // pcrKey names one PodCertificateRequest of one signer in the work queue.
@@ -50,7 +51,7 @@ type pcrHandler struct {
 	// all renew together.
 	refreshAt func() float64
 	// grants, when set, enforces tenancy: what the pod's namespace is granted.
-	grants grantsFunc
+	grants tenancy.Lookup
 }
 
 func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {

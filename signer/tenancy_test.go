@@ -31,7 +31,7 @@ func TestNotGranted_ARequestIsDecidedByItsNamespacesGrantsOrRetried(t *testing.T
 	for _, tc := range []struct {
 		name, namespace, signer string
 		dns                     []string
-		grants                  grantsFunc
+		grants                  tenancy.Lookup
 		want, wantErr           string
 	}{
 		{name: "without enforcement nothing is refused", namespace: "apps", signer: "example.com/other"},

@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
@@ -19,6 +20,11 @@ type Ask struct {
 	Signer   string
 	DNSNames []string
 }
+
+// Lookup says what a namespace is granted, or that it is exempt (trustsync's own
+// namespace, never checked); an error where that cannot be told yet. Every place
+// that enforces asks through one (tenancy/grantcache's Cache.For).
+type Lookup func(ctx context.Context, namespace string) (g Grants, exempt bool, err error)
 
 // Check returns nil when the grants cover every ask, or an error naming the first
 // that is not covered, where it was asked, and how to see the grants. lookup says a

@@ -26,7 +26,7 @@ type podAdmission struct {
 	namespaces NamespaceAnnotations
 	nativeAPIs func() injector.NativeAPIs
 	nodeAgent  func() bool
-	grants     Grants // nil: tenancy not enforced
+	grants     tenancy.Lookup // nil: tenancy not enforced
 	metrics    *Metrics
 }
 
@@ -98,16 +98,15 @@ func (a *podAdmission) checkGrants(ctx context.Context, ar kwhmodel.AdmissionRev
 		return nil
 	}
 	g, exempt, err := a.grants(ctx, ar.Namespace)
-	if err == nil && exempt {
-		return nil
-	}
-	if err == nil {
-		err = g.Check(asks, nil)
-	} else {
+	switch {
+	case err != nil:
 		err = fmt.Errorf("cannot tell what namespace %s is granted: %w", ar.Namespace, err)
-	}
-	if err == nil {
+	case exempt:
 		return nil
+	default:
+		if err = g.Check(asks, nil); err == nil {
+			return nil
+		}
 	}
 	a.metrics.injections.WithLabelValues(outcomeDenied, "").Inc()
 	a.metrics.outcome(routeMutatePods, outcomeDenied)

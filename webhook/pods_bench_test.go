@@ -24,13 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
-	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/tenancy/grantcache"
 )
 
@@ -297,12 +293,7 @@ func tenantPodHandler(b *testing.B) http.Handler {
 	if g, _, err := c.For(ctx, "apps"); err != nil || len(g.Signers) != 1 {
 		b.Fatalf("apps' grants: %+v, %v; want policy-42's", g, err)
 	}
-	pol, _ := policy.Parse(nil)
-	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: prometheus.NewRegistry(),
-		Injector: injector.Config{Namespace: "trustsync-system"}, Grants: c.For})
-	if err != nil {
-		b.Fatal(err)
-	}
+	h := enforcingPodServer(b, nil, c.For).handler
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(podReviewBody(b))))
 	if !strings.Contains(rec.Body.String(), `"allowed":true`) {

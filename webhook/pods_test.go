@@ -16,14 +16,22 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 func podServer(t testing.TB, namespaces NamespaceAnnotations) *testServer {
 	t.Helper()
+	return enforcingPodServer(t, namespaces, nil)
+}
+
+// enforcingPodServer serves pods with trustsync-system as the release namespace, and
+// tenancy enforced through grants where given.
+func enforcingPodServer(t testing.TB, namespaces NamespaceAnnotations, grants tenancy.Lookup) *testServer {
+	t.Helper()
 	pol, _ := policy.Parse(nil)
 	reg := prometheus.NewRegistry()
 	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: reg,
-		Injector: injector.Config{Namespace: "trustsync-system"}, Namespaces: namespaces})
+		Injector: injector.Config{Namespace: "trustsync-system"}, Namespaces: namespaces, Grants: grants})
 	if err != nil {
 		t.Fatal(err)
 	}

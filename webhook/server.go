@@ -69,13 +69,9 @@ type Config struct {
 	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
 	// DefaultReviewBytesInFlight.
 	ReviewBytesInFlight int64
-	// Grants, when set, enforces tenancy on pods: what a namespace is granted, or
-	// exempt for trustsync's own namespace.
-	Grants Grants
+	// Grants, when set, enforces tenancy on pods.
+	Grants tenancy.Lookup
 }
-
-// Grants says what a namespace is granted (exempt: not checked).
-type Grants func(ctx context.Context, namespace string) (g tenancy.Grants, exempt bool, err error)
 
 // NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
 func NewHandler(cfg Config) (http.Handler, error) {
@@ -173,7 +169,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // caBundle; a nil campaign lets every replica write.
 // watchGrants keeps the namespaces' grants from watches of the TrustPolicies and
 // namespaces; namespace, trustsync's own, is exempt.
-func watchGrants(ctx context.Context, restCfg *rest.Config, namespace string) (Grants, func() bool, error) {
+func watchGrants(ctx context.Context, restCfg *rest.Config, namespace string) (tenancy.Lookup, func() bool, error) {
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		return nil, nil, err
@@ -251,7 +247,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return err == nil
 	}
 	factory.Start(ctx.Done())
-	var grants Grants
+	var grants tenancy.Lookup
 	grantsSynced := func() bool { return true }
 	if o.TenancyEnforced {
 		if grants, grantsSynced, err = watchGrants(ctx, restCfg, o.Namespace); err != nil {

@@ -6,15 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
-	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/tenancy"
 )
 
@@ -39,14 +36,7 @@ func tenantServer(t *testing.T) *testServer {
 		}
 		return tenancy.For(policies, ns, nil), false, nil
 	}
-	pol, _ := policy.Parse(nil)
-	reg := prometheus.NewRegistry()
-	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: reg,
-		Injector: injector.Config{Namespace: "trustsync-system"}, Grants: grants})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testServer{handler: h, registry: reg}
+	return enforcingPodServer(t, nil, grants)
 }
 
 func TestPodAdmission_TenancyRefusesWhatANamespaceIsNotGranted(t *testing.T) {

@@ -36,16 +36,7 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	startObservedSigner(t, cp, namespace, signer, "--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=0", "--injected-index="+index)
 	controller := func() *controlplane.Process {
 		p, err := cp.StartController("--namespace="+namespace, "--injected-index="+index, "--targets=false", "--federation=false")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("controller log:\n%s", p.Tail())
-			}
-			p.Stop(10 * time.Second)
-		})
-		return p
+		return untilTheEnd(t, "controller", p, err)
 	}
 	running := controller()
 	cli := controlplane.NewPlugin(t, cp)

@@ -199,15 +199,23 @@ func startObservedSigner(t *testing.T, cp *controlplane.ControlPlane, namespace,
 		t.Fatal(err)
 	}
 	p, err := cp.StartSigner(append([]string{"--namespace=" + namespace, "--signer-name=" + signer, "--ca-propagation=observed", "--ca-propagation-window=1h"}, extra...)...)
+	untilTheEnd(t, "signer", p, err)
+}
+
+// untilTheEnd fails the test if the process could not start, and otherwise stops it
+// when the test ends, showing its log if the test failed.
+func untilTheEnd(t *testing.T, name string, p *controlplane.Process, err error) *controlplane.Process {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("signer log:\n%s", p.Tail())
+			t.Logf("%s log:\n%s", name, p.Tail())
 		}
 		p.Stop(10 * time.Second)
 	})
+	return p
 }
 
 // writeReport makes pod's node report that the pod's ca.pem holds anchors.
