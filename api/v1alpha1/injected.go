@@ -40,7 +40,8 @@ type InjectedIndex struct {
 	// MaxInjectedIndexBytes): their readers are not observed, and a rotation waits
 	// its floor for them.
 	Omitted int `json:"omitted,omitempty"`
-	// Unreadable says why a reader could not read the index (never written).
+	// Unreadable says why a reader could not read the index, or some of its objects
+	// (never written): what it says is not observed.
 	Unreadable string `json:"-"`
 }
 
@@ -98,8 +99,9 @@ func EncodeInjectedIndex(objects []InjectedObject) (string, int) {
 	return buf.String(), len(sorted) - n
 }
 
-// ParseInjectedIndex reads the index's JSON; each listed object must name its kind
-// and name, and carry valid sources and anchor IDs.
+// ParseInjectedIndex reads the index's JSON: an error where it is not an index at
+// all. An object that does not read (no kind or name, invalid sources, a bad anchor
+// ID) is left out and the others kept; Unreadable then names the first and how many.
 func ParseInjectedIndex(data string) (*InjectedIndex, error) {
 	dec := json.NewDecoder(strings.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -107,20 +109,36 @@ func ParseInjectedIndex(data string) (*InjectedIndex, error) {
 	if err := dec.Decode(&idx); err != nil {
 		return nil, fmt.Errorf("the injected index is not an index's JSON: %w", err)
 	}
-	for i, o := range idx.Objects {
-		if o.Kind == "" || o.Name == "" {
-			return nil, fmt.Errorf("the injected index's object %d names no kind or name", i)
+	var bad []error
+	idx.Objects = slices.DeleteFunc(idx.Objects, func(o InjectedObject) bool {
+		err := checkInjectedObject(o)
+		if err != nil {
+			bad = append(bad, err)
 		}
-		if errs := ValidateSources(o.Sources, nil); len(errs) > 0 {
-			return nil, fmt.Errorf("the injected index's %s: %w", o.Ref(), errs.ToAggregate())
-		}
-		for _, a := range o.Anchors {
-			if !IsAnchorID(a) {
-				return nil, fmt.Errorf("the injected index's %s holds %q, which is not an anchor ID", o.Ref(), a)
-			}
-		}
+		return err != nil
+	})
+	switch {
+	case len(bad) == 1:
+		idx.Unreadable = bad[0].Error()
+	case len(bad) > 1:
+		idx.Unreadable = fmt.Sprintf("%v, and %d more objects", bad[0], len(bad)-1)
 	}
 	return &idx, nil
+}
+
+func checkInjectedObject(o InjectedObject) error {
+	if o.Kind == "" || o.Name == "" {
+		return fmt.Errorf("the injected index lists an object without a kind or name (%q %q)", o.Kind, o.Name)
+	}
+	if errs := ValidateSources(o.Sources, nil); len(errs) > 0 {
+		return fmt.Errorf("the injected index's %s: %w", o.Ref(), errs.ToAggregate())
+	}
+	for _, a := range o.Anchors {
+		if !IsAnchorID(a) {
+			return fmt.Errorf("the injected index's %s holds %q, which is not an anchor ID", o.Ref(), a)
+		}
+	}
+	return nil
 }
 
 // ParseInjectedIndexRef reads the --injected-index flag: "NAMESPACE/NAME", or "" for

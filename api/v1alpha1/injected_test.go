@@ -48,19 +48,44 @@ func TestInjectedIndex_BeyondItsBoundObjectsAreCountedNotListed(t *testing.T) {
 	}
 }
 
-func TestParseInjectedIndex_RefusesWhatNoControllerWrites(t *testing.T) {
+func TestParseInjectedIndex_RefusesWhatIsNoIndex(t *testing.T) {
 	for _, tc := range []struct{ name, data, want string }{
 		{"not JSON", "{", "not an index's JSON"},
 		{"an unknown field", `{"objects":[],"extra":1}`, "unknown field"},
-		{"an object without a name", `{"objects":[{"kind":"ConfigMap","sources":[{"name":"corp","path":"ca.pem"}]}]}`, "names no kind or name"},
-		{"invalid sources", `{"objects":[{"kind":"ConfigMap","name":"x","sources":[]}]}`, "ConfigMap x"},
-		{"a bad anchor", `{"objects":[{"kind":"ConfigMap","namespace":"a","name":"x","sources":[{"name":"corp","path":"ca.pem"}],"anchors":["nope"]}]}`, `ConfigMap a/x holds "nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := ParseInjectedIndex(tc.data); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v; want one saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// One object no controller would write leaves the others read: it is left out and
+// named, so that only its readers go unobserved.
+func TestParseInjectedIndex_AnObjectThatDoesNotReadLeavesTheOthers(t *testing.T) {
+	good := `{"kind":"ConfigMap","namespace":"a","name":"good","sources":[{"name":"corp","path":"ca.pem"}]}`
+	for _, tc := range []struct{ name, bad, want string }{
+		{"an object without a name", `{"kind":"ConfigMap","sources":[{"name":"corp","path":"ca.pem"}]}`, "lists an object without a kind or name"},
+		{"invalid sources", `{"kind":"ConfigMap","name":"x","sources":[]}`, "the injected index's ConfigMap x"},
+		{"a bad anchor", `{"kind":"ConfigMap","namespace":"a","name":"x","sources":[{"name":"corp","path":"ca.pem"}],"anchors":["nope"]}`, `ConfigMap a/x holds "nope"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx, err := ParseInjectedIndex(`{"objects":[` + tc.bad + `,` + good + `]}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(idx.Objects) != 1 || idx.Objects[0].Name != "good" {
+				t.Errorf("objects %+v; want the good one alone", idx.Objects)
+			}
+			if !strings.Contains(idx.Unreadable, tc.want) {
+				t.Errorf("unreadable %q; want it to say %q", idx.Unreadable, tc.want)
+			}
+		})
+	}
+	idx, err := ParseInjectedIndex(`{"objects":[{"kind":"ConfigMap","name":"x","sources":[]},{"kind":"ConfigMap","name":"y","sources":[]},` + good + `]}`)
+	if err != nil || len(idx.Objects) != 1 || !strings.Contains(idx.Unreadable, "and 1 more objects") {
+		t.Errorf("two bad objects: %+v, %v; want the good one kept and both counted", idx, err)
 	}
 }
 

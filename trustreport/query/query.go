@@ -695,7 +695,7 @@ func (c Cluster) unindexed() []string {
 	case c.Injected == nil:
 		return nil
 	case c.Injected.Unreadable != "":
-		return []string{"the controller's index of annotated objects does not read (" + c.Injected.Unreadable + "): their readers are not observed"}
+		return []string{"the controller's index of annotated objects does not read in full (" + c.Injected.Unreadable + "): the readers of what it leaves out are not observed"}
 	case c.Injected.Omitted > 0:
 		return []string{fmt.Sprintf("%d annotated objects are not in the controller's index (it is full): their readers are not observed", c.Injected.Omitted)}
 	}

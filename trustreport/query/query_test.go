@@ -256,7 +256,7 @@ func TestProgress_AnnotatedObjectsAreWaitedForByTheControllersIndex(t *testing.T
 			unobserved: "7 annotated objects are not in the controller's index (it is full): their readers are not observed", done: true},
 		{name: "an index that does not read is named",
 			index:      &v1alpha1.InjectedIndex{Unreadable: "bad JSON"},
-			unobserved: "the controller's index of annotated objects does not read (bad JSON): their readers are not observed", done: true},
+			unobserved: "the controller's index of annotated objects does not read in full (bad JSON): the readers of what it leaves out are not observed", done: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Cluster{Injected: tc.index}.Progress(newID, []*certificatesv1.ClusterTrustBundle{corp})

@@ -136,8 +136,10 @@ func (o *TrustObjects) readIndex() *v1alpha1.InjectedIndex {
 	}
 	idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
 	if err != nil {
-		klog.InfoS("The injected index does not read; annotated objects are not observed until it does", "configMap", o.indexRef, "err", err)
-		return &v1alpha1.InjectedIndex{Unreadable: err.Error()}
+		idx = &v1alpha1.InjectedIndex{Unreadable: err.Error()}
+	}
+	if idx.Unreadable != "" {
+		klog.InfoS("The injected index does not read in full; what it leaves out is not observed until it does", "configMap", o.indexRef, "why", idx.Unreadable)
 	}
 	return idx
 }

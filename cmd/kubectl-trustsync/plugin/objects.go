@@ -76,8 +76,10 @@ func (o *options) readInjected(ctx context.Context, core kubernetes.Interface) *
 		}
 		idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
 		if err != nil {
-			fmt.Fprintf(o.stderr, "warning: ConfigMap %s/%s: %s\n", safe(cm.Namespace), safe(cm.Name), safe(err.Error()))
 			idx = &v1alpha1.InjectedIndex{Unreadable: err.Error()}
+		}
+		if idx.Unreadable != "" {
+			fmt.Fprintf(o.stderr, "warning: ConfigMap %s/%s: %s\n", safe(cm.Namespace), safe(cm.Name), safe(idx.Unreadable))
 		}
 		if out == nil {
 			out = idx

@@ -26,7 +26,8 @@ import (
 // trust only through the index). While the controller is stopped, the index keeps
 // the old CA's content: `rotation` names both objects and the pod, and the new CA
 // does not sign though the floor is 0. Once the controller runs again and the pod's
-// node reports the new CA, the new CA signs, the Event counting the objects.
+// node reports the new CA, the new CA signs, the Event counting the objects. An
+// object in the index that does not read is named and leaves the others counted.
 func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testing.T) {
 	const namespace, signer, appNS = "injected-signer", "example.com/injected", "injected-apps"
 	index := namespace + "/" + v1alpha1.InjectedIndexName
@@ -126,6 +127,23 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	waitEvent(t, cp, namespace, signer, "RotationWaiting", "annotated ValidatingWebhookConfiguration "+hook+" (its content does not hold it yet)")
 	if rotation(); r.Phase != "Waiting" {
 		t.Fatalf("the new CA signs while the annotated objects lack it: %+v", r)
+	}
+
+	// An object in the index that no controller would write (a hand edit) is named,
+	// and leaves the others counted.
+	cm, err := admin.CoreV1().ConfigMaps(namespace).Get(ctx, v1alpha1.InjectedIndexName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[v1alpha1.InjectedIndexKey] = strings.Replace(cm.Data[v1alpha1.InjectedIndexKey], `{"objects":[`, `{"objects":[{"kind":"ConfigMap","name":"forged","sources":[]},`, 1)
+	if _, err := admin.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "rotation naming the object that does not read", func() bool {
+		return rotation() == 3 && len(r.Unobserved) == 1 && strings.Contains(r.Unobserved[0], "ConfigMap forged")
+	})
+	if len(r.Objects) != 2 || r.Expected != 1 {
+		t.Errorf("with one object of the index unreadable, rotation counts %d objects and %d pods; want the 2 objects and the pod still counted", len(r.Objects), r.Expected)
 	}
 
 	controller()

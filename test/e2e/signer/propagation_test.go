@@ -180,10 +180,11 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 }
 
 // signerRotation returns what asks `kubectl trustsync rotation SIGNER -o json` into r,
-// returning its exit code (-1 when it printed no rotation).
+// returning its exit code (-1 when it printed no rotation). Warnings on stderr are not
+// part of the answer.
 func signerRotation(t *testing.T, cli controlplane.Plugin, signer string, r *plugin.Rotation) func() int {
 	return func() int {
-		out, code := cli.Run(t, "rotation", signer, "-o", "json")
+		out, _, code := cli.Output(t, "rotation", signer, "-o", "json")
 		if err := json.Unmarshal([]byte(out), r); err != nil {
 			return -1
 		}
