@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -21,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/watch"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 // DriverName is the agent's CSI driver name.
@@ -61,6 +63,11 @@ type Config struct {
 	// FirstSyncTimeout bounds how long a publish waits for the sources and the
 	// certificate, so the pod's Event says why well before the kubelet's own timeout.
 	FirstSyncTimeout time.Duration
+	// Grants, when set, enforces tenancy: a volume asking for what its namespace is
+	// not granted is not mounted, and a running volume leaves out a bundle no longer
+	// granted. Bundles says what a bundle asked for by name is labelled.
+	Grants  tenancy.Lookup
+	Bundles tenancy.BundleLookup
 }
 
 // Manager publishes, keeps current and removes the volumes of the pods on its node.
@@ -115,6 +122,9 @@ func (m *Manager) Publish(ctx context.Context, req csi.PublishRequest) (err erro
 	if err != nil {
 		return csi.InvalidArgument("%v", err)
 	}
+	if err := m.granted(ctx, pod.Namespace, spec.Asks(fmt.Sprintf("volume %s (%s)", volumeName(req.TargetPath), DriverName))); err != nil {
+		return csi.PermissionDenied("pod %s: %v", pod, err)
+	}
 	p, err := m.cfg.Pods.Get(ctx, pod.Namespace, pod.Name)
 	switch {
 	case err != nil:
@@ -162,6 +172,42 @@ func (m *Manager) Publish(ctx context.Context, req csi.PublishRequest) (err erro
 	m.start(v)
 	klog.InfoS("Published volume", "pod", klog.KRef(pod.Namespace, pod.Name), "volumeID", req.VolumeID, "paths", len(v.plan.Paths()), "took", time.Since(start))
 	return nil
+}
+
+// granted returns nil when the namespace is granted every ask (or tenancy is not
+// enforced), or why not. The webhook checked the same at admission; its failure
+// policy may have let the pod through, and this is where the files are written.
+func (m *Manager) granted(ctx context.Context, namespace string, asks []tenancy.Ask) error {
+	if m.cfg.Grants == nil || len(asks) == 0 {
+		return nil
+	}
+	g, exempt, err := m.cfg.Grants(ctx, namespace)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot tell what namespace %s is granted: %w", namespace, err)
+	case exempt:
+		return nil
+	}
+	return g.Check(asks, m.cfg.Bundles)
+}
+
+// admit says, at each sync of a running volume of namespace, whether a bundle is
+// granted now: nil without enforcement.
+func (m *Manager) admit(namespace string) func(*certificatesv1.ClusterTrustBundle) error {
+	if m.cfg.Grants == nil {
+		return nil
+	}
+	return func(b *certificatesv1.ClusterTrustBundle) error {
+		g, exempt, err := m.cfg.Grants(m.ctx, namespace)
+		switch {
+		case err != nil:
+			return fmt.Errorf("cannot tell what namespace %s is granted: %w", namespace, err)
+		case exempt:
+			return nil
+		}
+		_, err = g.Bundle(tenancy.Bundle{Name: b.Name, SignerName: b.Spec.SignerName, Labels: b.Labels})
+		return err
+	}
 }
 
 // refreshToken keeps a republished volume's renewed token.

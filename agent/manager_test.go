@@ -1,14 +1,20 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/agent/csi"
 	"github.com/trustsync/trustsync/agent/store"
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 func TestPodToken_TakesTheConfiguredAudienceOnly(t *testing.T) {
@@ -72,5 +78,72 @@ func TestAppOwner_IsTheUIDOfTheContainerMountingTheVolume(t *testing.T) {
 				t.Fatalf("appOwner = %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The agent checks a volume's asks again at mount, as the webhook did at admission
+// (whose failure policy may have let the pod through), and fails the mount with the
+// same message.
+func TestGranted_AVolumeAskingWhatItsNamespaceIsNotGrantedIsNotMounted(t *testing.T) {
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}},
+		Signers: []v1alpha1.SignerGrant{{SignerName: "trustsync.io/workload", DNSNames: []string{"*.ten-a.svc"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
+	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
+		switch ns {
+		case "trustsync-system":
+			return tenancy.Grants{}, true, nil
+		case "unknown":
+			return tenancy.Grants{}, false, errors.New("the TrustPolicies and namespaces have not been listed yet")
+		}
+		return tenancy.For(policies, ns, map[string]string{"team": ns[len(ns)-1:]}), false, nil
+	}
+	volume := func(attrs string) contract.Spec {
+		t.Helper()
+		s, err := contract.SpecFromAttributes(map[string]string{contract.FlagSources: attrs}, "/files", "/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	withCert := volume(`[{"name": "corp-a", "path": "ca.pem"}]`)
+	withCert.Certificate = &contract.Certificate{Signer: "trustsync.io/workload", DNSNames: []string{"api.ten-b.svc"}}
+	tests := []struct {
+		name, namespace string
+		spec            contract.Spec
+		wantErr         string
+	}{
+		{name: "a granted bundle mounts", namespace: "ten-a", spec: volume(`[{"name": "corp-a", "path": "ca.pem"}]`)},
+		{name: "an ungranted bundle fails the mount, naming it and the command", namespace: "ten-a", spec: volume(`[{"name": "corp-b", "path": "ca.pem"}]`),
+			wantErr: "volume roots (csi.trustsync.io): namespace ten-a may not trust bundle corp-b: no TrustPolicy grants it; kubectl trustsync grants -n ten-a"},
+		{name: "a namespace no policy selects is granted nothing", namespace: "ten-b", spec: volume(`[{"name": "corp-a", "path": "ca.pem"}]`),
+			wantErr: "namespace ten-b may not trust bundle corp-a"},
+		{name: "a certificate for a name outside the pattern fails the mount", namespace: "ten-a", spec: withCert,
+			wantErr: `namespace ten-a may not ask trustsync.io/workload for DNS names api.ten-b.svc: TrustPolicy team-a allows *.ten-a.svc but not "api.ten-b.svc"`},
+		{name: "the agent's own namespace is exempt", namespace: "trustsync-system", spec: volume(`[{"name": "corp-b", "path": "ca.pem"}]`)},
+		{name: "the public roots are always granted", namespace: "ten-b", spec: volume(`[{"defaultCAs": true, "path": "ca.pem"}]`)},
+		{name: "grants that cannot be told fail the mount, saying why", namespace: "unknown", spec: volume(`[{"name": "corp-a", "path": "ca.pem"}]`),
+			wantErr: "cannot tell what namespace unknown is granted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{cfg: Config{Grants: grants}}
+			err := m.granted(context.Background(), tc.namespace, tc.spec.Asks("volume roots (csi.trustsync.io)"))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("granted = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("granted = %v\nwant an error containing %s", err, tc.wantErr)
+			}
+		})
+	}
+	if err := (&Manager{}).granted(context.Background(), "ten-b", volume(`[{"name": "corp-b", "path": "ca.pem"}]`).Asks("v")); err != nil {
+		t.Errorf("without enforcement a volume was refused: %v", err)
 	}
 }

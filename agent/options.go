@@ -42,7 +42,12 @@ type Options struct {
 	PodsDir string
 	// InjectedIndex is NAMESPACE/NAME of the controller's index of annotated
 	// objects: the pods mounting those are observed too. Empty: they are not.
-	InjectedIndex   string
+	InjectedIndex string
+	// TenancyEnforced refuses to mount what the pod's namespace is not granted, and
+	// leaves out of running volumes any bundle no longer granted; Namespace (the
+	// agent's own, from $POD_NAMESPACE) is exempt.
+	TenancyEnforced bool
+	Namespace       string
 	ObserveEvery    time.Duration
 	ReportInterval  time.Duration
 	ReportHeartbeat time.Duration
@@ -55,6 +60,7 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		NodeName:         os.Getenv("NODE_NAME"),
+		Namespace:        os.Getenv("POD_NAMESPACE"),
 		Endpoint:         "unix:///csi/csi.sock",
 		RegistrationDir:  "/registration",
 		KubeletEndpoint:  "/var/lib/kubelet/plugins/" + DriverName + "/csi.sock",
@@ -95,6 +101,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReapEvery, "reap-interval", o.ReapEvery, "How often to look for volumes whose pods are gone without the kubelet having unpublished them.")
 	fs.StringVar(&o.PodsDir, "pods-dir", o.PodsDir, "The kubelet's pods directory, as this container sees it: the agent reads the trust files of the node's pods there (whichever delivery wrote them, trust files alone) and reports what each holds in the node's NodeTrustReport. Empty observes and reports nothing.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap in which the controller lists the ConfigMaps and Secrets annotation injection fills (the chart's: RELEASE-NAMESPACE/"+v1alpha1.InjectedIndexName+"): pods mounting those are observed like those mounting a TrustTarget's. Empty: they are not. Only that ConfigMap is read.")
+	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Fail the mount of a volume asking for a bundle or a signer its pod's namespace's TrustPolicies do not grant (the webhook's failure policy may have let the pod through), and leave out of every running volume, at its next sync, a bundle its namespace is no longer granted (a policy edited or deleted, a bundle relabelled). --namespace is exempt. The TrustPolicies, namespaces and bundles' labels are watched.")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The agent's own namespace (default: $POD_NAMESPACE), exempt from --tenancy-enforced.")
 	fs.DurationVar(&o.ObserveEvery, "observe-interval", o.ObserveEvery, "How often to look at the node's trust files for a change. Only a file whose inode, size or modification time changed is read again.")
 	fs.DurationVar(&o.ReportInterval, "report-interval", o.ReportInterval, "The least time between two writes of the node's NodeTrustReport: changes within it are written together.")
 	fs.DurationVar(&o.ReportHeartbeat, "report-heartbeat", o.ReportHeartbeat, "Write the report at least this often even when nothing changed, so that its updatedAt tells a running agent from a stopped one.")
@@ -135,6 +143,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PodsDir != "" && (o.ObserveEvery == 0 || o.ReportHeartbeat == 0) {
 		errs = append(errs, errors.New("--observe-interval and --report-heartbeat must be positive while --pods-dir is set"))
+	}
+	if o.TenancyEnforced && o.Namespace == "" {
+		errs = append(errs, errors.New("--tenancy-enforced needs --namespace (or $POD_NAMESPACE): the agent's own namespace is exempt"))
 	}
 	if o.FirstSyncTimeout == 0 || o.ReapEvery == 0 {
 		errs = append(errs, errors.New("--first-sync-timeout and --reap-interval must be positive"))

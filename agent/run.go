@@ -37,6 +37,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
+	"github.com/trustsync/trustsync/tenancy/grantcache"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
@@ -79,10 +80,18 @@ func Run(ctx context.Context, o *Options) error {
 	m.Register(registry)
 	reg := &registration.Server{Driver: DriverName, Endpoint: o.KubeletEndpoint, Versions: CSIVersions}
 	pods := NewNodePods(podsClient, o.NodeName)
+	var grants *grantcache.Cache
+	if o.TenancyEnforced {
+		if grants, err = grantcache.NewForConfig(cfg, o.Namespace, 10*time.Minute); err != nil {
+			return err
+		}
+	}
 	notReady := func() string {
 		switch {
 		case !pods.HasSynced():
 			return "the node's pods have not listed yet"
+		case grants != nil && !grants.HasSynced():
+			return "the TrustPolicies, namespaces and bundles' labels (--tenancy-enforced) have not listed yet"
 		case o.RegistrationDir != "" && !reg.Registered():
 			// The usual cause: the kubelet's root directory is not where the chart
 			// mounted it from, so the kubelet never sees the registration socket and
@@ -99,20 +108,33 @@ func Run(ctx context.Context, o *Options) error {
 	}
 
 	watches := watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
-	if _, err := watches.Discover(ctx); err != nil {
+	served, err := watches.Discover(ctx)
+	if err != nil {
 		return err
+	}
+	mcfg := Config{
+		NodeName: o.NodeName, Store: store.Store{Root: o.DataDir}, Mounter: mounter, REST: cfg, Registry: watches, Pods: pods,
+		TokenAudience: o.TokenAudience, FirstSyncTimeout: o.FirstSyncTimeout,
+	}
+	if grants != nil {
+		grants.WatchBundles(served, 10*time.Minute)
+		go grants.Run(ctx)
+		mcfg.Grants, mcfg.Bundles = grants.For, grants.Bundle
+		klog.InfoS("Enforcing TrustPolicies on volumes", "exempt", o.Namespace, "bundleAPIs", served.APIs())
 	}
 	go watches.Run(ctx, o.DiscoveryEvery)
 	go pods.Run(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
-		return nil // stopping before the pods listed
+	synced := []cache.InformerSynced{pods.HasSynced}
+	if grants != nil {
+		synced = append(synced, grants.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // stopping before the pods (and grants) listed
 	}
 	events := podevents.NewBroadcaster(ctx, core, "trustsync-agent")
 	defer events.Shutdown()
-	manager := NewManager(ctx, Config{
-		NodeName: o.NodeName, Store: store.Store{Root: o.DataDir}, Mounter: mounter, REST: cfg, Registry: watches, Pods: pods,
-		Events: events, TokenAudience: o.TokenAudience, FirstSyncTimeout: o.FirstSyncTimeout,
-	}, m)
+	mcfg.Events = events
+	manager := NewManager(ctx, mcfg, m)
 	if err := manager.Adopt(ctx); err != nil {
 		return err
 	}

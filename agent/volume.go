@@ -103,7 +103,7 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 	a, err := pipeline.Assemble(pipeline.Parts{Spec: spec, Plan: v.plan, Sources: v.sources, Writer: writer,
 		Events:   m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID}),
 		Observer: m.metrics.observer(), ReloadTargets: targets, CSRs: csrs,
-		Identity: identity, PodName: rec.Pod.Name, PodUID: rec.Pod.UID})
+		Identity: identity, PodName: rec.Pod.Name, PodUID: rec.Pod.UID, Admit: m.admit(rec.Pod.Namespace)})
 	if err != nil {
 		v.sources.Close()
 		return nil, err

@@ -65,13 +65,7 @@ func VolumeAsks(pod *corev1.Pod) []tenancy.Ask {
 			if err != nil {
 				continue // the agent refuses to mount it, saying why
 			}
-			where := fmt.Sprintf("volume %s (%s)", v.Name, contract.CSIDriverName)
-			for i := range spec.Sources {
-				asks = append(asks, tenancy.Ask{Where: where, Source: &spec.Sources[i]})
-			}
-			if c := spec.Certificate; c != nil {
-				asks = append(asks, tenancy.Ask{Where: where, Signer: c.Signer, DNSNames: c.DNSNames})
-			}
+			asks = append(asks, spec.Asks(fmt.Sprintf("volume %s (%s)", v.Name, contract.CSIDriverName))...)
 		}
 	}
 	return asks

@@ -26,10 +26,14 @@ type Ask struct {
 // that enforces asks through one (tenancy/grantcache's Cache.For).
 type Lookup func(ctx context.Context, namespace string) (g Grants, exempt bool, err error)
 
+// BundleLookup says what a bundle asked for by name is (its signer and labels), when
+// it exists; a grant of a signer's bundles by label covers it only then.
+type BundleLookup func(name string) (Bundle, bool)
+
 // Check returns nil when the grants cover every ask, or an error naming the first
 // that is not covered, where it was asked, and how to see the grants. lookup says a
 // bundle's signer and labels by name, where known (nil: by its name alone).
-func (g Grants) Check(asks []Ask, lookup func(name string) (Bundle, bool)) error {
+func (g Grants) Check(asks []Ask, lookup BundleLookup) error {
 	for _, a := range asks {
 		var err error
 		switch {

@@ -102,7 +102,7 @@ func (g Grants) Bundle(b Bundle) (string, error) {
 // a signer's bundles only when one grant covers all that the selector can select (the
 // grant's label requirements are among the source's), so that a bundle labelled later
 // never widens what was granted.
-func (g Grants) Source(src v1alpha1.Source, lookup func(name string) (Bundle, bool)) error {
+func (g Grants) Source(src v1alpha1.Source, lookup BundleLookup) error {
 	switch {
 	case src.DefaultCAs, src.ConfigMap != nil, src.Secret != nil:
 		return nil

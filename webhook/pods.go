@@ -27,6 +27,7 @@ type podAdmission struct {
 	nativeAPIs func() injector.NativeAPIs
 	nodeAgent  func() bool
 	grants     tenancy.Lookup // nil: tenancy not enforced
+	bundles    tenancy.BundleLookup
 	metrics    *Metrics
 }
 
@@ -104,7 +105,7 @@ func (a *podAdmission) checkGrants(ctx context.Context, ar kwhmodel.AdmissionRev
 	case exempt:
 		return nil
 	default:
-		if err = g.Check(asks, nil); err == nil {
+		if err = g.Check(asks, a.bundles); err == nil {
 			return nil
 		}
 	}

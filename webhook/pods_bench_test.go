@@ -293,7 +293,7 @@ func tenantPodHandler(b *testing.B) http.Handler {
 	if g, _, err := c.For(ctx, "apps"); err != nil || len(g.Signers) != 1 {
 		b.Fatalf("apps' grants: %+v, %v; want policy-42's", g, err)
 	}
-	h := enforcingPodServer(b, nil, c.For).handler
+	h := enforcingPodServer(b, nil, c.For, c.Bundle).handler
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, bytes.NewReader(podReviewBody(b))))
 	if !strings.Contains(rec.Body.String(), `"allowed":true`) {

@@ -21,17 +21,17 @@ import (
 
 func podServer(t testing.TB, namespaces NamespaceAnnotations) *testServer {
 	t.Helper()
-	return enforcingPodServer(t, namespaces, nil)
+	return enforcingPodServer(t, namespaces, nil, nil)
 }
 
 // enforcingPodServer serves pods with trustsync-system as the release namespace, and
 // tenancy enforced through grants where given.
-func enforcingPodServer(t testing.TB, namespaces NamespaceAnnotations, grants tenancy.Lookup) *testServer {
+func enforcingPodServer(t testing.TB, namespaces NamespaceAnnotations, grants tenancy.Lookup, bundles tenancy.BundleLookup) *testServer {
 	t.Helper()
 	pol, _ := policy.Parse(nil)
 	reg := prometheus.NewRegistry()
 	h, err := NewHandler(Config{Policy: pol, Authorizer: &fakeAuthorizer{}, Clock: clocktesting.NewFakePassiveClock(testNow), Registry: reg,
-		Injector: injector.Config{Namespace: "trustsync-system"}, Namespaces: namespaces, Grants: grants})
+		Injector: injector.Config{Namespace: "trustsync-system"}, Namespaces: namespaces, Grants: grants, Bundles: bundles})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,18 +26,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi"
@@ -69,8 +68,10 @@ type Config struct {
 	// ReviewBytesInFlight bounds the admission review bytes held at once; 0 means
 	// DefaultReviewBytesInFlight.
 	ReviewBytesInFlight int64
-	// Grants, when set, enforces tenancy on pods.
-	Grants tenancy.Lookup
+	// Grants, when set, enforces tenancy on pods; Bundles says what a bundle asked
+	// for by name is labelled (nil: known by its name alone).
+	Grants  tenancy.Lookup
+	Bundles tenancy.BundleLookup
 }
 
 // NewHandler returns every route: admission reviews, /healthz, /readyz, /metrics.
@@ -102,7 +103,7 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	// not drop fields the compiled types do not know, and the bundle route takes two
 	// kinds. The pods route is a kubewebhook Webhook of its own (podAdmission says
 	// why), decoding only the pod fields the injector reads.
-	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, nodeAgent: cfg.NodeAgent, grants: cfg.Grants, metrics: metrics}
+	pods := &podAdmission{cfg: cfg.Injector, namespaces: cfg.Namespaces, nativeAPIs: cfg.NativeAPIs, nodeAgent: cfg.NodeAgent, grants: cfg.Grants, bundles: cfg.Bundles, metrics: metrics}
 	routes := []struct {
 		path      string
 		validator kwhvalidating.Validator
@@ -167,24 +168,21 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // the Service stops sending reviews, and in-flight reviews get the grace period. With
 // self-managed TLS and a campaign, only the Lease's holder writes the Secret and the
 // caBundle; a nil campaign lets every replica write.
-// watchGrants keeps the namespaces' grants from watches of the TrustPolicies and
-// namespaces; namespace, trustsync's own, is exempt.
-func watchGrants(ctx context.Context, restCfg *rest.Config, namespace string) (tenancy.Lookup, func() bool, error) {
-	dyn, err := dynamic.NewForConfig(restCfg)
+// watchGrants keeps the namespaces' grants from watches of the TrustPolicies, the
+// namespaces and the bundles served; namespace, trustsync's own, is exempt.
+func watchGrants(ctx context.Context, restCfg *rest.Config, discovery bundleapi.ResourceLister, namespace string) (*grantcache.Cache, error) {
+	c, err := grantcache.NewForConfig(restCfg, namespace, 10*time.Minute)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	meta, err := metadata.NewForConfig(restCfg)
+	served, err := bundleapi.Discover(discovery)
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("cannot tell which bundle APIs are served, whose labels a grant may select: %w", err)
 	}
-	c, err := grantcache.New(dyn, meta, namespace, 10*time.Minute)
-	if err != nil {
-		return nil, nil, err
-	}
+	c.WatchBundles(served, 10*time.Minute)
 	go c.Run(ctx)
-	klog.InfoS("Enforcing TrustPolicies on pods", "exempt", namespace)
-	return c.For, c.HasSynced, nil
+	klog.InfoS("Enforcing TrustPolicies on pods", "exempt", namespace, "bundleAPIs", served.APIs())
+	return c, nil
 }
 
 func Run(ctx context.Context, o *Options, campaign Campaign) error {
@@ -248,11 +246,14 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	}
 	factory.Start(ctx.Done())
 	var grants tenancy.Lookup
+	var bundles tenancy.BundleLookup
 	grantsSynced := func() bool { return true }
 	if o.TenancyEnforced {
-		if grants, grantsSynced, err = watchGrants(ctx, restCfg, o.Namespace); err != nil {
+		c, err := watchGrants(ctx, restCfg, client.Discovery(), o.Namespace)
+		if err != nil {
 			return err
 		}
+		grants, bundles, grantsSynced = c.For, c.Bundle, c.HasSynced
 	}
 	native := &nativeAPIs{}
 	go native.run(ctx, client.Discovery(), time.Minute)
@@ -280,6 +281,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		NodeAgent:           nodeAgent,
 		ReviewBytesInFlight: o.ReviewBytesInFlight,
 		Grants:              grants,
+		Bundles:             bundles,
 	})
 	if err != nil {
 		return err

@@ -16,11 +16,14 @@ import (
 )
 
 // tenantServer serves pods with tenancy enforced: namespace ten-a is granted bundle
-// corp-a alone, trustsync-system is exempt, and broken's grants cannot be told.
+// corp-a and signer example.com/tenants' bundles labelled tenant=a,
+// trustsync-system is exempt, and broken's grants cannot be told. Of that signer's
+// bundles, example.com:tenants:a is labelled tenant=a and example.com:tenants:b
+// tenant=b.
 func tenantServer(t *testing.T) *testServer {
 	t.Helper()
 	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}}})
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {SignerName: "example.com/tenants", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +39,11 @@ func tenantServer(t *testing.T) *testServer {
 		}
 		return tenancy.For(policies, ns, nil), false, nil
 	}
-	return enforcingPodServer(t, nil, grants)
+	bundles := func(name string) (tenancy.Bundle, bool) {
+		tenant, ok := map[string]string{"example.com:tenants:a": "a", "example.com:tenants:b": "b"}[name]
+		return tenancy.Bundle{Name: name, SignerName: "example.com/tenants", Labels: map[string]string{"tenant": tenant}}, ok
+	}
+	return enforcingPodServer(t, nil, grants, bundles)
 }
 
 func TestPodAdmission_TenancyRefusesWhatANamespaceIsNotGranted(t *testing.T) {
@@ -64,6 +71,14 @@ func TestPodAdmission_TenancyRefusesWhatANamespaceIsNotGranted(t *testing.T) {
 			req:         projected("ten-a", "corp-b"),
 			wantMessage: "trustsync: volume roots (projected clusterTrustBundle): namespace ten-a may not trust bundle corp-b"},
 		{name: "a granted projected bundle is let through", req: projected("ten-a", "corp-a"), wantAllowed: true},
+		{name: "a bundle by name is granted by its signer's grant when it carries the granted labels",
+			req: projected("ten-a", "example.com:tenants:a"), wantAllowed: true},
+		{name: "a bundle by name of the granted signer but without the granted labels is refused",
+			req:         podReq("ten-a", bundle("example.com:tenants:b")),
+			wantMessage: "namespace ten-a may not trust bundle example.com:tenants:b: no TrustPolicy grants it"},
+		{name: "a bundle by name that does not exist yet is not granted by labels it may never carry",
+			req:         podReq("ten-a", bundle("example.com:tenants:later")),
+			wantMessage: "namespace ten-a may not trust bundle example.com:tenants:later"},
 		{name: "a namespace no policy selects is granted nothing",
 			req: podReq("ten-b", bundle("corp-a")), wantMessage: "namespace ten-b may not trust bundle corp-a"},
 		{name: "trustsync's own namespace is exempt", req: projected("trustsync-system", "corp-b"), wantAllowed: true},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 // The sidecar's flags. The first group is what the injector sets per pod (a Spec);
@@ -383,4 +384,17 @@ func (rt Runtime) Validate(s Spec) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Asks is what the Spec asks of trustsync that a namespace's grants must cover (its
+// sources, and a certificate), each said to be asked where.
+func (s Spec) Asks(where string) []tenancy.Ask {
+	var asks []tenancy.Ask
+	for i := range s.Sources {
+		asks = append(asks, tenancy.Ask{Where: where, Source: &s.Sources[i]})
+	}
+	if c := s.Certificate; c != nil {
+		asks = append(asks, tenancy.Ask{Where: where, Signer: c.Signer, DNSNames: c.DNSNames})
+	}
+	return asks
 }

@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"fmt"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
@@ -40,7 +43,15 @@ type Parts struct {
 	PodName, PodUID string
 	Clock           clock.Clock
 	Settled         func()
+	// Admit, when set, refuses a bundle the pod may not trust, saying why: it is left
+	// out of the files, and a Warning Event (ReasonBundleNotGranted) on the pod names
+	// it, once.
+	Admit func(*certificatesv1.ClusterTrustBundle) error
 }
+
+// ReasonBundleNotGranted is the reason of the Warning Event on a pod whose volume
+// leaves a bundle out because its namespace is not granted it.
+const ReasonBundleNotGranted = "TrustBundleNotGranted"
 
 // Assembled is a pipeline and the parts that run beside it: the certificate
 // manager and the reloader, each nil when the Spec asks for none.
@@ -87,6 +98,20 @@ func Assemble(p Parts) (*Assembled, error) {
 		certFiles = a.Cert.Files()
 	}
 	a.Pipeline = New(Config{Plan: p.Plan, Sources: p.Sources, Writer: p.Writer, OnDisk: onDisk, Certificate: certFiles,
-		Observers: observers, Clock: p.Clock, Settled: p.Settled})
+		Observers: observers, Clock: p.Clock, Settled: p.Settled, Admit: admit(p.Admit, p.Events)})
 	return a, nil
+}
+
+// admit turns a refusal into the pipeline's verdict and an Event, once per bundle.
+func admit(check func(*certificatesv1.ClusterTrustBundle) error, events podevents.OnceRecorder) func(*certificatesv1.ClusterTrustBundle) bool {
+	if check == nil {
+		return nil
+	}
+	return func(b *certificatesv1.ClusterTrustBundle) bool {
+		err := check(b)
+		if err != nil {
+			events.WarningOnce("not-granted/"+b.Name, ReasonBundleNotGranted, fmt.Sprintf("Left bundle %s out of the trust files: %v", b.Name, err))
+		}
+		return err == nil
+	}
 }

@@ -8,6 +8,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -52,6 +53,10 @@ type Config struct {
 	// Settled, when set, is called once, after the first sync that left no change
 	// pending: the end of the pod's start-up.
 	Settled func()
+	// Admit, when set, says whether a bundle the sources hold may be written: one it
+	// refuses is left out of every file, as if no watch held it, at each sync (so a
+	// grant withdrawn, or a bundle relabelled out of one, takes effect at the next).
+	Admit func(*certificatesv1.ClusterTrustBundle) bool
 }
 
 // Pipeline is one pod's trust files. Its methods are called from one goroutine.
@@ -141,7 +146,7 @@ func (p *Pipeline) snapshot() render.Snapshot {
 	s := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}, ConfigMaps: map[string]*corev1.ConfigMap{},
 		Secrets: map[string]*corev1.Secret{}, Certificate: p.cert}
 	for _, sel := range plan.Selectors() {
-		s.Bundles[sel.Key] = p.cfg.Sources.Bundles(sel.Key)
+		s.Bundles[sel.Key] = p.admitted(p.cfg.Sources.Bundles(sel.Key))
 	}
 	for _, name := range plan.ConfigMaps() {
 		if cm, ok := p.cfg.Sources.ConfigMap(name); ok {
@@ -154,6 +159,14 @@ func (p *Pipeline) snapshot() render.Snapshot {
 		}
 	}
 	return s
+}
+
+// admitted is the bundles Admit lets through (all of them without Admit).
+func (p *Pipeline) admitted(bundles []*certificatesv1.ClusterTrustBundle) []*certificatesv1.ClusterTrustBundle {
+	if p.cfg.Admit == nil {
+		return bundles
+	}
+	return slices.DeleteFunc(slices.Clone(bundles), func(b *certificatesv1.ClusterTrustBundle) bool { return !p.cfg.Admit(b) })
 }
 
 // Run keeps the files current until ctx is done: a sync at start, then one after each

@@ -181,3 +181,56 @@ func TestRun_ACertificateOfferIsWrittenWithTheTrustFilesOrRefused(t *testing.T) 
 		t.Error("the refused certificate replaced the one written")
 	}
 }
+
+// A bundle Admit refuses is left out of the files, and whether it is admitted is asked
+// again at each sync: a grant withdrawn (or a bundle relabelled out of one) takes
+// effect at the next sync, and one given back too.
+func TestSync_ABundleAdmitRefusesIsLeftOutAtEachSync(t *testing.T) {
+	dir := t.TempDir()
+	sourcesList, err := v1alpha1.ParseSources([]byte(`[{"signerName": "example.com/s", "labelSelector": {}, "path": "ca.pem"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := render.NewPlan(sourcesList, "apps", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := fixtures.CA("a"), fixtures.CA("b")
+	bundle := func(name string, ca *fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+		return &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "example.com:s:" + name},
+			Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: "example.com/s", TrustBundle: fixtures.Bundle(ca)}}
+	}
+	src := &sources{changed: make(chan struct{}, 1), bundles: []*certificatesv1.ClusterTrustBundle{bundle("a", a), bundle("b", b)}}
+	refused := map[string]bool{"example.com:s:b": true}
+	p := New(Config{Plan: plan, Sources: src, Writer: write.NewAtomicWriter(dir),
+		Admit: func(b *certificatesv1.ClusterTrustBundle) bool { return !refused[b.Name] }})
+
+	for _, step := range []struct {
+		name      string
+		refused   []string
+		want, not []*fixtures.Cert
+	}{
+		{name: "the refused bundle is left out", refused: []string{"example.com:s:b"}, want: []*fixtures.Cert{a}, not: []*fixtures.Cert{b}},
+		{name: "a refusal taking effect removes it at the next sync", refused: []string{"example.com:s:a"}, want: []*fixtures.Cert{b}, not: []*fixtures.Cert{a}},
+		{name: "nothing refused writes both", want: []*fixtures.Cert{a, b}},
+	} {
+		clear(refused)
+		for _, name := range step.refused {
+			refused[name] = true
+		}
+		if w := p.Sync(); w.Err() != nil {
+			t.Fatalf("%s: %v", step.name, w.Err())
+		}
+		got := read(t, dir, "ca.pem")
+		for _, c := range step.want {
+			if !strings.Contains(got, string(c.CertPEM())) {
+				t.Errorf("%s: ca.pem lacks %s", step.name, c.Cert.Subject.CommonName)
+			}
+		}
+		for _, c := range step.not {
+			if strings.Contains(got, string(c.CertPEM())) {
+				t.Errorf("%s: ca.pem holds %s", step.name, c.Cert.Subject.CommonName)
+			}
+		}
+	}
+}

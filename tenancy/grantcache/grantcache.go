@@ -18,19 +18,30 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/tenancy"
 )
 
 var namespacesResource = corev1.SchemeGroupVersion.WithResource("namespaces")
+
+// bundleWatch is one served bundle API's metadata, its objects named in its form.
+type bundleWatch struct {
+	cache.SharedIndexInformer
+	form bundle.Form
+}
 
 // Cache answers what a namespace is granted.
 type Cache struct {
 	meta       metadata.Interface
 	policies   cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
+	// bundles are the served bundle APIs' metadata (WatchBundles), native first: what
+	// a bundle asked for by name is labelled now.
+	bundles []bundleWatch
 	// exempt is trustsync's own namespace, never checked.
 	exempt string
 	dirty  atomic.Bool
@@ -64,14 +75,64 @@ func New(dyn dynamic.Interface, meta metadata.Interface, exempt string, resync t
 	return c, nil
 }
 
+// WatchBundles also watches the metadata of the bundles served (called before Run),
+// so that Bundle can say what a bundle asked for by name is labelled: a grant of a
+// signer's bundles by label then covers it.
+func (c *Cache) WatchBundles(served bundle.Served, resync time.Duration) {
+	for _, api := range served.APIs() {
+		c.bundles = append(c.bundles, bundleWatch{form: api.Form,
+			SharedIndexInformer: metadatainformer.NewFilteredMetadataInformer(c.meta, api.GroupVersionResource(), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()})
+	}
+}
+
+// NewForConfig is New with clients of restCfg.
+func NewForConfig(restCfg *rest.Config, exempt string, resync time.Duration) (*Cache, error) {
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	return New(dyn, meta, exempt, resync)
+}
+
 // Run watches until ctx is done.
 func (c *Cache) Run(ctx context.Context) {
+	for _, i := range c.bundles {
+		go i.RunWithContext(ctx)
+	}
 	go c.policies.RunWithContext(ctx)
 	c.namespaces.RunWithContext(ctx)
 }
 
-// HasSynced reports whether both watches have listed.
-func (c *Cache) HasSynced() bool { return c.policies.HasSynced() && c.namespaces.HasSynced() }
+// HasSynced reports whether every watch has listed.
+func (c *Cache) HasSynced() bool {
+	for _, i := range c.bundles {
+		if !i.HasSynced() {
+			return false
+		}
+	}
+	return c.policies.HasSynced() && c.namespaces.HasSynced()
+}
+
+// Bundle is what a bundle asked for by name is (its signer, from its name as upstream
+// requires, and its labels), if a watched API holds it.
+func (c *Cache) Bundle(name string) (tenancy.Bundle, bool) {
+	for _, i := range c.bundles {
+		key := name
+		if i.form == bundle.MirrorForm {
+			key = bundle.MirrorName(name)
+		}
+		if obj, ok, _ := i.GetStore().GetByKey(key); ok {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				return tenancy.Bundle{Name: name, SignerName: bundle.SignerOfName(name), Labels: m.Labels}, true
+			}
+		}
+	}
+	return tenancy.Bundle{}, false
+}
 
 // For returns what namespace is granted; exempt is true for trustsync's own namespace,
 // which is not checked. A namespace the watch has not seen yet (created a moment ago)
