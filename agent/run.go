@@ -117,7 +117,9 @@ func Run(ctx context.Context, o *Options) error {
 		TokenAudience: o.TokenAudience, FirstSyncTimeout: o.FirstSyncTimeout,
 	}
 	if grants != nil {
-		grants.WatchBundles(served, 10*time.Minute)
+		if err := grants.WatchBundles(served, 10*time.Minute); err != nil {
+			return err
+		}
 		go grants.Run(ctx)
 		mcfg.Grants, mcfg.Bundles = grants.For, grants.Bundle
 		klog.InfoS("Enforcing TrustPolicies on volumes", "exempt", o.Namespace, "bundleAPIs", served.APIs())

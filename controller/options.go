@@ -42,6 +42,10 @@ type Options struct {
 	// InjectedIndex is NAMESPACE/NAME of the ConfigMap listing the annotated objects
 	// filled, for the node agents and the signer; empty publishes none.
 	InjectedIndex string
+	// TenancyEnforced writes a TrustTarget only into the namespaces granted every
+	// source, and an annotated object only with the sources its namespace is
+	// granted; Namespace is exempt.
+	TenancyEnforced bool
 }
 
 // NewOptions returns the defaults.
@@ -64,6 +68,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.OwnTrustDomains, "fleet-own-trust-domains", o.OwnTrustDomains, "This cluster's own trust domains: the fleet's profiles naming one are this cluster, and are not imported.")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
+	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Write a TrustTarget only into the namespaces its TrustPolicies grant every one of its sources (status.notGrantedNamespaces names the rest), and fill an annotated ConfigMap or Secret only with the sources its namespace is granted (a Warning Event, TrustInjectNotGranted, names the rest); a grant withdrawn takes what was written away. --namespace is exempt. TrustPolicy statuses are written either way.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap listing the objects annotation injection fills and the anchors each holds, from which the node agents observe the pods reading them and the signer's rotations count them (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"). Empty publishes none: those objects' readers go unobserved.")
 }
 

@@ -24,12 +24,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/controller/federation"
+	"github.com/trustsync/trustsync/controller/policystatus"
 	"github.com/trustsync/trustsync/controller/targets"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
+	"github.com/trustsync/trustsync/tenancy/grantcache"
 )
 
 // resync re-checks every object now and then even without an event, as a safety net.
@@ -131,6 +134,30 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 
 // run starts the injection into annotated objects, and the TrustTarget controller
 // where its CRD is served, and waits for ctx.
+// runPolicies keeps the TrustPolicies' statuses, from the watches enforcement reads
+// too (nil where the TrustPolicy CRD is not served).
+func runPolicies(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, served bundle.Served, recorder record.EventRecorder) (*grantcache.Cache, error) {
+	if !serves(client, v1alpha1.TrustPolicyResource) {
+		if o.TenancyEnforced {
+			return nil, fmt.Errorf("--tenancy-enforced, but TrustPolicies (%s) are not served: install the chart's crds/", v1alpha1.TrustPolicyResource)
+		}
+		klog.InfoS("TrustPolicies are not served (install the chart's crds/); writing no policy status", "resource", v1alpha1.TrustPolicyResource.String())
+		return nil, nil
+	}
+	grants, err := grantcache.New(dyn, meta, o.Namespace, resync)
+	if err != nil {
+		return nil, err
+	}
+	if err := grants.WatchBundles(served, resync); err != nil {
+		return nil, err
+	}
+	statuses := policystatus.New(grants, dyn, recorder)
+	go grants.Run(ctx)
+	go statuses.Run(ctx)
+	klog.InfoS("Writing TrustPolicy statuses", "enforced", o.TenancyEnforced, "exempt", o.Namespace)
+	return grants, nil
+}
+
 func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *atomic.Bool) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -179,7 +179,9 @@ func watchGrants(ctx context.Context, restCfg *rest.Config, discovery bundleapi.
 	if err != nil {
 		return nil, fmt.Errorf("cannot tell which bundle APIs are served, whose labels a grant may select: %w", err)
 	}
-	c.WatchBundles(served, 10*time.Minute)
+	if err := c.WatchBundles(served, 10*time.Minute); err != nil {
+		return nil, err
+	}
 	go c.Run(ctx)
 	klog.InfoS("Enforcing TrustPolicies on pods", "exempt", namespace, "bundleAPIs", served.APIs())
 	return c, nil

@@ -79,6 +79,11 @@ type TrustTargetStatus struct {
 	Anchors []string `json:"anchors,omitempty"`
 	// Failures name up to ten namespaces whose object could not be written, and why.
 	Failures []NamespaceFailure `json:"failures,omitempty"`
+	// NotGranted is how many namespaces the selector matches that are not granted
+	// every source (with tenancy enforced): they are not written, and not counted in
+	// Namespaces. NotGrantedNamespaces names up to ten, each with the grant missing.
+	NotGranted           int                `json:"notGranted,omitempty"`
+	NotGrantedNamespaces []NamespaceFailure `json:"notGrantedNamespaces,omitempty"`
 }
 
 // NamespaceFailure is one namespace that could not be written.

@@ -56,6 +56,8 @@ type Config struct {
 	// watches every ConfigMap (and Secret) through: the controller reads from it
 	// whether an object it has not written exists, instead of asking the API server.
 	ObjectMeta metadatainformer.SharedInformerFactory
+	// Tenancy, when enforced, skips the namespaces not granted every source.
+	Tenancy Tenancy
 }
 
 // Controller keeps every TrustTarget's objects current.
@@ -180,6 +182,9 @@ func metaPair(o, n any) (metav1.Object, metav1.Object, error) {
 	return om, nm, err
 }
 
+// EnqueueAll looks at every target again: what a namespace is granted changed.
+func (c *Controller) EnqueueAll() { c.enqueueAll() }
+
 func (c *Controller) enqueueAll() {
 	for _, obj := range c.targets.GetStore().List() {
 		if m, err := meta.Accessor(obj); err == nil {
@@ -260,6 +265,19 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		if ns.Status.Phase == corev1.NamespaceTerminating || !selector.Matches(labels.Set(ns.Labels)) {
 			continue
 		}
+		_, refused, err := c.cfg.Tenancy.split(ctx, ns.Name, t.Spec.Sources)
+		if err != nil {
+			return 0, err // nothing released while the grants cannot be told
+		}
+		if refused != nil {
+			// Not written, and what was written before is released below: a
+			// grant withdrawn takes the anchors away.
+			status.NotGranted++
+			if len(status.NotGrantedNamespaces) < 10 {
+				status.NotGrantedNamespaces = append(status.NotGrantedNamespaces, v1alpha1.NamespaceFailure{Namespace: ns.Name, Message: refused.Error()})
+			}
+			continue
+		}
 		selected[ns.Name] = true
 		status.Namespaces++
 		written, note, err := c.write(ctx, st, ns, kind, object, name, t.Spec.Sources, r, claimed)
@@ -289,6 +307,9 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		reason, msg, ok = v1alpha1.ReasonSourceMissing, "nothing written: "+r.Err().Error(), false
 	case r.Err() != nil:
 		reason, msg, ok = v1alpha1.ReasonSourceMissing, msg+"; kept the last good content of: "+r.Err().Error(), false
+	case status.Namespaces == 0 && status.NotGranted > 0:
+		first := status.NotGrantedNamespaces[0]
+		reason, msg, ok = v1alpha1.ReasonNotGranted, fmt.Sprintf("nothing written: none of the %d namespaces selected is granted every source (TrustPolicies), first %s: %s", status.NotGranted, first.Namespace, first.Message), false
 	case status.Namespaces == 0:
 		reason, msg = v1alpha1.ReasonNoNamespaces, "the namespace selector matches no namespace"
 	case len(shared) > 0 || conflicted > 0:
@@ -301,6 +322,10 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		}
 	case failed > 0:
 		reason, msg, ok = v1alpha1.ReasonWriteFailed, fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
+	}
+	if ok && status.NotGranted > 0 {
+		first := status.NotGrantedNamespaces[0]
+		msg = fmt.Sprintf("%s; %d more selected are not granted every source and are not written (status.notGrantedNamespaces), first %s: %s", msg, status.NotGranted, first.Namespace, first.Message)
 	}
 	return 0, c.setStatus(ctx, u, status, reason, msg, ok)
 }

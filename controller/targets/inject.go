@@ -81,6 +81,9 @@ type FillConfig struct {
 	// Index is the ConfigMap the filled objects are listed in (v1alpha1.InjectedIndex)
 	// for the node agents and the signer; no name: none is published.
 	Index types.NamespacedName
+	// Tenancy, when enforced, fills an object with the sources its namespace is
+	// granted only.
+	Tenancy Tenancy
 }
 
 // Filler fills objects annotated trustsync.io/inject: "true" with the sources
@@ -159,6 +162,20 @@ func injectKey(k injectKind, m metav1.Object) string {
 	return k.gvr.Resource + "|" + m.GetNamespace() + "/" + m.GetName()
 }
 
+// EnqueueAll looks at every annotated object again: what a namespace is granted
+// changed.
+func (in *Filler) EnqueueAll() {
+	for resource, store := range in.store {
+		for _, obj := range store.List() {
+			if m, err := metaOf(obj); err == nil {
+				if _, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]; asks {
+					in.queue.Add(injectKey(in.kinds[resource], m))
+				}
+			}
+		}
+	}
+}
+
 // Run fills until ctx is done.
 func (in *Filler) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
@@ -207,6 +224,27 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	if len(errs) > 0 {
 		in.warnOnce(key, ref, "TrustInjectInvalid", errs.ToAggregate().Error())
 		return 0, nil
+	}
+	sources, refused, err := in.cfg.Tenancy.split(ctx, m.Namespace, sources)
+	if err != nil {
+		return 0, err // nothing written, nothing taken away, until the grants are known
+	}
+	if refused != nil {
+		what := "left out"
+		if len(sources) == 0 {
+			what = "removed what trustsync wrote; nothing written"
+		}
+		in.warnOnce(key+"#grants", ref, ReasonInjectNotGranted, fmt.Sprintf("%s: not granted to namespace %s: %v", what, m.Namespace, refused))
+		if len(sources) == 0 {
+			// A grant withdrawn takes the anchors away: the keys this controller
+			// applied are dropped (an apply of none), the object's other keys stay.
+			in.forget(key)
+			return 0, ignoreNotFound(in.applyKeys(ctx, k, m.Namespace, m.Name, map[string]string{}, nil))
+		}
+	} else {
+		in.mu.Lock()
+		delete(in.warned, key+"#grants") // a later refusal is news again
+		in.mu.Unlock()
 	}
 	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.caBundle {
 		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, v1alpha1.AnnotationInject))

@@ -1,19 +1,21 @@
-// Package grantcache keeps every namespace's grants current from two watches (the
-// TrustPolicies and the namespaces' metadata), so that a check at admission, at a
-// mount or at signing is a map lookup, never a request to the API server. Each
-// namespace's grants are added up once after any policy or namespace changes, on
-// first use.
+// Package grantcache keeps every namespace's grants current from watches of the
+// TrustPolicies and the namespaces' metadata (and, where asked, the bundles' names,
+// signers and labels), so that a check at admission, at a mount, at a write or at
+// signing is a map lookup, never a request to the API server. Each namespace's grants
+// are added up once after any policy or namespace changes, on first use.
 package grantcache
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/metadata"
@@ -36,6 +38,7 @@ type bundleWatch struct {
 
 // Cache answers what a namespace is granted.
 type Cache struct {
+	dyn        dynamic.Interface
 	meta       metadata.Interface
 	policies   cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
@@ -46,15 +49,18 @@ type Cache struct {
 	exempt string
 	dirty  atomic.Bool
 
-	mu     sync.Mutex
-	parsed []tenancy.Policy
-	grants map[string]tenancy.Grants
+	mu sync.Mutex
+	// listeners are told of every change; grantListeners of the grants' alone.
+	listeners, grantListeners []func()
+	parsed                    []tenancy.Policy
+	grants                    map[string]tenancy.Grants
 }
 
 // New watches the TrustPolicies and the namespaces; exempt (the release's namespace)
 // is never checked.
 func New(dyn dynamic.Interface, meta metadata.Interface, exempt string, resync time.Duration) (*Cache, error) {
 	c := &Cache{
+		dyn:        dyn,
 		meta:       meta,
 		policies:   dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.TrustPolicyResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
 		namespaces: metadatainformer.NewFilteredMetadataInformer(meta, namespacesResource, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer(),
@@ -62,26 +68,148 @@ func New(dyn dynamic.Interface, meta metadata.Interface, exempt string, resync t
 		grants:     map[string]tenancy.Grants{},
 	}
 	c.dirty.Store(true)
-	changed := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.dirty.Store(true) },
-		UpdateFunc: func(any, any) { c.dirty.Store(true) },
-		DeleteFunc: func(any) { c.dirty.Store(true) },
-	}
 	for _, i := range []cache.SharedIndexInformer{c.policies, c.namespaces} {
-		if _, err := i.AddEventHandler(changed); err != nil {
+		if _, err := i.AddEventHandler(c.handler(true)); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// WatchBundles also watches the metadata of the bundles served (called before Run),
-// so that Bundle can say what a bundle asked for by name is labelled: a grant of a
-// signer's bundles by label then covers it.
-func (c *Cache) WatchBundles(served bundle.Served, resync time.Duration) {
+// WatchBundles also watches the bundles served (called before Run), keeping of each
+// its name, signer and labels alone (their certificates are dropped as they arrive),
+// so that Bundle can say what a bundle asked for by name is: a grant of a signer's
+// bundles by label then covers it.
+func (c *Cache) WatchBundles(served bundle.Served, resync time.Duration) error {
 	for _, api := range served.APIs() {
-		c.bundles = append(c.bundles, bundleWatch{form: api.Form,
-			SharedIndexInformer: metadatainformer.NewFilteredMetadataInformer(c.meta, api.GroupVersionResource(), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()})
+		i := dynamicinformer.NewFilteredDynamicInformer(c.dyn, api.GroupVersionResource(), metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
+		if err := i.SetTransform(bundleIdentity); err != nil {
+			return err
+		}
+		if _, err := i.AddEventHandler(c.handler(false)); err != nil {
+			return err
+		}
+		c.bundles = append(c.bundles, bundleWatch{form: api.Form, SharedIndexInformer: i})
+	}
+	return nil
+}
+
+// bundleIdentity keeps of a bundle what a grant looks at: its name, signer and labels.
+func bundleIdentity(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a tombstone: its key is all that is used
+	}
+	kept := &unstructured.Unstructured{Object: map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind()}}
+	kept.SetName(u.GetName())
+	kept.SetLabels(u.GetLabels())
+	kept.SetResourceVersion(u.GetResourceVersion())
+	if signer, _, _ := unstructured.NestedString(u.Object, "spec", "signerName"); signer != "" {
+		_ = unstructured.SetNestedField(kept.Object, signer, "spec", "signerName")
+	}
+	return kept, nil
+}
+
+// Bundle is what a bundle asked for by name (upstream form) is, if a watched API
+// holds it.
+func (c *Cache) Bundle(name string) (tenancy.Bundle, bool) {
+	for _, i := range c.bundles {
+		key := name
+		if i.form == bundle.MirrorForm {
+			key = bundle.MirrorName(name)
+		}
+		if obj, ok, _ := i.GetStore().GetByKey(key); ok {
+			if b, ok := bundleOf(obj, i.form); ok {
+				return b, true
+			}
+		}
+	}
+	return tenancy.Bundle{}, false
+}
+
+// Bundles are every bundle watched, named in upstream form.
+func (c *Cache) Bundles() []tenancy.Bundle {
+	var out []tenancy.Bundle
+	for _, i := range c.bundles {
+		for _, obj := range i.GetStore().List() {
+			if b, ok := bundleOf(obj, i.form); ok {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+func bundleOf(obj any, form bundle.Form) (tenancy.Bundle, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return tenancy.Bundle{}, false
+	}
+	signer, _, _ := unstructured.NestedString(u.Object, "spec", "signerName")
+	name := u.GetName()
+	if form == bundle.MirrorForm {
+		name = bundle.UpstreamName(name, signer)
+	}
+	return tenancy.Bundle{Name: name, SignerName: signer, Labels: u.GetLabels()}, true
+}
+
+// NamespaceLabels are every namespace's labels, as watched.
+func (c *Cache) NamespaceLabels() []map[string]string {
+	var out []map[string]string
+	for _, obj := range c.namespaces.GetStore().List() {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+			out = append(out, m.Labels)
+		}
+	}
+	return out
+}
+
+// PolicyObjects are the TrustPolicies as watched, for a status writer.
+func (c *Cache) PolicyObjects() []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, obj := range c.policies.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// OnChange calls f after any TrustPolicy, namespace or bundle changes (called before
+// Run): a policy's status may have changed.
+func (c *Cache) OnChange(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listeners = append(c.listeners, f)
+}
+
+// OnGrantsChange calls f after a TrustPolicy or a namespace changes (called before
+// Run): whoever acts on grants looks again.
+func (c *Cache) OnGrantsChange(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.grantListeners = append(c.grantListeners, f)
+}
+
+// handler tells the listeners of a change; grants says it may change grants, which
+// must then be added up again.
+func (c *Cache) handler(grants bool) cache.ResourceEventHandlerFuncs {
+	changed := func() {
+		c.mu.Lock()
+		listeners := slices.Clone(c.listeners)
+		if grants {
+			c.dirty.Store(true)
+			listeners = append(listeners, c.grantListeners...)
+		}
+		c.mu.Unlock()
+		for _, f := range listeners {
+			f()
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
 	}
 }
 
@@ -115,23 +243,6 @@ func (c *Cache) HasSynced() bool {
 		}
 	}
 	return c.policies.HasSynced() && c.namespaces.HasSynced()
-}
-
-// Bundle is what a bundle asked for by name is (its signer, from its name as upstream
-// requires, and its labels), if a watched API holds it.
-func (c *Cache) Bundle(name string) (tenancy.Bundle, bool) {
-	for _, i := range c.bundles {
-		key := name
-		if i.form == bundle.MirrorForm {
-			key = bundle.MirrorName(name)
-		}
-		if obj, ok, _ := i.GetStore().GetByKey(key); ok {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				return tenancy.Bundle{Name: name, SignerName: bundle.SignerOfName(name), Labels: m.Labels}, true
-			}
-		}
-	}
-	return tenancy.Bundle{}, false
 }
 
 // For returns what namespace is granted; exempt is true for trustsync's own namespace,

@@ -1,0 +1,80 @@
+package targets
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/tenancy"
+)
+
+func TestTenancy_SplitKeepsTheSourcesANamespaceIsGranted(t *testing.T) {
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {TrustDomain: "partner.example"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
+	enforced := Tenancy{Grants: func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
+		switch ns {
+		case "trustsync-system":
+			return tenancy.Grants{}, true, nil
+		case "unknown":
+			return tenancy.Grants{}, false, errors.New("not listed yet")
+		}
+		return tenancy.For(policies, ns, map[string]string{"team": strings.TrimPrefix(ns, "ten-")}), false, nil
+	}}
+	corpA := v1alpha1.Source{Name: "corp-a", Path: "a.pem"}
+	corpB := v1alpha1.Source{Name: "corp-b", Path: "b.pem"}
+	partner := v1alpha1.Source{SignerName: v1alpha1.FederatedSignerName, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.TrustDomainLabel: "partner.example"}}, Path: "partner.pem"}
+	roots := v1alpha1.Source{DefaultCAs: true, Path: "roots.pem"}
+	for _, tc := range []struct {
+		name           string
+		tenancy        Tenancy
+		namespace      string
+		sources        []v1alpha1.Source
+		wantGranted    []string
+		wantRefused    string
+		wantCannotTell bool
+	}{
+		{name: "everything granted is kept", tenancy: enforced, namespace: "ten-a", sources: []v1alpha1.Source{corpA, partner, roots}, wantGranted: []string{"a.pem", "partner.pem", "roots.pem"}},
+		{name: "an ungranted source is left out and named", tenancy: enforced, namespace: "ten-a", sources: []v1alpha1.Source{corpA, corpB},
+			wantGranted: []string{"a.pem"}, wantRefused: "b.pem (namespace ten-a may not trust bundle corp-b: no TrustPolicy grants it; kubectl trustsync grants -n ten-a)"},
+		{name: "a namespace granted nothing keeps only the public roots", tenancy: enforced, namespace: "ten-b", sources: []v1alpha1.Source{corpA, roots},
+			wantGranted: []string{"roots.pem"}, wantRefused: "a.pem (namespace ten-b may not trust bundle corp-a"},
+		{name: "trustsync's own namespace is exempt", tenancy: enforced, namespace: "trustsync-system", sources: []v1alpha1.Source{corpB}, wantGranted: []string{"b.pem"}},
+		{name: "a cluster-scoped object (a caBundle) is not a tenant's", tenancy: enforced, namespace: "", sources: []v1alpha1.Source{corpB}, wantGranted: []string{"b.pem"}},
+		{name: "grants that cannot be told grant nothing and say so", tenancy: enforced, namespace: "unknown", sources: []v1alpha1.Source{corpA}, wantCannotTell: true},
+		{name: "without enforcement everything is kept", namespace: "ten-b", sources: []v1alpha1.Source{corpB}, wantGranted: []string{"b.pem"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			granted, refused, err := tc.tenancy.split(context.Background(), tc.namespace, tc.sources)
+			if tc.wantCannotTell {
+				if err == nil || !strings.Contains(err.Error(), "cannot tell what namespace unknown is granted") {
+					t.Fatalf("err = %v, want it to say the grants cannot be told", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, s := range granted {
+				paths = append(paths, s.Path)
+			}
+			if strings.Join(paths, ",") != strings.Join(tc.wantGranted, ",") {
+				t.Errorf("granted %v, want %v", paths, tc.wantGranted)
+			}
+			switch {
+			case tc.wantRefused == "" && refused != nil:
+				t.Errorf("refused %v", refused)
+			case tc.wantRefused != "" && (refused == nil || !strings.Contains(refused.Error(), tc.wantRefused)):
+				t.Errorf("refused = %v, want it to contain %s", refused, tc.wantRefused)
+			}
+		})
+	}
+}
