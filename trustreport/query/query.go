@@ -19,6 +19,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/tenancy"
 	"github.com/trustsync/trustsync/trustfiles"
 )
 
@@ -63,6 +64,39 @@ type Cluster struct {
 	// Injected is the controller's index of the annotated objects it fills, with
 	// what each holds (nil where none is read).
 	Injected *v1alpha1.InjectedIndex
+	// Grants are what each namespace is granted, where TrustPolicies exist (nil:
+	// none, and nothing is flagged); a namespace absent (trustsync's own) is exempt.
+	Grants map[string]tenancy.Grants
+}
+
+// Ungranted are the anchors of anchors that the namespace is no longer granted: some
+// bundle holds each, and no bundle the namespace is granted does. An anchor no bundle
+// holds came from elsewhere (the namespace's own ConfigMap, the public roots) and is
+// never flagged.
+func (c Cluster) Ungranted(namespace string, anchors []string) []string {
+	g, ok := c.Grants[namespace]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, a := range anchors {
+		held, granted := false, false
+		for _, b := range c.Bundles {
+			ids, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
+			if !slices.Contains(ids, a) {
+				continue
+			}
+			held = true
+			if _, err := g.Bundle(tenancy.Bundle{Name: b.Name, SignerName: b.Spec.SignerName, Labels: b.Labels}); err == nil {
+				granted = true
+				break
+			}
+		}
+		if held && !granted {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // ObjectContent is one key of an object trustsync writes (a ConfigMap's or
@@ -85,7 +119,8 @@ func (c Cluster) ObjectsHolding(anchor, namespace string) []Holder {
 	var out []Holder
 	for _, o := range c.Contents {
 		if (namespace == "" || o.Namespace == namespace) && slices.Contains(o.Anchors, anchor) {
-			out = append(out, Holder{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Key: o.Key, Writer: o.Writer})
+			out = append(out, Holder{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Key: o.Key, Writer: o.Writer,
+				NotGranted: len(c.Ungranted(o.Namespace, []string{anchor})) > 0})
 		}
 	}
 	slices.SortFunc(out, func(a, b Holder) int {
@@ -190,6 +225,9 @@ type FileStatus struct {
 	// the delivery's latency, as observed on the node.
 	CaughtUpAfter *Seconds `json:"caughtUpAfterSeconds,omitempty"`
 	Reason        string   `json:"reason,omitempty"`
+	// NotGranted are the anchors the file holds that its namespace is no longer
+	// granted (a TrustPolicy changed since they were written).
+	NotGranted []string `json:"notGranted,omitempty"`
 }
 
 // Seconds is a duration in seconds.
@@ -211,6 +249,7 @@ func (c Cluster) Status() []FileStatus {
 			}
 			if fs.State, fs.Reason = o.state, o.reason; o.state == "" {
 				c.compare(&fs, o.set, expected, since)
+				fs.NotGranted = c.Ungranted(pod.Namespace, o.set.Anchors)
 			}
 			out = append(out, fs)
 		}
@@ -346,6 +385,9 @@ type Holder struct {
 	Name      string     `json:"name,omitempty"`
 	Key       string     `json:"key,omitempty"`
 	Writer    string     `json:"writer,omitempty"`
+	// NotGranted: the holder's namespace is no longer granted any bundle holding
+	// the anchor (a TrustPolicy changed since it was written).
+	NotGranted bool `json:"notGranted,omitempty"`
 }
 
 // WhoTrusts lists every pod's file that holds anchor, by namespace, pod and path;
@@ -368,7 +410,8 @@ func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
 			if !ok || !slices.Contains(set.Anchors, anchor) {
 				continue
 			}
-			h := Holder{Namespace: pod.Namespace, Pod: pod.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery}
+			h := Holder{Namespace: pod.Namespace, Pod: pod.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery,
+				NotGranted: len(c.Ungranted(pod.Namespace, []string{anchor})) > 0}
 			if f.ChangedAt != nil {
 				t := f.ChangedAt.Time
 				h.ChangedAt = &t

@@ -16,6 +16,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/tenancy"
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/trustfiles"
 )
@@ -390,5 +391,41 @@ func TestObjectsHolding_ListsTheKeysOfObjectsHoldingAnAnchor(t *testing.T) {
 	}
 	if got := c.ObjectsHolding("y", "b"); len(got) != 1 || got[0].Namespace != "b" {
 		t.Errorf("holding y in b: %+v; want b's ConfigMap alone", got)
+	}
+}
+
+// A file or object is flagged for an anchor its namespace is no longer granted: some
+// bundle holds it and none that the namespace is granted does. An anchor from
+// elsewhere (no bundle holds it) and a namespace without grants to compare (exempt,
+// or no TrustPolicy) are never flagged.
+func TestUngranted_NamesTheAnchorsNoGrantedBundleHolds(t *testing.T) {
+	a, b, shared, own := fixtures.CA("granted a"), fixtures.CA("ungranted b"), fixtures.CA("in both"), fixtures.CA("own configmap")
+	id := func(c *fixtures.Cert) string { return bundle.AnchorID(c.Cert.Raw) }
+	ctb := func(name string, certs ...*fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+		return &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(certs...)}}
+	}
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{}, Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "all", Spec: spec}}
+	c := Cluster{Bundles: []*certificatesv1.ClusterTrustBundle{ctb("corp-a", a, shared), ctb("corp-b", b, shared)},
+		Grants: map[string]tenancy.Grants{"apps": tenancy.For(policies, "apps", nil)}}
+	all := []string{id(a), id(b), id(shared), id(own)}
+	for _, tc := range []struct {
+		name      string
+		cluster   Cluster
+		namespace string
+		want      []string
+	}{
+		{name: "only the anchor no granted bundle holds", cluster: c, namespace: "apps", want: []string{id(b)}},
+		{name: "a namespace without grants to compare (exempt) is never flagged", cluster: c, namespace: "trustsync-system"},
+		{name: "without TrustPolicies nothing is flagged", cluster: Cluster{Bundles: c.Bundles}, namespace: "apps"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.cluster.Ungranted(tc.namespace, all); !slices.Equal(got, tc.want) {
+				t.Errorf("Ungranted = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

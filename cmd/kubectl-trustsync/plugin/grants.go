@@ -122,6 +122,54 @@ func (o *options) grants(ctx context.Context) error {
 	return err
 }
 
+// readGrants is what each namespace (namespace, or all of them for "") is granted,
+// for status and who-trusts to flag what a namespace holds and is no longer granted:
+// nil where no TrustPolicy exists or they cannot be read (said as a warning), and
+// trustsync's own namespace (where its injected index is) left out, as exempt.
+func (o *options) readGrants(ctx context.Context, cl clients, namespace string) map[string]tenancy.Grants {
+	list, err := cl.dyn.Resource(v1alpha1.TrustPolicyResource).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // not served: no tenancy
+	case err != nil:
+		fmt.Fprintf(o.stderr, "warning: TrustPolicies not read, so files holding anchors their namespace is no longer granted are not flagged: %s\n", safe(err.Error()))
+		return nil
+	case len(list.Items) == 0:
+		return nil
+	}
+	policies := tenancy.Parse(v1alpha1.FromStore(toAny(list.Items), v1alpha1.TrustPolicyFromUnstructured))
+	opts := metav1.ListOptions{}
+	if namespace != "" {
+		opts.FieldSelector = "metadata.name=" + namespace
+	}
+	nss, err := cl.core.CoreV1().Namespaces().List(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(o.stderr, "warning: namespaces not read, whose labels the TrustPolicies select, so nothing is flagged as no longer granted: %s\n", safe(err.Error()))
+		return nil
+	}
+	exempt := map[string]bool{}
+	if idx, err := cl.core.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.InjectedIndexLabel + "=true"}); err == nil {
+		for _, cm := range idx.Items {
+			exempt[cm.Namespace] = true
+		}
+	}
+	out := map[string]tenancy.Grants{}
+	for _, ns := range nss.Items {
+		if !exempt[ns.Name] {
+			out[ns.Name] = tenancy.For(policies, ns.Name, ns.Labels)
+		}
+	}
+	return out
+}
+
+func toAny(items []unstructured.Unstructured) []any {
+	out := make([]any, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
 // grantsOf is each namespace's grants, in name order.
 func grantsOf(policies []tenancy.Policy, namespaces []metav1.ObjectMeta) []NamespaceGrants {
 	out := make([]NamespaceGrants, 0, len(namespaces))

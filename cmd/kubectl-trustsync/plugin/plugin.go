@@ -250,6 +250,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 		}
 		c.Objects.AddInjected(c.Injected)
 	}
+	c.Grants = o.readGrants(ctx, cl, namespace)
 	served, err := bundleapi.Discover(core.Discovery())
 	if err != nil {
 		return c, err
@@ -291,7 +292,7 @@ func (o *options) status(ctx context.Context) error {
 	}
 	files := c.Status()
 	for _, f := range files {
-		if f.State != query.UpToDate {
+		if f.State != query.UpToDate || len(f.NotGranted) > 0 {
 			o.code = ExitNotAll
 		}
 	}
@@ -312,6 +313,13 @@ func (o *options) status(ctx context.Context) error {
 
 // detail says, in a table cell, what the state means for the file.
 func detail(f query.FileStatus) string {
+	if len(f.NotGranted) > 0 {
+		return fmt.Sprintf("holds %d anchors its namespace is no longer granted (kubectl trustsync grants -n %s); %s", len(f.NotGranted), f.Namespace, stateDetail(f))
+	}
+	return stateDetail(f)
+}
+
+func stateDetail(f query.FileStatus) string {
 	switch {
 	case f.State == query.Behind && f.BehindSince != nil:
 		return fmt.Sprintf("behind since %s (%s ago), missing %d, not selected %d", f.BehindSince.UTC().Format(time.RFC3339), time.Since(*f.BehindSince).Round(time.Second), len(f.Missing), len(f.Unexpected))
@@ -364,11 +372,15 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 			row(w, short(a.Anchor), "(none seen holding it; some could not be seen)")
 		}
 		for _, h := range a.Items {
+			ns := h.Namespace
+			if h.NotGranted {
+				ns += " (not granted)"
+			}
 			if h.Kind != "" {
-				row(w, short(a.Anchor), h.Namespace, h.Kind+"/"+h.Name, "", h.Writer, h.Key)
+				row(w, short(a.Anchor), ns, h.Kind+"/"+h.Name, "", h.Writer, h.Key)
 				continue
 			}
-			row(w, short(a.Anchor), h.Namespace, h.Pod, h.Node, h.Delivery, h.Path)
+			row(w, short(a.Anchor), ns, h.Pod, h.Node, h.Delivery, h.Path)
 		}
 	}
 	if err := w.Flush(); err != nil {
