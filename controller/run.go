@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -179,22 +180,42 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-controller"})
 
 	registry := watch.New(ctx, dyn, client.Discovery())
-	if _, err := registry.Discover(ctx); err != nil {
+	served, err := registry.Discover(ctx)
+	if err != nil {
 		return err
 	}
 	go registry.Run(ctx, 5*time.Minute)
+	grants, err := runPolicies(ctx, o, client, dyn, meta, served, recorder)
+	if err != nil {
+		return err
+	}
+	var tenancy targets.Tenancy
+	if grants != nil && o.TenancyEnforced {
+		// Nothing is written before the grants are known: a write from none would
+		// take away what every tenant was granted.
+		if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
+			return nil
+		}
+		tenancy = targets.Tenancy{Grants: grants.For, Bundles: grants.Bundle}
+	}
 	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
 	// injection finds the objects that ask, the targets whether an object exists.
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
 	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
 	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index})
+		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index, Tenancy: tenancy})
+	if tenancy.Grants != nil {
+		grants.OnGrantsChange(in.EnqueueAll)
+	}
 	go in.Run(ctx, 2)
 	if o.Targets {
 		if !serves(client, v1alpha1.TrustTargetResource) {
 			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
 		} else {
-			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta})
+			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Tenancy: tenancy})
+			if tenancy.Grants != nil {
+				grants.OnGrantsChange(c.EnqueueAll)
+			}
 			go c.Run(ctx, 2)
 		}
 	}
@@ -206,7 +227,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Controllers running", "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles, "federation", federating)
+	klog.InfoS("Controllers running", "tenancyEnforced", tenancy.Grants != nil, "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles, "federation", federating)
 	<-ctx.Done()
 	return nil
 }

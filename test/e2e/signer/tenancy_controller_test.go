@@ -23,13 +23,10 @@ import (
 )
 
 // enforcingController swaps the plane's controller for one started with
-// --tenancy-enforced (after the TrustPolicy CRD is served, so that it writes their
-// statuses), and swaps the usual one back when the test ends.
+// --tenancy-enforced (the TrustPolicy CRD must be served already), and swaps the usual
+// one back when the test ends.
 func enforcingController(t *testing.T, cp *controlplane.ControlPlane) *controlplane.Process {
 	t.Helper()
-	if err := cp.InstallPoliciesCRD(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	controllers[cp].Stop(10 * time.Second)
 	p, err := cp.StartController("--namespace="+signerNamespace, "--tenancy-enforced")
 	if err != nil {
@@ -83,6 +80,9 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
+	if err := cp.InstallPoliciesCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	granted, other := "ten-a-"+run, "ten-b-"+run
 	corpA, corpB := "corp-a-"+run, "corp-b-"+run
