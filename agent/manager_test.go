@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
-	"github.com/trustsync/trustsync/tenancy"
+	"github.com/trustsync/trustsync/tenancy/tenancytest"
 )
 
 func TestPodToken_TakesTheConfiguredAudienceOnly(t *testing.T) {
@@ -85,22 +84,11 @@ func TestAppOwner_IsTheUIDOfTheContainerMountingTheVolume(t *testing.T) {
 // (whose failure policy may have let the pod through), and fails the mount with the
 // same message.
 func TestGranted_AVolumeAskingWhatItsNamespaceIsNotGrantedIsNotMounted(t *testing.T) {
-	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+	grants := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"team-a": {NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
 		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}},
-		Signers: []v1alpha1.SignerGrant{{SignerName: "trustsync.io/workload", DNSNames: []string{"*.ten-a.svc"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
-	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
-		switch ns {
-		case "trustsync-system":
-			return tenancy.Grants{}, true, nil
-		case "unknown":
-			return tenancy.Grants{}, false, errors.New("the TrustPolicies and namespaces have not been listed yet")
-		}
-		return tenancy.For(policies, ns, map[string]string{"team": ns[len(ns)-1:]}), false, nil
-	}
+		Signers: []v1alpha1.SignerGrant{{SignerName: "trustsync.io/workload", DNSNames: []string{"*.ten-a.svc"}}}}})
+	grants.Labels["ten-a"] = map[string]string{"team": "a"}
+	grants.Exempt, grants.Unknown = "trustsync-system", "unknown"
 	volume := func(attrs string) contract.Spec {
 		t.Helper()
 		s, err := contract.SpecFromAttributes(map[string]string{contract.FlagSources: attrs}, "/files", "/state")
@@ -130,7 +118,7 @@ func TestGranted_AVolumeAskingWhatItsNamespaceIsNotGrantedIsNotMounted(t *testin
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &Manager{cfg: Config{Grants: grants}}
+			m := &Manager{cfg: Config{Grants: grants.Lookup}}
 			err := m.granted(context.Background(), tc.namespace, tc.spec.Asks("volume roots (csi.trustsync.io)"))
 			if tc.wantErr == "" {
 				if err != nil {

@@ -2,7 +2,6 @@ package signer
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,24 +9,14 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/tenancy"
+	"github.com/trustsync/trustsync/tenancy/tenancytest"
 )
 
 func TestNotGranted_ARequestIsDecidedByItsNamespacesGrantsOrRetried(t *testing.T) {
-	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{},
-		Signers: []v1alpha1.SignerGrant{{SignerName: "example.com/s", DNSNames: []string{"web.*.svc"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies := []tenancy.Policy{{Name: "web", Spec: spec}}
-	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
-		switch ns {
-		case "trustsync":
-			return tenancy.Grants{}, true, nil
-		case "unlisted":
-			return tenancy.Grants{}, false, errors.New("not listed yet")
-		}
-		return tenancy.For(policies, ns, nil), false, nil
-	}
+	fake := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"web": {NamespaceSelector: &metav1.LabelSelector{},
+		Signers: []v1alpha1.SignerGrant{{SignerName: "example.com/s", DNSNames: []string{"web.*.svc"}}}}})
+	fake.Exempt, fake.Unknown = "trustsync", "unlisted"
+	grants := tenancy.Lookup(fake.Lookup)
 	for _, tc := range []struct {
 		name, namespace, signer string
 		dns                     []string
@@ -43,7 +32,7 @@ func TestNotGranted_ARequestIsDecidedByItsNamespacesGrantsOrRetried(t *testing.T
 			want: "namespace apps may not ask example.com/other for certificates: no TrustPolicy grants it"},
 		{name: "the release namespace is exempt", grants: grants, namespace: "trustsync", signer: "example.com/other"},
 		{name: "grants that cannot be told are retried, not decided", grants: grants, namespace: "unlisted", signer: "example.com/s",
-			wantErr: "cannot tell what namespace unlisted is granted: not listed yet"},
+			wantErr: "cannot tell what namespace unlisted is granted: the TrustPolicies and namespaces have not been listed yet"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			why, err := notGranted(context.Background(), tc.grants, tc.namespace, tc.signer, tc.dns)

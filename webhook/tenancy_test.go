@@ -1,8 +1,6 @@
 package webhook
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/tenancy"
+	"github.com/trustsync/trustsync/tenancy/tenancytest"
 )
 
 // tenantServer serves pods with tenancy enforced: namespace ten-a is granted bundle
@@ -22,28 +21,15 @@ import (
 // tenant=b.
 func tenantServer(t *testing.T) *testServer {
 	t.Helper()
-	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {SignerName: "example.com/tenants", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
-	grants := func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
-		switch ns {
-		case "trustsync-system":
-			return tenancy.Grants{}, true, nil
-		case "broken":
-			return tenancy.Grants{}, false, errors.New("the TrustPolicies and namespaces have not been listed yet")
-		case "ten-a":
-			return tenancy.For(policies, ns, map[string]string{"team": "a"}), false, nil
-		}
-		return tenancy.For(policies, ns, nil), false, nil
-	}
+	grants := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"team-a": {NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {SignerName: "example.com/tenants", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "a"}}}}}})
+	grants.Labels["ten-a"] = map[string]string{"team": "a"}
+	grants.Exempt, grants.Unknown = "trustsync-system", "broken"
 	bundles := func(name string) (tenancy.Bundle, bool) {
 		tenant, ok := map[string]string{"example.com:tenants:a": "a", "example.com:tenants:b": "b"}[name]
 		return tenancy.Bundle{Name: name, SignerName: "example.com/tenants", Labels: map[string]string{"tenant": tenant}}, ok
 	}
-	return enforcingPodServer(t, nil, grants, bundles)
+	return enforcingPodServer(t, nil, grants.Lookup, bundles)
 }
 
 func TestPodAdmission_TenancyRefusesWhatANamespaceIsNotGranted(t *testing.T) {

@@ -2,32 +2,21 @@ package targets
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/tenancy"
+	"github.com/trustsync/trustsync/tenancy/tenancytest"
 )
 
 func TestTenancy_SplitKeepsTheSourcesANamespaceIsGranted(t *testing.T) {
-	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {TrustDomain: "partner.example"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	policies := []tenancy.Policy{{Name: "team-a", Spec: spec}}
-	enforced := Tenancy{Grants: func(_ context.Context, ns string) (tenancy.Grants, bool, error) {
-		switch ns {
-		case "trustsync-system":
-			return tenancy.Grants{}, true, nil
-		case "unknown":
-			return tenancy.Grants{}, false, errors.New("not listed yet")
-		}
-		return tenancy.For(policies, ns, map[string]string{"team": strings.TrimPrefix(ns, "ten-")}), false, nil
-	}}
+	grants := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"team-a": {NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp-a"}, {TrustDomain: "partner.example"}}}})
+	grants.Labels["ten-a"] = map[string]string{"team": "a"}
+	grants.Exempt, grants.Unknown = "trustsync-system", "unknown"
+	enforced := Tenancy{Grants: grants.Lookup}
 	corpA := v1alpha1.Source{Name: "corp-a", Path: "a.pem"}
 	corpB := v1alpha1.Source{Name: "corp-b", Path: "b.pem"}
 	partner := v1alpha1.Source{SignerName: v1alpha1.FederatedSignerName, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.TrustDomainLabel: "partner.example"}}, Path: "partner.pem"}
