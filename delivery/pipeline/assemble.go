@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"crypto/sha256"
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -110,7 +111,8 @@ func admit(check func(*certificatesv1.ClusterTrustBundle) error, events podevent
 	return func(b *certificatesv1.ClusterTrustBundle) bool {
 		err := check(b)
 		if err != nil {
-			events.WarningOnce("not-granted/"+b.Name, ReasonBundleNotGranted, fmt.Sprintf("Left bundle %s out of the trust files: %v", b.Name, err))
+			// The key is part of the Event's name: a bundle's name may hold ':'.
+			events.WarningOnce(fmt.Sprintf("not-granted-%x", sha256.Sum256([]byte(b.Name)))[:32], ReasonBundleNotGranted, fmt.Sprintf("Left bundle %s out of the trust files: %v", b.Name, err))
 		}
 		return err == nil
 	}
