@@ -30,7 +30,7 @@ import (
 
 var namespacesResource = corev1.SchemeGroupVersion.WithResource("namespaces")
 
-// bundleWatch is one served bundle API's metadata, its objects named in its form.
+// bundleWatch is one served bundle API's watch, its objects named in its form.
 type bundleWatch struct {
 	cache.SharedIndexInformer
 	form bundle.Form
@@ -42,8 +42,8 @@ type Cache struct {
 	meta       metadata.Interface
 	policies   cache.SharedIndexInformer
 	namespaces cache.SharedIndexInformer
-	// bundles are the served bundle APIs' metadata (WatchBundles), native first: what
-	// a bundle asked for by name is labelled now.
+	// bundles are the served bundle APIs (WatchBundles), native first, each bundle
+	// kept as its name, signer and labels: what a bundle asked for by name is now.
 	bundles []bundleWatch
 	// exempt is trustsync's own namespace, never checked.
 	exempt string
