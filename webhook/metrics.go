@@ -19,6 +19,10 @@ const (
 	outcomeDefaulted = "defaulted"
 	outcomeInjected  = "injected"
 	outcomeSkipped   = "skipped"
+	// outcomeError is a review the webhook failed (HTTP 5xx); outcomeMalformed one
+	// it could not read (4xx), which anyone reaching the port can send.
+	outcomeError     = "error"
+	outcomeMalformed = "malformed"
 )
 
 // Metrics are the webhook's own Prometheus metrics.
@@ -38,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "trustsync_webhook_admission_requests_total",
-			Help: "Admission reviews handled, by route and outcome (allowed, denied, warned, clamped, defaulted, injected, skipped, error).",
+			Help: "Admission reviews handled, by route and outcome (allowed, denied, warned, clamped, defaulted, injected, skipped; error: the webhook failed it, HTTP 5xx; malformed: it could not be read, HTTP 4xx).",
 		}, []string{"route", "outcome"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "trustsync_webhook_admission_duration_seconds",

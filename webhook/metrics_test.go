@@ -87,3 +87,23 @@ func TestServingCertificateCollector_ExportsTheServedCertificatesExpiryOnceThere
 		t.Error(err)
 	}
 }
+
+// A review the webhook cannot read is counted as malformed, apart from the webhook's
+// own failures (error), which are what an alert pages on: anyone who can reach the
+// port can send the first.
+func TestTimed_AMalformedReviewIsNotAnError(t *testing.T) {
+	s := enforcingPodServer(t, nil, nil, nil)
+	rec := httptest.NewRecorder()
+	s.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, routeMutatePods, strings.NewReader("not a review")))
+	if rec.Code < 400 || rec.Code >= 500 {
+		t.Fatalf("a malformed review answered %d, want a 4xx", rec.Code)
+	}
+	want := `
+# HELP trustsync_webhook_admission_requests_total Admission reviews handled, by route and outcome (allowed, denied, warned, clamped, defaulted, injected, skipped; error: the webhook failed it, HTTP 5xx; malformed: it could not be read, HTTP 4xx).
+# TYPE trustsync_webhook_admission_requests_total counter
+trustsync_webhook_admission_requests_total{outcome="malformed",route="/mutate/pods"} 1
+`
+	if err := testutil.GatherAndCompare(s.registry, strings.NewReader(want), "trustsync_webhook_admission_requests_total"); err != nil {
+		t.Error(err)
+	}
+}

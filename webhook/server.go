@@ -137,7 +137,9 @@ func NewHandler(cfg Config) (http.Handler, error) {
 	return router, nil
 }
 
-// timed records a route's latency, and errors (HTTP 5xx) as the error outcome.
+// timed records a route's latency, and failures as their outcome: the webhook's own
+// (HTTP 5xx) as error, what an alert pages on, and a review it could not read (4xx:
+// malformed, too large, from whoever can reach the port) as malformed, apart.
 func timed(m *Metrics, route string, next http.Handler) http.Handler {
 	latency := m.latency.WithLabelValues(route)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -145,8 +147,11 @@ func timed(m *Metrics, route string, next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)
 		latency.Observe(time.Since(start).Seconds())
-		if sw.status >= 400 {
-			m.outcome(route, "error")
+		switch {
+		case sw.status >= 500:
+			m.outcome(route, outcomeError)
+		case sw.status >= 400:
+			m.outcome(route, outcomeMalformed)
 		}
 	})
 }

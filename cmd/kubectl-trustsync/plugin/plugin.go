@@ -54,6 +54,18 @@ type options struct {
 // Main runs the plugin with args and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	o := &options{flags: genericclioptions.NewConfigFlags(true), stdout: stdout, stderr: stderr}
+	root := o.command(stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return ExitError
+	}
+	return o.code
+}
+
+// command is the plugin's command tree over o: every subcommand and flag a user (or
+// the docs) may name.
+func (o *options) command(stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:         "trustsync",
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl trustsync"},
@@ -84,7 +96,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		}
 		return fmt.Errorf("--output %q is not supported: give json or yaml, or nothing for a table", o.output)
 	}
-	root.SetOut(stdout)
+	root.SetOut(o.stdout)
 	root.SetErr(stderr)
 	o.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Every namespace, not only the current one.")
@@ -165,12 +177,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			return err
 		},
 	})
-	root.SetArgs(args)
-	if err := root.ExecuteContext(context.Background()); err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return ExitError
-	}
-	return o.code
+	return root
 }
 
 // namespace is the namespace asked about; "" is every one.

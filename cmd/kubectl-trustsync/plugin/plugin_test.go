@@ -3,6 +3,7 @@ package plugin
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -180,6 +182,84 @@ func jsonFields(t reflect.Type) []string {
 		if name != "" && name != "-" {
 			out = append(out, name)
 		}
+	}
+	return out
+}
+
+// Every `kubectl trustsync ...` the docs teach (README, docs/, the chart's NOTES.txt,
+// the alerts) names a subcommand and flags the plugin has: a reader following one never
+// meets "unknown command" or "unknown flag". In Markdown, what is in code (spans and
+// blocks) is a command; prose may mention the plugin by name.
+func TestDocs_EveryPluginCommandTaughtExists(t *testing.T) {
+	root := (&options{flags: genericclioptions.NewConfigFlags(true), stdout: io.Discard}).command(io.Discard)
+	root.InitDefaultCompletionCmd() // cobra adds it as the command runs
+	var sources []string
+	docs, _ := filepath.Glob("../../../docs/*.md")
+	for _, f := range append(docs, "../../../README.md", "../../../charts/trustsync/README.md") {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // the chart's README is optional
+		}
+		for _, code := range codeOf(string(data)) {
+			sources = append(sources, f+"\x00"+code)
+		}
+	}
+	for _, f := range []string{"../../../charts/trustsync/templates/NOTES.txt", "../../../charts/trustsync/files/prometheus-rules.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, f+"\x00"+string(data))
+	}
+	invocation := regexp.MustCompile(`kubectl trustsync((?: +[^ \n]+)*)`)
+	checked := 0
+	for _, src := range sources {
+		file, text, _ := strings.Cut(src, "\x00")
+		for _, m := range invocation.FindAllStringSubmatch(text, -1) {
+			words := strings.Fields(m[1])
+			cmd := root
+			if len(words) > 0 && !strings.HasPrefix(words[0], "-") && !strings.ContainsAny(words[0], "<[{") {
+				sub, _, err := root.Find(words[:1])
+				if err != nil || sub == root {
+					t.Errorf("%s: %q names no subcommand of the plugin", file, m[0])
+					continue
+				}
+				cmd = sub
+			}
+			checked++
+			for _, w := range words {
+				if strings.ContainsAny(w, "#)`;|>") && !strings.HasPrefix(strings.TrimLeft(w, "[("), "-") {
+					break // the command's end: a comment, a pipe, a redirect, prose
+				}
+				flag, _, _ := strings.Cut(strings.Trim(w, "[]()`,.;"), "=")
+				switch {
+				case strings.HasPrefix(flag, "--") && flag != "--help":
+					if cmd.Flags().Lookup(flag[2:]) == nil && cmd.InheritedFlags().Lookup(flag[2:]) == nil {
+						t.Errorf("%s: %q: kubectl trustsync %s has no flag %s", file, m[0], cmd.Name(), flag)
+					}
+				case len(flag) == 2 && flag[0] == '-' && flag != "-h":
+					if cmd.Flags().ShorthandLookup(flag[1:]) == nil && cmd.InheritedFlags().ShorthandLookup(flag[1:]) == nil {
+						t.Errorf("%s: %q: kubectl trustsync %s has no flag %s", file, m[0], cmd.Name(), flag)
+					}
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d commands found in the docs; the search is broken", checked)
+	}
+}
+
+// codeOf is what Markdown text holds as code: fenced blocks and inline spans.
+func codeOf(md string) []string {
+	var out []string
+	fence := regexp.MustCompile("(?s)```[a-z]*\n(.*?)```")
+	for _, m := range fence.FindAllStringSubmatch(md, -1) {
+		out = append(out, m[1])
+	}
+	rest := fence.ReplaceAllString(md, "")
+	for _, m := range regexp.MustCompile("`([^`\n]+)`").FindAllStringSubmatch(rest, -1) {
+		out = append(out, m[1])
 	}
 	return out
 }

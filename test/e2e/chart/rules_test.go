@@ -27,8 +27,9 @@ type ruleFile struct {
 	Groups []struct {
 		Name  string `json:"name"`
 		Rules []struct {
-			Alert string `json:"alert"`
-			Expr  string `json:"expr"`
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			Annotations map[string]string `json:"annotations"`
 		} `json:"rules"`
 	} `json:"groups"`
 }
@@ -44,6 +45,27 @@ func readRules(t *testing.T) ruleFile {
 		t.Fatal(err)
 	}
 	return rf
+}
+
+// Every alert leads somewhere: its runbook_url is its own row of docs/operations.md,
+// whose anchor exists there.
+func TestChart_EveryAlertsRunbookIsItsRowInOperations(t *testing.T) {
+	ops, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "https://github.com/trustsync/trustsync/blob/main/docs/operations.md#"
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			anchor := strings.ToLower(r.Alert)
+			if got := r.Annotations["runbook_url"]; got != base+anchor {
+				t.Errorf("alert %s has runbook_url %q, want %s%s", r.Alert, got, base, anchor)
+			}
+			if !strings.Contains(string(ops), `<a id="`+anchor+`"></a>`) {
+				t.Errorf("docs/operations.md has no row anchored %q for alert %s", anchor, r.Alert)
+			}
+		}
+	}
 }
 
 // Prometheus's own rule engine runs each alert over series shaped like what the
