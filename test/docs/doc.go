@@ -1,0 +1,3 @@
+// Package docs holds the tests that hold docs/ to the code where a reader could not
+// tell they disagree: every Event reason a component records is documented.
+package docs
