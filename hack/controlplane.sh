@@ -49,4 +49,4 @@ mkdir -p "$root/bin"
 for f in "$etcd_dir/etcd" "$kube_dir/kube-apiserver" "$kube_dir/kube-controller-manager" "$kube_dir/kubectl" "$helm_dir/helm" "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server"; do
   ln -sfn "$f" "$root/bin/$(basename "$f")"
 done
-log "control plane ready in $root/bin"
+log "control plane ready in ./bin"

@@ -61,4 +61,4 @@ done
 for p in bridge loopback host-local; do
   ln -sfn "$cni_dir/$p" "$root/bin/cni/$p"
 done
-log "node binaries ready in $root/bin"
+log "node binaries ready in ./bin"
