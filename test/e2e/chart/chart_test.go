@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -842,5 +843,45 @@ func TestChart_TheProjectsHelmRendersWithoutAKubeVersion(t *testing.T) {
 		if out, err := exec.Command(filepath.Join(bin, "helm"), args...).CombinedOutput(); err != nil {
 			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+	}
+}
+
+// The bundles NOTES.txt tells the user to look at are the kinds the cluster serves:
+// its `kubectl get clustertrustbundles...` runs as printed on a cluster without the
+// native bundle API (where naming the native kind would fail) and on one with it,
+// which it then names too. The notes are rendered by the API server's own discovery
+// (helm install --dry-run=server), as an install prints them.
+func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
+	for _, native := range []bool{false, true} {
+		t.Run(fmt.Sprintf("native=%v", native), func(t *testing.T) {
+			cp := planes.Get(t, native)
+			if err := cp.InstallMirrorCRD(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			kubeconfig := filepath.Join(t.TempDir(), "admin")
+			if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+				t.Fatal(err)
+			}
+			out := string(helm(t, "install", "notes", "charts/trustsync", "--namespace", "default", "--dry-run=server", "--kubeconfig", kubeconfig))
+			var get []string
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Fields(line); len(f) == 3 && f[0] == "kubectl" && f[1] == "get" && strings.HasPrefix(f[2], "clustertrustbundles") {
+					get = f
+				}
+			}
+			if get == nil {
+				t.Fatalf("the notes name no bundles to look at:\n%s", out)
+			}
+			if names := strings.Contains(get[2], "clustertrustbundles.certificates.k8s.io"); names != native {
+				t.Errorf("the notes' %q names the native kind: %v; the cluster serves it: %v", strings.Join(get, " "), names, native)
+			}
+			bin, err := controlplane.BinDir()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, err := exec.Command(filepath.Join(bin, "kubectl"), append(get[1:], "--kubeconfig", kubeconfig)...).CombinedOutput(); err != nil {
+				t.Errorf("the notes' %q fails as printed: %v\n%s", strings.Join(get, " "), err, b)
+			}
+		})
 	}
 }
