@@ -145,25 +145,7 @@ func TestAgent_APodDoesNotGetASecretItsServiceAccountMayNotRead(t *testing.T) {
 		"trustsync.io/inject": "true", "trustsync.io/delivery": "node",
 		"trustsync.io/sources": bundlesJSON(t, map[string]any{"secret": map[string]any{"name": "not-yours", "key": "ca.crt"}, "path": "ca.pem"}),
 	}, 1000, "exec sleep 3600"))
-	want := `Secret "not-yours": secrets "not-yours" is forbidden`
-	var messages []string
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app"})
-		if err != nil {
-			return false, nil
-		}
-		messages = messages[:0]
-		for _, e := range events.Items {
-			messages = append(messages, e.Reason+": "+e.Message)
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no Warning Event on the pod says %q; its Events:\n%s", want, strings.Join(messages, "\n"))
-	}
+	waitWarning(t, n, ns, "app", `Secret "not-yours": secrets "not-yours" is forbidden`)
 	p, err := n.Client.CoreV1().Pods(ns).Get(context.Background(), "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -22,29 +22,6 @@ import (
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
-// waitWarning waits until a Warning Event on the object named name in ns says want.
-func waitWarning(t *testing.T, n *cluster.Node, ns, name, want string) {
-	t.Helper()
-	var seen []string
-	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
-		if err != nil {
-			return false, nil
-		}
-		seen = seen[:0]
-		for _, e := range events.Items {
-			seen = append(seen, e.Reason+": "+e.Message)
-			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, want) {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("no Warning Event on %s/%s says %q; its Events:\n%s", ns, name, want, strings.Join(seen, "\n"))
-	}
-}
-
 // With the chart's tenancy.enforced=true, every place trust enters a namespace on the
 // real node enforces the TrustPolicies: a granted pod runs with its trust (sidecar and
 // node agent alike); every way of asking for an ungranted bundle or signer is refused
