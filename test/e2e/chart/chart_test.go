@@ -850,7 +850,7 @@ func TestChart_TheProjectsHelmRendersWithoutAKubeVersion(t *testing.T) {
 // its `kubectl get clustertrustbundles...` runs as printed on a cluster without the
 // native bundle API (where naming the native kind would fail) and on one with it,
 // which it then names too. The notes are rendered by the API server's own discovery
-// (helm install --dry-run=server), as an install prints them.
+// (helm upgrade --install --dry-run=server), as an install or upgrade prints them.
 func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
 	for _, native := range []bool{false, true} {
 		t.Run(fmt.Sprintf("native=%v", native), func(t *testing.T) {
@@ -862,7 +862,9 @@ func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
 			if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
 				t.Fatal(err)
 			}
-			out := string(helm(t, "install", "notes", "charts/trustsync", "--namespace", "default", "--dry-run=server", "--kubeconfig", kubeconfig))
+			// The suite's release where another test installed it (a second release
+			// would collide on the cluster-scoped objects), a first one elsewhere.
+			out := string(helm(t, "upgrade", "--install", release, "charts/trustsync", "--namespace", ns, "--dry-run=server", "--kubeconfig", kubeconfig))
 			var get []string
 			for _, line := range strings.Split(out, "\n") {
 				if f := strings.Fields(line); len(f) == 3 && f[0] == "kubectl" && f[1] == "get" && strings.HasPrefix(f[2], "clustertrustbundles") {
