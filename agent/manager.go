@@ -210,6 +210,19 @@ func (m *Manager) admit(namespace string) func(*certificatesv1.ClusterTrustBundl
 	}
 }
 
+// GrantsChanged has every running volume look at its bundles again: a TrustPolicy or
+// a namespace changed, so a bundle a volume holds may be granted no more (or again).
+func (m *Manager) GrantsChanged() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, v := range m.volumes {
+		select {
+		case v.recheck <- struct{}{}:
+		default: // a recheck is pending already
+		}
+	}
+}
+
 // refreshToken keeps a republished volume's renewed token.
 func (m *Manager) refreshToken(req csi.PublishRequest, needed bool) error {
 	token, err := m.podToken(req)

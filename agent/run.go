@@ -137,6 +137,9 @@ func Run(ctx context.Context, o *Options) error {
 	defer events.Shutdown()
 	mcfg.Events = events
 	manager := NewManager(ctx, mcfg, m)
+	if grants != nil {
+		grants.OnGrantsChange(manager.GrantsChanged)
+	}
 	if err := manager.Adopt(ctx); err != nil {
 		return err
 	}

@@ -30,6 +30,9 @@ type volume struct {
 	reload   *observe.Reloader    // nil unless the app is to be told of changes
 	// needsToken: the volume reads with the pod's token, which a republish renews.
 	needsToken bool
+	// recheck asks the pipeline to sync when the grants changed (nil without
+	// tenancy); one pending ask stands for any number.
+	recheck chan struct{}
 	cancel     context.CancelFunc
 	done       chan struct{}
 }
@@ -67,6 +70,9 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 	id := rec.VolumeID
 	var err error
 	v := &volume{rec: rec, plan: plan, needsToken: readsWithPodToken(plan, spec), done: make(chan struct{})}
+	if m.cfg.Grants != nil {
+		v.recheck = make(chan struct{}, 1)
+	}
 	// The identity first: a trust domain go-spiffe refuses fails the volume before
 	// anything reaches the API server.
 	var identity spiffeid.ID
@@ -103,7 +109,7 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 	a, err := pipeline.Assemble(pipeline.Parts{Spec: spec, Plan: v.plan, Sources: v.sources, Writer: writer,
 		Events:   m.cfg.Events.For(podevents.PodRef{Namespace: rec.Pod.Namespace, Name: rec.Pod.Name, UID: rec.Pod.UID}),
 		Observer: m.metrics.observer(), ReloadTargets: targets, CSRs: csrs,
-		Identity: identity, PodName: rec.Pod.Name, PodUID: rec.Pod.UID, Admit: m.admit(rec.Pod.Namespace)})
+		Identity: identity, PodName: rec.Pod.Name, PodUID: rec.Pod.UID, Admit: m.admit(rec.Pod.Namespace), Recheck: v.recheck})
 	if err != nil {
 		v.sources.Close()
 		return nil, err

@@ -48,6 +48,8 @@ type Parts struct {
 	// out of the files, and a Warning Event (ReasonBundleNotGranted) on the pod names
 	// it, once.
 	Admit func(*certificatesv1.ClusterTrustBundle) error
+	// Recheck asks for a sync when what Admit decides may have changed.
+	Recheck <-chan struct{}
 }
 
 // ReasonBundleNotGranted is the reason of the Warning Event on a pod whose volume
@@ -99,7 +101,7 @@ func Assemble(p Parts) (*Assembled, error) {
 		certFiles = a.Cert.Files()
 	}
 	a.Pipeline = New(Config{Plan: p.Plan, Sources: p.Sources, Writer: p.Writer, OnDisk: onDisk, Certificate: certFiles,
-		Observers: observers, Clock: p.Clock, Settled: p.Settled, Admit: admit(p.Admit, p.Events)})
+		Observers: observers, Clock: p.Clock, Settled: p.Settled, Admit: admit(p.Admit, p.Events), Recheck: p.Recheck})
 	return a, nil
 }
 

@@ -57,6 +57,9 @@ type Config struct {
 	// refuses is left out of every file, as if no watch held it, at each sync (so a
 	// grant withdrawn, or a bundle relabelled out of one, takes effect at the next).
 	Admit func(*certificatesv1.ClusterTrustBundle) bool
+	// Recheck, when set, asks for a sync whenever it receives: what Admit decides
+	// may have changed (a TrustPolicy or a namespace did), and its sources did not.
+	Recheck <-chan struct{}
 }
 
 // Pipeline is one pod's trust files. Its methods are called from one goroutine.
@@ -170,7 +173,8 @@ func (p *Pipeline) admitted(bundles []*certificatesv1.ClusterTrustBundle) []*cer
 }
 
 // Run keeps the files current until ctx is done: a sync at start, then one after each
-// change of the sources, each certificate offered, and every ResyncPeriod. A write
+// change of the sources, each Recheck, each certificate offered, and every
+// ResyncPeriod. A write
 // that failed (a full volume, say) is retried soon, backing off, not at the next
 // resync minutes away.
 func (p *Pipeline) Run(ctx context.Context) {
@@ -197,6 +201,8 @@ func (p *Pipeline) Run(ctx context.Context) {
 			resync.Stop()
 			return
 		case <-p.cfg.Sources.Changed():
+			note(p.Sync())
+		case <-p.cfg.Recheck:
 			note(p.Sync())
 		case <-resync.C:
 			note(p.Sync())

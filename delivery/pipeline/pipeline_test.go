@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,9 +43,23 @@ func (s *sources) set(anchors ...*fixtures.Cert) {
 }
 
 // told keeps what the observers were told.
-type told struct{ got []observe.Written }
+type told struct {
+	mu  sync.Mutex
+	got []observe.Written
+}
 
-func (t *told) Wrote(w observe.Written) { t.got = append(t.got, w) }
+func (t *told) Wrote(w observe.Written) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.got = append(t.got, w)
+}
+
+// snapshot is what was told so far, for a test reading while Run writes.
+func (t *told) snapshot() []observe.Written {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.got)
+}
 
 // failingWriter fails every write while err is set, as a full volume would.
 type failingWriter struct {
@@ -233,4 +250,45 @@ func TestSync_ABundleAdmitRefusesIsLeftOutAtEachSync(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A recheck syncs though no source changed: a grant withdrawn reaches a running
+// pipeline at once, not at the next resync minutes away.
+func TestRun_ARecheckSyncsWithoutAChangeOfTheSources(t *testing.T) {
+	dir := t.TempDir()
+	src := &sources{changed: make(chan struct{}, 1)}
+	a := fixtures.CA("recheck")
+	src.set(a)
+	var refused atomic.Bool
+	recheck := make(chan struct{}, 1)
+	sourcesList, err := v1alpha1.ParseSources([]byte(`[{"name": "corp", "path": "ca.pem"}, {"defaultCAs": true, "path": "roots.pem"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := render.NewPlan(sourcesList, "apps", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &told{}
+	p := New(Config{Plan: plan, Sources: src, Writer: write.NewAtomicWriter(dir), Observers: []observe.Observer{o}, Recheck: recheck,
+		Admit: func(*certificatesv1.ClusterTrustBundle) bool { return !refused.Load() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitTold := func(what string, ok func(observe.Written) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if n := len(o.snapshot()); n > 0 && ok(o.snapshot()[n-1]) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("never told %s", what)
+	}
+	waitTold("the first sync, with the bundle", func(w observe.Written) bool { return w.Err() == nil })
+	refused.Store(true)
+	recheck <- struct{}{}
+	waitTold("a sync refusing the bundle", func(w observe.Written) bool { return w.Failed["ca.pem"] != nil })
 }

@@ -175,16 +175,16 @@ func (c *Cache) PolicyObjects() []*unstructured.Unstructured {
 	return out
 }
 
-// OnChange calls f after any TrustPolicy, namespace or bundle changes (called before
-// Run): a policy's status may have changed.
+// OnChange calls f after any TrustPolicy, namespace or bundle changes: a policy's
+// status may have changed. f must not block.
 func (c *Cache) OnChange(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.listeners = append(c.listeners, f)
 }
 
-// OnGrantsChange calls f after a TrustPolicy or a namespace changes (called before
-// Run): whoever acts on grants looks again.
+// OnGrantsChange calls f after a TrustPolicy or a namespace changes: whoever acts on
+// grants looks again. f must not block.
 func (c *Cache) OnGrantsChange(f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -271,17 +271,6 @@ func (c *Cache) For(ctx context.Context, namespace string) (g tenancy.Grants, ex
 	g = tenancy.For(c.parsed, namespace, labels)
 	c.grants[namespace] = g
 	return g, false, nil
-}
-
-// Policies are the TrustPolicies as last parsed (for a status writer).
-func (c *Cache) Policies() []tenancy.Policy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dirty.Swap(false) {
-		c.parsed = c.parse()
-		clear(c.grants)
-	}
-	return c.parsed
 }
 
 // parse reads the policies as watched; one that does not decode grants nothing.

@@ -182,19 +182,27 @@ func TestTenancy_EnforcedEverywhereTrustEntersANamespace(t *testing.T) {
 		t.Errorf("grants -n ten-a = %+v; want bundle e2e-ten-a and the workload signer, by team-a", grants)
 	}
 
-	// Withdrawn: team-a's policy goes. The running agent volume does not take the
-	// bundle's next anchor, and says why; status flags the files still holding it.
+	// Withdrawn: team-a's policy goes. The running agent volume looks again at once
+	// (no source changed) and says why it leaves the bundle out; the bundle's next
+	// anchor, which the sidecar (not enforcing) takes, never reaches it; status flags
+	// the files still holding what is no longer granted.
 	if err := policies.Delete(ctx, "team-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // the agent's watch of the policies
+	waitWarning(t, n, tenA, "agent", "Left bundle e2e-ten-a out of the trust files: namespace ten-a may not trust bundle e2e-ten-a")
 	bundleA.Spec.TrustBundle = pemOf(caA, caA2)
 	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, bundleA, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitWarning(t, n, tenA, "agent", "Left bundle e2e-ten-a out of the trust files: namespace ten-a may not trust bundle e2e-ten-a")
-	if got, err := n.Exec(ctx, tenA, "agent", "app", "cat", mountPath+"/ca_certificates.pem"); err != nil || strings.Contains(got, string(caA2.CertPEM())) {
-		t.Errorf("the agent wrote the bundle no longer granted (err %v):\n%s", err, got)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := n.Exec(ctx, tenA, "sidecar", "app", "cat", mountPath+"/ca_certificates.pem")
+		return err == nil && strings.Contains(got, string(caA2.CertPEM())), nil
+	}); err != nil {
+		t.Fatal("the edit never reached the sidecar, which would have shown it reached the node's watches")
+	}
+	if got, err := n.Exec(ctx, tenA, "agent", "app", "cat", mountPath+"/ca_certificates.pem"); err != nil || strings.Contains(got, string(caA2.CertPEM())) ||
+		!strings.Contains(got, string(caA.CertPEM())) {
+		t.Errorf("the agent's volume wrote the bundle no longer granted, or lost its last good content (err %v):\n%s", err, got)
 	}
 	statusOut, _ := n.Run(ctx, "kubectl", "trustsync", "status", "-n", tenA, "-o", "json")
 	var files struct {
