@@ -74,25 +74,38 @@ type Cluster struct {
 // holds came from elsewhere (the namespace's own ConfigMap, the public roots) and is
 // never flagged.
 func (c Cluster) Ungranted(namespace string, anchors []string) []string {
+	return c.ungranted(c.holdersOfAnchors(), namespace, anchors)
+}
+
+// holdersOfAnchors maps each anchor to the bundles holding it, each bundle parsed
+// once for a whole answer; nil where there are no grants to compare.
+func (c Cluster) holdersOfAnchors() map[string][]*certificatesv1.ClusterTrustBundle {
+	if c.Grants == nil {
+		return nil
+	}
+	out := map[string][]*certificatesv1.ClusterTrustBundle{}
+	for _, b := range c.Bundles {
+		ids, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
+		for _, id := range ids {
+			out[id] = append(out[id], b)
+		}
+	}
+	return out
+}
+
+func (c Cluster) ungranted(holders map[string][]*certificatesv1.ClusterTrustBundle, namespace string, anchors []string) []string {
 	g, ok := c.Grants[namespace]
 	if !ok {
 		return nil
 	}
 	var out []string
 	for _, a := range anchors {
-		held, granted := false, false
-		for _, b := range c.Bundles {
-			ids, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
-			if !slices.Contains(ids, a) {
-				continue
-			}
-			held = true
-			if _, err := g.Bundle(tenancy.Bundle{Name: b.Name, SignerName: b.Spec.SignerName, Labels: b.Labels}); err == nil {
-				granted = true
-				break
-			}
-		}
-		if held && !granted {
+		bundles := holders[a]
+		granted := slices.ContainsFunc(bundles, func(b *certificatesv1.ClusterTrustBundle) bool {
+			_, err := g.Bundle(tenancy.Bundle{Name: b.Name, SignerName: b.Spec.SignerName, Labels: b.Labels})
+			return err == nil
+		})
+		if len(bundles) > 0 && !granted {
 			out = append(out, a)
 		}
 	}
@@ -116,11 +129,12 @@ type ObjectContent struct {
 // ObjectsHolding lists the objects' keys that hold anchor, in namespace ("" for
 // every namespace and the cluster-scoped objects).
 func (c Cluster) ObjectsHolding(anchor, namespace string) []Holder {
+	holders := c.holdersOfAnchors()
 	var out []Holder
 	for _, o := range c.Contents {
 		if (namespace == "" || o.Namespace == namespace) && slices.Contains(o.Anchors, anchor) {
 			out = append(out, Holder{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, Key: o.Key, Writer: o.Writer,
-				NotGranted: len(c.Ungranted(o.Namespace, []string{anchor})) > 0})
+				NotGranted: len(c.ungranted(holders, o.Namespace, []string{anchor})) > 0})
 		}
 	}
 	slices.SortFunc(out, func(a, b Holder) int {
@@ -235,6 +249,7 @@ type Seconds float64
 
 // Status compares every trust file of the pods with what its sources select now.
 func (c Cluster) Status() []FileStatus {
+	holders := c.holdersOfAnchors()
 	reports := c.byNode()
 	var out []FileStatus
 	for _, pod := range c.Pods {
@@ -249,7 +264,7 @@ func (c Cluster) Status() []FileStatus {
 			}
 			if fs.State, fs.Reason = o.state, o.reason; o.state == "" {
 				c.compare(&fs, o.set, expected, since)
-				fs.NotGranted = c.Ungranted(pod.Namespace, o.set.Anchors)
+				fs.NotGranted = c.ungranted(holders, pod.Namespace, o.set.Anchors)
 			}
 			out = append(out, fs)
 		}
@@ -394,6 +409,7 @@ type Holder struct {
 // namespace "" is every namespace. A report speaks for the pods its node runs: a pod
 // counts only in the report of the node its spec names.
 func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
+	holders := c.holdersOfAnchors()
 	reports := c.byNode()
 	var out []Holder
 	for _, pod := range c.Pods {
@@ -411,7 +427,7 @@ func (c Cluster) WhoTrusts(anchor, namespace string) []Holder {
 				continue
 			}
 			h := Holder{Namespace: pod.Namespace, Pod: pod.Name, Node: r.Node, Path: f.Path, Delivery: f.Delivery,
-				NotGranted: len(c.Ungranted(pod.Namespace, []string{anchor})) > 0}
+				NotGranted: len(c.ungranted(holders, pod.Namespace, []string{anchor})) > 0}
 			if f.ChangedAt != nil {
 				t := f.ChangedAt.Time
 				h.ChangedAt = &t
