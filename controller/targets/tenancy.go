@@ -18,6 +18,9 @@ type Tenancy struct {
 	Bundles tenancy.BundleLookup
 }
 
+// maxRefusalsNamed is how many sources not granted one message names.
+const maxRefusalsNamed = 5
+
 // ReasonInjectNotGranted is the Warning Event on an annotated object whose sources
 // its namespace is not granted (every one of them, or some, which are left out).
 const ReasonInjectNotGranted = "TrustInjectNotGranted"
@@ -37,12 +40,19 @@ func (t Tenancy) split(ctx context.Context, namespace string, sources []v1alpha1
 		return sources, nil, nil
 	}
 	var errs []string
+	notGranted := 0
 	for _, s := range sources {
 		if err := g.Source(s, t.Bundles); err != nil {
-			errs = append(errs, fmt.Sprintf("%s (%s)", s.Path, err))
+			// The sources are a tenant's annotation: the message names a few.
+			if notGranted++; notGranted <= maxRefusalsNamed {
+				errs = append(errs, fmt.Sprintf("%s (%s)", s.Path, err))
+			}
 			continue
 		}
 		granted = append(granted, s)
+	}
+	if notGranted > maxRefusalsNamed {
+		errs = append(errs, fmt.Sprintf("and %d more", notGranted-maxRefusalsNamed))
 	}
 	if len(errs) > 0 {
 		refused = errors.New(strings.Join(errs, "; "))

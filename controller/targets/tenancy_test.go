@@ -2,6 +2,7 @@ package targets
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -33,6 +34,8 @@ func TestTenancy_SplitKeepsTheSourcesANamespaceIsGranted(t *testing.T) {
 		{name: "everything granted is kept", tenancy: enforced, namespace: "ten-a", sources: []v1alpha1.Source{corpA, partner, roots}, wantGranted: []string{"a.pem", "partner.pem", "roots.pem"}},
 		{name: "an ungranted source is left out and named", tenancy: enforced, namespace: "ten-a", sources: []v1alpha1.Source{corpA, corpB},
 			wantGranted: []string{"a.pem"}, wantRefused: "b.pem (namespace ten-a may not trust bundle corp-b: no TrustPolicy grants it; kubectl trustsync grants -n ten-a)"},
+		{name: "a tenant's many ungranted sources are named a few at a time", tenancy: enforced, namespace: "ten-a", sources: manyUngranted(7),
+			wantRefused: "5.pem (namespace ten-a may not trust bundle corp-5: no TrustPolicy grants it; kubectl trustsync grants -n ten-a); and 2 more"},
 		{name: "a namespace granted nothing keeps only the public roots", tenancy: enforced, namespace: "ten-b", sources: []v1alpha1.Source{corpA, roots},
 			wantGranted: []string{"roots.pem"}, wantRefused: "a.pem (namespace ten-b may not trust bundle corp-a"},
 		{name: "trustsync's own namespace is exempt", tenancy: enforced, namespace: "trustsync-system", sources: []v1alpha1.Source{corpB}, wantGranted: []string{"b.pem"}},
@@ -66,4 +69,13 @@ func TestTenancy_SplitKeepsTheSourcesANamespaceIsGranted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyUngranted is n sources of bundles corp-1 to corp-n, none granted.
+func manyUngranted(n int) []v1alpha1.Source {
+	var out []v1alpha1.Source
+	for i := 1; i <= n; i++ {
+		out = append(out, v1alpha1.Source{Name: fmt.Sprintf("corp-%d", i), Path: fmt.Sprintf("%d.pem", i)})
+	}
+	return out
 }
