@@ -24,8 +24,8 @@ import (
 
 // enforcingController swaps the plane's controller for one started with
 // --tenancy-enforced (the TrustPolicy CRD must be served already), and swaps the usual
-// one back when the test ends.
-func enforcingController(t *testing.T, cp *controlplane.ControlPlane) *controlplane.Process {
+// one back when the test ends. restart restarts the enforcing one.
+func enforcingController(t *testing.T, cp *controlplane.ControlPlane) (restart func()) {
 	t.Helper()
 	controllers[cp].Stop(10 * time.Second)
 	p, err := cp.StartController("--namespace="+signerNamespace, "--tenancy-enforced")
@@ -43,7 +43,12 @@ func enforcingController(t *testing.T, cp *controlplane.ControlPlane) *controlpl
 		}
 		controllers[cp] = usual
 	})
-	return p
+	return func() {
+		t.Helper()
+		if p, err = p.Restart(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // createPolicy creates a TrustPolicy with spec; it is deleted when the test ends.
@@ -96,7 +101,7 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	}
 	createPolicy(t, cp, "team-a-"+run, map[string]any{"namespaceSelector": team("a"), "bundles": []any{map[string]any{"name": corpA}}})
 	createPolicy(t, cp, "team-b-"+run, map[string]any{"namespaceSelector": team("b"), "bundles": []any{map[string]any{"name": corpB}, map[string]any{"name": "corp-later-" + run}}})
-	enforcingController(t, cp)
+	restart := enforcingController(t, cp)
 
 	// Every policy's status: how many namespaces it selects, what does not resolve.
 	waitFor(t, "team-a's status: one namespace, every grant resolved", func() bool {
@@ -151,6 +156,18 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	waitEventOn(t, client, other, "app-trust", "TrustInjectNotGranted", fmt.Sprintf("left out: not granted to namespace %s: a.pem (namespace %s may not trust bundle %s", other, other, corpA))
 	if cm, _ := client.CoreV1().ConfigMaps(other).Get(ctx, "app-trust", metav1.GetOptions{}); cm != nil && cm.Data["a.pem"] != "" {
 		t.Errorf("the annotated ConfigMap got the bundle its namespace is not granted")
+	}
+
+	// A restarted controller, which must list the grants before it acts, takes
+	// nothing away: once it has filled a new object, what it wrote before is intact.
+	restart()
+	if _, err := client.CoreV1().ConfigMaps(granted).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-restart",
+		Annotations: map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": corpA, "trustsync.io/path": "ca.pem"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restarted controller filling a new object", func() bool { return holds(granted, "after-restart", "ca.pem", caA) })
+	if !holds(granted, "tenancy-roots", "ca.pem", caA) || !holds(other, "app-trust", "b.pem", caB) {
+		t.Error("a restart took away what the namespaces are granted")
 	}
 
 	// Withdrawn: team-a's policy goes. The target writes nowhere and takes back what
