@@ -33,8 +33,8 @@ type volume struct {
 	// recheck asks the pipeline to sync when the grants changed (nil without
 	// tenancy); one pending ask stands for any number.
 	recheck chan struct{}
-	cancel     context.CancelFunc
-	done       chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 // readsWithPodToken says whether spec reads anything with the pod's own credentials:
