@@ -6,6 +6,7 @@
 #                      containerd), building both first
 #   make build         the binaries into bin/ (five components and kubectl-trustsync)
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
+#   make test-tools    what only the tests use: promtool, cosign, spire-server
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks
@@ -14,7 +15,10 @@
 #                      in a burst, a bundle edit to the app's reload, on the real node
 #                      (root; about 10 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
-#   make image         the container image as a tarball in _output/, without a daemon
+#   make image [GOARCH=arm64] [IMAGE=ref]
+#                      the container image as a tarball in _output/, without a daemon:
+#                      Linux binaries for GOARCH (default: this host's), tagged IMAGE
+#                      (default: the chart's own image reference)
 #   make release       dist/: the chart package, the image (linux/amd64 and arm64) as an
 #                      OCI layout tarball, the plugin, SBOMs, SHA256SUMS; reproducible
 #   make push REGISTRY=host[:port]/path
@@ -25,7 +29,8 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-BINARIES  := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync
+IMAGE_BINARIES := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent
+BINARIES  := $(IMAGE_BINARIES) kubectl-trustsync
 # Every package but the e2e suites, which need the control plane.
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m
@@ -36,7 +41,7 @@ VERSION   := $(shell cat VERSION)
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
-.PHONY: release push test-upgrade image all build demo test test-unit test-e2e controlplane node lint bench bench-node fuzz clean help
+.PHONY: release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -62,11 +67,14 @@ test-unit:
 
 # One e2e package at a time: each runs its own kube-apiserver and etcd (test/e2e/node a
 # whole node, through hack/cluster.sh), and the machine may have only 2 cores.
-test-e2e: controlplane node build
+test-e2e: controlplane test-tools node build
 	$(GO) test -count=1 -p 1 -timeout 60m ./test/e2e/...
 
 controlplane:
 	@hack/controlplane.sh
+
+test-tools:
+	@hack/controlplane.sh test-tools
 
 node:
 	@hack/node.sh
@@ -112,13 +120,19 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzAdmissionReview$$' -fuzztime=$(FUZZTIME) ./webhook/
 	$(GO) test -run='^$$' -fuzz='^FuzzIssuePCR$$' -fuzztime=$(FUZZTIME) ./signer/
 
-# One image holds all three binaries. The Dockerfile builds it where a container engine
-# runs; this writes the same content as a tarball (`ctr images import`, `docker load`)
-# with a Go tool, no daemon. hack/tools/image's test checks the two agree.
-image: build
-	@mkdir -p _output
-	cd hack/tools/image && $(GO) run . trustsync --bin $(BIN) --ref $(IMAGE) --out $(CURDIR)/_output/trustsync-image.tar
-	@echo "wrote _output/trustsync-image.tar ($(IMAGE))"
+# One image holds the five binaries. The Dockerfile builds it where a container engine
+# runs; this writes the same content as a tarball (`ctr images import`, `docker load`,
+# `kind load image-archive`) with a Go tool, no daemon. hack/tools/image's test checks
+# the two agree. The binaries are Linux's whatever the host (a Mac builds a Linux
+# image), for GOARCH, and the image is stamped with the architecture they are built
+# for; the tool itself runs on the host (GOOS and GOARCH emptied for it).
+GOARCH ?= $(shell $(GO) env GOARCH)
+image:
+	@mkdir -p _output/linux_$(GOARCH)
+	@for b in $(IMAGE_BINARIES); do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o _output/linux_$(GOARCH)/$$b ./cmd/$${b#trustsync-} || exit 1; \
+	done
+	cd hack/tools/image && GOOS= GOARCH= $(GO) run . trustsync --bin $(CURDIR)/_output/linux_$(GOARCH) --ref $(IMAGE) --out $(CURDIR)/_output/trustsync-image.tar
 
 release:
 	@hack/release.sh
@@ -126,8 +140,10 @@ release:
 test-upgrade: controlplane node build
 	TRUSTSYNC_UPGRADE_FROM=$(FROM) $(GO) test -count=1 -v -timeout 40m -run TestUpgrade ./test/e2e/upgrade/
 
-push: release controlplane
+# Only helm and the image tool: no control plane.
+push: release
 	@test -n "$(REGISTRY)" || { echo "give REGISTRY=host[:port]/path, e.g. make push REGISTRY=ghcr.io/trustsync" >&2; exit 1; }
+	@hack/controlplane.sh helm
 	@hack/push.sh $(REGISTRY)
 
 clean:

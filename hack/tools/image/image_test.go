@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // The image built here and the Dockerfile's must be the same image for a user: the
@@ -138,5 +142,74 @@ func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
 	}
 	if strings.Join(platforms, " ") != "linux/amd64 linux/arm64" || m.Annotations["org.opencontainers.image.version"] != "1.2.3" {
 		t.Errorf("index of %v, annotations %v", platforms, m.Annotations)
+	}
+}
+
+// An image is stamped with the architecture its binaries are built for, never the
+// host's, and a binary a Linux node cannot run (built on a Mac, or for another
+// architecture than the rest) is refused by name before any image is written.
+func TestWrite_StampsTheArchitectureTheBinariesAreBuiltFor(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte("package main\nfunc main() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := func(goos, goarch string) []byte {
+		t.Helper()
+		out := filepath.Join(dir, goos+"_"+goarch)
+		cmd := exec.Command("go", "build", "-o", out, src)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-mod=mod", "GO111MODULE=off")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build for %s/%s: %v\n%s", goos, goarch, err, b)
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	linuxAMD64, linuxARM64, darwinARM64 := build("linux", "amd64"), build("linux", "arm64"), build("darwin", "arm64")
+	exe := func(name string, data []byte) entry { return entry{name: name, mode: 0o755, data: data} }
+
+	for _, tc := range []struct {
+		name    string
+		files   []entry
+		want    string
+		wantErr string
+	}{
+		{name: "linux/arm64 binaries make an arm64 image", files: []entry{exe("a", linuxARM64), exe("b", linuxARM64)}, want: "arm64"},
+		{name: "linux/amd64 binaries make an amd64 image", files: []entry{exe("a", linuxAMD64)}, want: "amd64"},
+		{name: "data files and links do not count", files: []entry{{name: "etc/passwd", mode: 0o644, data: []byte("root")}, {name: "sh", link: "a"}, exe("a", linuxARM64)}, want: "arm64"},
+		{name: "a Mach-O binary is refused by name", files: []entry{exe("trustsync-webhook", darwinARM64)}, wantErr: "trustsync-webhook: not a Linux (ELF) executable: build it with GOOS=linux"},
+		{name: "binaries of two architectures are refused", files: []entry{exe("a", linuxAMD64), exe("b", linuxARM64)}, wantErr: "a is built for linux/amd64 and b for linux/arm64"},
+		{name: "no executable at all is refused", files: []entry{{name: "etc/passwd", mode: 0o644}}, wantErr: "no executable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "image.tar")
+			arch, err := write("example.test/trustsync:dev", out, tc.files, v1.Config{})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
+				}
+				if _, statErr := os.Stat(out); statErr == nil {
+					t.Error("an image was written anyway")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := tarball.ImageFromPath(out, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if arch != tc.want || cf.OS != "linux" || cf.Architecture != tc.want {
+				t.Errorf("write says %s and stamps %s/%s, want linux/%s", arch, cf.OS, cf.Architecture, tc.want)
+			}
+		})
 	}
 }

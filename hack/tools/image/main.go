@@ -2,7 +2,8 @@
 // as tarballs that `ctr images import` takes, and a release's image and chart, without
 // a container engine:
 //
-//	image trustsync --bin DIR --ref REF --out FILE   the five binaries, as the Dockerfile
+//	image trustsync --bin DIR --ref REF --out FILE   the five binaries, as the Dockerfile,
+//	                                                 for the architecture they are built for
 //	image shell --busybox FILE --ref REF --out FILE  a static busybox shell, any uid
 //	image pause --pause FILE --ref REF --out FILE    the pod sandbox process
 //	image layout --bin DIR --version V --revision R --ref REF --out FILE
@@ -21,6 +22,9 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -102,8 +106,12 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown image kind %q: want trustsync, shell or pause", kind)
 	}
+	var arch string
 	if err == nil {
-		err = write(*ref, *out, files, cfg)
+		arch, err = write(*ref, *out, files, cfg)
+	}
+	if err == nil {
+		fmt.Fprintf(os.Stderr, "image: %s (linux/%s) in %s\n", *ref, arch, *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
@@ -179,20 +187,75 @@ func pauseImage(pause string) ([]entry, v1.Config, error) {
 	}, nil
 }
 
-func write(ref, out string, files []entry, cfg v1.Config) error {
+// write tags the image with the architecture its executables are built for, which
+// each of them must share: an image's platform is what a runtime picks it by, and a
+// Mach-O or mixed set of binaries would start nowhere.
+func write(ref, out string, files []entry, cfg v1.Config) (string, error) {
 	tag, err := name.NewTag(ref)
 	if err != nil {
-		return fmt.Errorf("image reference %q: %w", ref, err)
+		return "", fmt.Errorf("image reference %q: %w", ref, err)
 	}
-	img, err := image(files, cfg, "amd64", false)
+	arch, err := linuxArch(files)
 	if err != nil {
-		return err
+		return "", err
+	}
+	img, err := image(files, cfg, arch, false)
+	if err != nil {
+		return "", err
 	}
 	tmp := out + ".tmp"
 	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
-		return fmt.Errorf("write %s: %w", out, err)
+		return "", fmt.Errorf("write %s: %w", out, err)
 	}
-	return os.Rename(tmp, out)
+	return arch, os.Rename(tmp, out)
+}
+
+// elfArch maps an ELF machine to the architecture name OCI platforms use.
+var elfArch = map[elf.Machine]string{
+	elf.EM_X86_64:  "amd64",
+	elf.EM_AARCH64: "arm64",
+	elf.EM_ARM:     "arm",
+	elf.EM_386:     "386",
+	elf.EM_PPC64:   "ppc64le",
+	elf.EM_S390:    "s390x",
+	elf.EM_RISCV:   "riscv64",
+}
+
+// linuxArch is the one architecture every executable among files is built for.
+func linuxArch(files []entry) (string, error) {
+	arch, from := "", ""
+	for _, f := range files {
+		if f.dir || f.link != "" || f.mode&0o111 == 0 {
+			continue
+		}
+		a, err := archOf(f.data)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", f.name, err)
+		}
+		if arch != "" && a != arch {
+			return "", fmt.Errorf("%s is built for linux/%s and %s for linux/%s: build every binary with the same GOARCH", from, arch, f.name, a)
+		}
+		arch, from = a, f.name
+	}
+	if arch == "" {
+		return "", errors.New("the image holds no executable to take its architecture from")
+	}
+	return arch, nil
+}
+
+func archOf(data []byte) (string, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return "", fmt.Errorf("not a Linux (ELF) executable: build it with GOOS=linux (make image does): %w", err)
+	}
+	a, ok := elfArch[f.Machine]
+	if !ok {
+		return "", fmt.Errorf("built for %s, which this tool does not name", f.Machine)
+	}
+	if a == "ppc64le" && f.ByteOrder != binary.LittleEndian {
+		a = "ppc64"
+	}
+	return a, nil
 }
 
 // image is files as a one-layer image for linux/arch; oci gives it OCI media types

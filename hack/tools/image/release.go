@@ -109,6 +109,9 @@ func releaseIndex(bins map[string]string, version, revision string) (v1.ImageInd
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", arch, err)
 		}
+		if built, err := linuxArch(files); err != nil || built != arch {
+			return nil, fmt.Errorf("%s: the binaries are built for linux/%s (%v), not for the platform they are packed as", bins[arch], built, err)
+		}
 		img, err := image(files, cfg, arch, true)
 		if err != nil {
 			return nil, err

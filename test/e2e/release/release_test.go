@@ -5,14 +5,17 @@
 package release
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +29,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -340,4 +344,70 @@ func bin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// `make image`, as README teaches it, builds Linux binaries for GOARCH whatever the
+// host, tags the tarball IMAGE, and stamps it with the architecture its binaries are
+// built for: an arm64 image built here holds arm64 ELF binaries and says so.
+func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
+	for _, arch := range []string{"arm64", "amd64"} {
+		t.Run(arch, func(t *testing.T) {
+			ref := "registry.example/team/trustsync:dev-" + arch
+			cmd := exec.Command("make", "-s", "image", "GOARCH="+arch, "IMAGE="+ref)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("make image GOARCH=%s: %v\n%s", arch, err, out)
+			}
+			tag, err := name.NewTag(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := tarball.ImageFromPath(filepath.Join(root, "_output", "trustsync-image.tar"), &tag)
+			if err != nil {
+				t.Fatalf("the tarball holds no %s: %v", ref, err)
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cf.OS != "linux" || cf.Architecture != arch {
+				t.Errorf("the image is stamped %s/%s, want linux/%s", cf.OS, cf.Architecture, arch)
+			}
+			machine := map[string]elf.Machine{"arm64": elf.EM_AARCH64, "amd64": elf.EM_X86_64}[arch]
+			layers, err := img.Layers()
+			if err != nil || len(layers) != 1 {
+				t.Fatalf("want one layer, got %d (%v)", len(layers), err)
+			}
+			rc, err := layers[0].Uncompressed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			tr, seen := tar.NewReader(rc), 0
+			for {
+				h, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(h.Name, "trustsync-") {
+					continue
+				}
+				data, err := io.ReadAll(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := elf.NewFile(bytes.NewReader(data))
+				if err != nil || f.Machine != machine {
+					t.Errorf("%s in the image is not a linux/%s ELF binary (%v)", h.Name, arch, err)
+				}
+				seen++
+			}
+			if seen != 5 {
+				t.Errorf("the image holds %d trustsync binaries, want 5", seen)
+			}
+		})
+	}
 }
