@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds the pinned control-plane binaries (kube-apiserver, kube-controller-manager,
-# kubectl, etcd, helm, promtool for the alert rules' tests, cosign to verify release
-# signatures, spire-server for the federation tests' interoperability with SPIRE) from
-# the Go module proxy and links them into bin/.
+# Builds pinned binaries from the Go module proxy and links them into bin/:
+#
+#   hack/controlplane.sh            the control plane the demo and the tests run:
+#                                   etcd, kube-apiserver, kube-controller-manager,
+#                                   kubectl, helm
+#   hack/controlplane.sh helm       helm alone (what `make push` needs)
+#   hack/controlplane.sh test-tools what only the tests use: promtool (the alert rules'
+#                                   tests), cosign (release signatures), spire-server
+#                                   (federation's interoperability with SPIRE)
+#   hack/controlplane.sh --print    print the cache directories and exit
 #
 # The binaries are cached outside the checkout, keyed by the tools modules' go.mod and
 # go.sum and the Go version, so a fresh clone reuses them and only a pin change rebuilds.
-#
-#   hack/controlplane.sh            build what is missing, link into bin/
-#   hack/controlplane.sh --print    print the cache directory and exit
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,23 +33,48 @@ promtool_dir="$cache_root/promtool-$(key "$tools/promtool")"
 cosign_dir="$cache_root/cosign-$(key "$tools/cosign")"
 spire_dir="$cache_root/spire-$(key "$tools/spire")"
 
-if [[ "${1:-}" == "--print" ]]; then
-  printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir"
-  exit 0
-fi
+# link <file>...: into bin/ (or $TRUSTSYNC_BIN), where the tests and the docs' commands
+# find them.
+link() {
+  local bin=${TRUSTSYNC_BIN:-$root/bin}
+  mkdir -p "$bin"
+  for f in "$@"; do
+    ln -sfn "$f" "$bin/$(basename "$f")"
+  done
+}
 
-build "$tools/etcd" "$etcd_dir" etcd go.etcd.io/etcd/server/v3
-build "$tools/kube" "$kube_dir" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
-build "$tools/kube" "$kube_dir" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
-build "$tools/kube" "$kube_dir" kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
-build "$tools/helm" "$helm_dir" helm helm.sh/helm/v3/cmd/helm "$helm_ldflags"
-build "$tools/promtool" "$promtool_dir" promtool github.com/prometheus/prometheus/cmd/promtool
-build "$tools/cosign" "$cosign_dir" cosign github.com/sigstore/cosign/v2/cmd/cosign
-# SPIRE's SQLite datastore is cgo (mattn/go-sqlite3); gcc is on every build machine.
-build "$tools/spire" "$spire_dir" spire-server github.com/spiffe/spire/cmd/spire-server "" "" 1
+build_helm() {
+  build "$tools/helm" "$helm_dir" helm helm.sh/helm/v3/cmd/helm "$helm_ldflags"
+  link "$helm_dir/helm"
+}
 
-mkdir -p "$root/bin"
-for f in "$etcd_dir/etcd" "$kube_dir/kube-apiserver" "$kube_dir/kube-controller-manager" "$kube_dir/kubectl" "$helm_dir/helm" "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server"; do
-  ln -sfn "$f" "$root/bin/$(basename "$f")"
-done
-log "control plane ready in ./bin"
+case "${1:-}" in
+  --print)
+    printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir"
+    ;;
+  helm)
+    build_helm
+    log "helm ready"
+    ;;
+  test-tools)
+    build "$tools/promtool" "$promtool_dir" promtool github.com/prometheus/prometheus/cmd/promtool
+    build "$tools/cosign" "$cosign_dir" cosign github.com/sigstore/cosign/v2/cmd/cosign
+    # SPIRE's SQLite datastore is cgo (mattn/go-sqlite3); gcc is on every build machine.
+    build "$tools/spire" "$spire_dir" spire-server github.com/spiffe/spire/cmd/spire-server "" "" 1
+    link "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server"
+    log "test tools ready"
+    ;;
+  "")
+    build "$tools/etcd" "$etcd_dir" etcd go.etcd.io/etcd/server/v3
+    build "$tools/kube" "$kube_dir" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
+    build "$tools/kube" "$kube_dir" kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
+    build "$tools/kube" "$kube_dir" kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags"
+    build_helm
+    link "$etcd_dir/etcd" "$kube_dir/kube-apiserver" "$kube_dir/kube-controller-manager" "$kube_dir/kubectl"
+    log "control plane ready"
+    ;;
+  *)
+    sed -n '2,11s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+    ;;
+esac

@@ -43,7 +43,7 @@ func startSPIRE(t *testing.T, trustsyncEndpoint string) *spireServer {
 	}
 	s := &spireServer{bin: filepath.Join(dir, "spire-server")}
 	if _, err := os.Stat(s.bin); err != nil {
-		t.Fatalf("spire-server is not built (make controlplane): %v", err)
+		t.Fatalf("spire-server is not built (make test-tools): %v", err)
 	}
 	work := t.TempDir()
 	// A unix socket path must stay short.
