@@ -157,6 +157,15 @@ seccompProfile:
 The ConfigMap in which the controller lists the objects annotation injection fills
 (NAMESPACE/NAME): the agents and the signer read it, and only it.
 */}}
+{{/*
+The namespace the node agent runs in: agent.namespace, or the release's. The agent
+must run privileged, so a cluster keeping the release namespace at Pod Security
+restricted gives it a namespace of its own, labelled privileged.
+*/}}
+{{- define "trustsync.agentNamespace" -}}
+{{ .Values.agent.namespace | default .Release.Namespace }}
+{{- end }}
+
 {{- define "trustsync.injectedIndexName" -}}
 {{ include "trustsync.fullname" . }}-injected
 {{- end }}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,6 +209,46 @@ func TestChart_Renders(t *testing.T) {
 			},
 		},
 		{
+			name: "the webhook serves on 10250, which private managed control planes reach, behind the Service's 443",
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				d := find(objs, "Deployment", "trustsync-webhook")
+				if s := toString(d.Object["spec"]); !strings.Contains(s, `"--secure-port=10250"`) || !strings.Contains(s, `"containerPort":10250,"name":"https"`) {
+					t.Errorf("the webhook's pod spec: %s", s)
+				}
+				svc := find(objs, "Service", "trustsync-webhook")
+				if s := toString(svc.Object["spec"]); !strings.Contains(s, `"port":443`) {
+					t.Errorf("the webhook's Service: %s", s)
+				}
+			},
+		},
+		{
+			name: "the agent in a namespace of its own: its DaemonSet, ServiceAccount, bindings, metrics and reports policy follow it; the rest stays",
+			args: []string{"--set", "agent.namespace=trustsync-agent", "--set", "prometheus.serviceMonitor.enabled=true"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				for _, o := range objs {
+					agent := o.GetLabels()["app.kubernetes.io/component"] == "agent"
+					if o.GetNamespace() == "" || o.GetKind() == "ServiceMonitor" && !agent {
+						continue
+					}
+					if want := map[bool]string{true: "trustsync-agent", false: ns}[agent]; o.GetNamespace() != want {
+						t.Errorf("%s %s is in %s, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), want)
+					}
+				}
+				for _, ref := range []struct{ kind, name string }{{"ClusterRoleBinding", "trustsync-agent"}, {"RoleBinding", "trustsync-injected-index-reader"}} {
+					b := find(objs, ref.kind, ref.name)
+					if b == nil || !strings.Contains(toString(b.Object["subjects"]), `{"kind":"ServiceAccount","name":"trustsync-agent","namespace":"trustsync-agent"}`) {
+						t.Errorf("%s %s does not bind the agent in its namespace: %v", ref.kind, ref.name, b)
+					}
+				}
+				if p := find(objs, "ValidatingAdmissionPolicy", "trustsync-node-reports"); p == nil || !strings.Contains(toString(p.Object), "system:serviceaccount:trustsync-agent:trustsync-agent") {
+					t.Error("the node-reports policy does not know the agent by its namespace")
+				}
+				if sm := find(objs, "ServiceMonitor", "trustsync-agent"); sm == nil || !strings.Contains(toString(sm.Object), `"matchNames":["trustsync-agent"]`) {
+					t.Error("the agent's ServiceMonitor does not look in its namespace")
+				}
+			},
+		},
+		{
 			name: "the node agent switched off",
 			args: []string{"--set", "agent.enabled=false"},
 			check: func(t *testing.T, objs []*unstructured.Unstructured) {
@@ -227,7 +268,7 @@ func TestChart_Renders(t *testing.T) {
 				}
 				ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
 				if s := toString(ingress); len(ingress) != 2 || !strings.Contains(s, `{"ipBlock":{"cidr":"10.0.0.10/32"}}`) || !strings.Contains(s, `"monitoring"`) ||
-					!strings.Contains(s, `"port":8443`) || !strings.Contains(s, `[{"port":8081,"protocol":"TCP"}]`) {
+					!strings.Contains(s, `"port":10250`) || !strings.Contains(s, `[{"port":8081,"protocol":"TCP"}]`) {
 					t.Errorf("ingress = %s", s)
 				}
 			},
@@ -885,5 +926,46 @@ func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
 				t.Errorf("the notes' %q fails as printed: %v\n%s", strings.Join(get, " "), err, b)
 			}
 		})
+	}
+}
+
+// A second release in the same cluster is refused before anything is created, naming
+// the release that is installed and what to do; the installed release itself still
+// upgrades. Two releases would inject every pod twice, sign each signer's requests
+// twice and fight over the CSIDriver csi.trustsync.io.
+func TestChart_ASecondReleaseIsRefusedNamingTheFirst(t *testing.T) {
+	cp := planes.Get(t, true)
+	if err := cp.InstallMirrorCRD(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "admin")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helmOn := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join(bin, "helm"), append(args, "--kubeconfig", kubeconfig)...)
+		cmd.Dir, _ = filepath.Abs("../../..")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// The suite's release, where an earlier test installed it; else installed here.
+	if _, err := helmOn("status", release, "-n", ns); err != nil {
+		if out, err := helmOn("install", release, "charts/trustsync", "-n", ns, "--create-namespace"); err != nil {
+			t.Fatalf("helm install: %v\n%s", err, out)
+		}
+	}
+	out, err := helmOn("install", "second", "charts/trustsync", "-n", "second-system", "--create-namespace", "--dry-run=server")
+	// Which cluster-wide object names the release depends on what the installed
+	// release enabled: the webhook configurations, or the CSIDriver.
+	want := regexp.MustCompile(`trustsync is already installed in this cluster: (MutatingWebhookConfiguration trustsync|ValidatingWebhookConfiguration trustsync|CSIDriver csi.trustsync.io) belongs to release trustsync in namespace trustsync-system: upgrade that release \(helm upgrade trustsync \.\.\. -n trustsync-system\), or uninstall it first`)
+	if err == nil || !want.MatchString(out) {
+		t.Errorf("a second release: %v\n%s\nwant it refused saying %q", err, out, want)
+	}
+	if out, err := helmOn("upgrade", release, "charts/trustsync", "-n", ns, "--dry-run=server"); err != nil {
+		t.Errorf("the installed release no longer upgrades: %v\n%s", err, out)
 	}
 }
