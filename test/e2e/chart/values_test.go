@@ -1,9 +1,12 @@
 package chart
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
 )
 
 // workloads are the chart's four workloads, by component, as typed pod templates.
@@ -61,6 +65,7 @@ webhook:
   replicas: 1
   podDisruptionBudget: {enabled: false}
   hostNetwork: true
+  port: 10260
   sidecarImagePullSecrets: [app-registry]
   priorityClassName: system-cluster-critical
   extraArgs: [--kube-api-qps=50]
@@ -162,5 +167,74 @@ func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
 				t.Errorf("the refusal does not name %q:\n%s", tc.want, out)
 			}
 		})
+	}
+}
+
+// Values that cannot work are refused at install, saying what to set instead.
+func TestChart_RefusesValuesThatCannotWorkSayingWhatToSet(t *testing.T) {
+	for _, tc := range []struct{ name, set, want string }{
+		{"the webhook on the node's network at the kubelet's port", "webhook.hostNetwork=true", "port 10250 (webhook.port's default) is the kubelet's: set webhook.port"},
+		{"an agent namespace that is no namespace name", "agent.namespace=Trust_Agent", "/agent/namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := renderSet(t, tc.set)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Errorf("--set %s: %v\n%s\nwant it refused saying %q", tc.set, err, out, tc.want)
+			}
+		})
+	}
+}
+
+// valuesRevision, which refuses `helm upgrade --reuse-values` from values of another
+// shape, changes whenever values.yaml's keys do: testdata/values-keys.txt holds the
+// keys of the current revision. A key added, removed or renamed without a new
+// revision fails here (set TRUSTSYNC_UPDATE_GOLDEN=1 to rewrite the file once the
+// revision is bumped in values.yaml and templates/checks/values-revision.yaml).
+func TestChart_ValuesRevisionChangesWithValuesKeys(t *testing.T) {
+	raw, err := os.ReadFile("../../../charts/trustsync/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := os.ReadFile("../../../charts/trustsync/templates/checks/values-revision.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`\$want := (\d+)`).FindSubmatch(tpl)
+	if want == nil || fmt.Sprint(values["valuesRevision"]) != string(want[1]) {
+		t.Fatalf("values.yaml says valuesRevision %v, templates/checks/values-revision.yaml wants %s", values["valuesRevision"], want)
+	}
+	var keys []string
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		for k, v := range m {
+			keys = append(keys, prefix+k)
+			if sub, ok := v.(map[string]any); ok {
+				walk(prefix+k+".", sub)
+			}
+		}
+	}
+	walk("", values)
+	sort.Strings(keys)
+	got := fmt.Sprintf("valuesRevision %s\n%s\n", want[1], strings.Join(keys, "\n"))
+	golden := "testdata/values-keys.txt"
+	if os.Getenv("TRUSTSYNC_UPDATE_GOLDEN") != "" {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recorded, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(recorded) != got {
+		first, _, _ := strings.Cut(string(recorded), "\n")
+		if first == "valuesRevision "+string(want[1]) {
+			t.Fatalf("values.yaml's keys changed under %s: bump valuesRevision in values.yaml and templates/checks/values-revision.yaml (an upgrade with --reuse-values from the previous shape must be refused), then rewrite %s with TRUSTSYNC_UPDATE_GOLDEN=1", first, golden)
+		}
+		t.Fatalf("%s does not hold values.yaml's keys for valuesRevision %s: rewrite it with TRUSTSYNC_UPDATE_GOLDEN=1", golden, want[1])
 	}
 }
