@@ -78,8 +78,10 @@ func (o *Options) HealthBindAddress() string {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		BindAddress:              "0.0.0.0",
-		SecurePort:               8443,
+		BindAddress: "0.0.0.0",
+		// The port GKE's private clusters (and cert-manager's webhook) expect: their
+		// control plane reaches nodes on 443 and 10250 alone.
+		SecurePort:               10250,
 		KubeAPIQPS:               20,
 		KubeAPIBurst:             30,
 		ShutdownGracePeriod:      15 * time.Second,
