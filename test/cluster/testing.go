@@ -102,14 +102,27 @@ func (n *Node) Run(ctx context.Context, tool string, args ...string) (string, er
 		args = append([]string{"--address", filepath.Join(n.Dir, "containerd", "containerd.sock"), "-n", "k8s.io"}, args...)
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(n.Root, "bin", tool), args...)
+	return n.run(cmd, tool+" "+strings.Join(args, " "))
+}
+
+// Shell runs one command line as the docs teach it, with bash, from the checkout: as
+// a user of this node would, with the node's kubeconfig and containerd socket in the
+// environment (KUBECONFIG, CONTAINERD_ADDRESS) and bin/ first on the PATH.
+func (n *Node) Shell(ctx context.Context, line string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", line)
+	cmd.Env = []string{"KUBECONFIG=" + n.Kubeconfig(), "CONTAINERD_ADDRESS=" + filepath.Join(n.Dir, "containerd", "containerd.sock")}
+	return n.run(cmd, line)
+}
+
+func (n *Node) run(cmd *exec.Cmd, what string) (string, error) {
 	cmd.Dir = n.Root
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(n.Root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECACHEDIR="+filepath.Join(n.Dir, "kubectl-cache"), "HELM_CACHE_HOME="+filepath.Join(n.Dir, "helm-cache"),
+	cmd.Env = append(append(os.Environ(), cmd.Env...), "PATH="+filepath.Join(n.Root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECACHEDIR="+filepath.Join(n.Dir, "kubectl-cache"), "HELM_CACHE_HOME="+filepath.Join(n.Dir, "helm-cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(n.Dir, "helm-config"), "HELM_DATA_HOME="+filepath.Join(n.Dir, "helm-data"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return stdout.String(), fmt.Errorf("%s: %w: %s", what, err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
 }

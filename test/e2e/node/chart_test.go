@@ -15,12 +15,13 @@ import (
 	"github.com/trustsync/trustsync/test/cluster"
 )
 
-// `helm install` with the chart's defaults: the webhook's replicas and the signer become
-// Ready by their own probes, the self-managed TLS is set up, and the API server reaches
-// the webhook through its Service (an annotated pod comes back injected).
+// README's install (the image built and imported, `helm install` with the chart's
+// defaults): the webhook's replicas and the signer become Ready by their own probes,
+// the self-managed TLS is set up, and the API server reaches the webhook through its
+// Service (an annotated pod comes back injected).
 func TestChart_InstallWithDefaultsBecomesReadyAndServesThroughItsService(t *testing.T) {
 	n := installChart(t)
-	t.Logf("helm install --wait took %.1fs", installTook.Seconds())
+	t.Logf("README's install (make image to helm install --wait) took %.1fs", installTook.Seconds())
 	ctx := context.Background()
 	for _, name := range []string{"trustsync-webhook", "trustsync-signer"} {
 		d, err := n.Client.AppsV1().Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})

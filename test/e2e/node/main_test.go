@@ -10,11 +10,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/doccmd"
 )
 
 var (
@@ -62,14 +65,17 @@ var (
 	installTook time.Duration
 )
 
-// installChart installs the chart with its defaults, exactly as docs/install.md says,
-// once for the package.
+// installChart installs the chart once for the package by README's "On your own
+// cluster" recipe, command by command as written: make image, the tarball imported
+// into the node's containerd, the namespace created and labelled for the privileged
+// agent, helm install. The one addition is the test node's kubelet directory on the
+// helm line (ChartValues), which a user's default /var/lib/kubelet does not need.
 func installChart(t testing.TB) *cluster.Node {
 	t.Helper()
 	n := theNode(t)
 	chartOnce.Do(func() {
 		start := time.Now()
-		chartErr = helmInstall(n)
+		chartErr = readmeInstall(n)
 		installTook = time.Since(start)
 	})
 	if chartErr != nil {
@@ -78,9 +84,25 @@ func installChart(t testing.TB) *cluster.Node {
 	return n
 }
 
-func helmInstall(n *cluster.Node) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+func readmeInstall(n *cluster.Node) error {
+	commands, err := doccmd.Block(filepath.Join(n.Root, "README.md"), "**On your own cluster**")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	_, err := n.Run(ctx, "helm", append([]string{"install", release, "charts/trustsync", "-n", releaseNamespace, "--create-namespace", "--wait", "--timeout", "3m"}, n.ChartValues()...)...)
-	return err
+	installed := false
+	for _, c := range commands {
+		if strings.HasPrefix(c, "helm install ") {
+			c += " " + strings.Join(n.ChartValues(), " ")
+			installed = true
+		}
+		if _, err := n.Shell(ctx, c); err != nil {
+			return fmt.Errorf("README's recipe: %w", err)
+		}
+	}
+	if !installed {
+		return fmt.Errorf("README's recipe %q installs no chart", commands)
+	}
+	return nil
 }
