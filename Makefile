@@ -6,7 +6,7 @@
 #                      containerd), building both first
 #   make build         the binaries into bin/ (five components and kubectl-trustsync)
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
-#   make test-tools    what only the tests use: promtool, cosign, spire-server
+#   make test-tools    what only the tests use: promtool, cosign, spire-server, krew
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make bench         benchmarks

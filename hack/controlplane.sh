@@ -7,7 +7,8 @@
 #   hack/controlplane.sh helm       helm alone (what `make push` needs)
 #   hack/controlplane.sh test-tools what only the tests use: promtool (the alert rules'
 #                                   tests), cosign (release signatures), spire-server
-#                                   (federation's interoperability with SPIRE)
+#                                   (federation's interoperability with SPIRE), krew
+#                                   (the release's plugin manifest)
 #   hack/controlplane.sh --print    print the cache directories and exit
 #
 # The binaries are cached outside the checkout, keyed by the tools modules' go.mod and
@@ -32,6 +33,7 @@ helm_dir="$cache_root/helm-$helm_version-k8s1.$helm_k8s_minor-$(key "$tools/helm
 promtool_dir="$cache_root/promtool-$(key "$tools/promtool")"
 cosign_dir="$cache_root/cosign-$(key "$tools/cosign")"
 spire_dir="$cache_root/spire-$(key "$tools/spire")"
+krew_dir="$cache_root/krew-$(key "$tools/krew")"
 
 # link <file>...: into bin/ (or $TRUSTSYNC_BIN), where the tests and the docs' commands
 # find them.
@@ -50,7 +52,7 @@ build_helm() {
 
 case "${1:-}" in
   --print)
-    printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir"
+    printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir" "$krew_dir"
     ;;
   helm)
     build_helm
@@ -61,7 +63,8 @@ case "${1:-}" in
     build "$tools/cosign" "$cosign_dir" cosign github.com/sigstore/cosign/v2/cmd/cosign
     # SPIRE's SQLite datastore is cgo (mattn/go-sqlite3); gcc is on every build machine.
     build "$tools/spire" "$spire_dir" spire-server github.com/spiffe/spire/cmd/spire-server "" "" 1
-    link "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server"
+    build "$tools/krew" "$krew_dir" kubectl-krew sigs.k8s.io/krew/cmd/krew
+    link "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server" "$krew_dir/kubectl-krew"
     log "test tools ready"
     ;;
   "")

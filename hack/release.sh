@@ -4,7 +4,13 @@
 #   trustsync-VERSION.tgz                   the chart, as helm package lays it out
 #   trustsync-image-vVERSION.oci.tar        the image, linux/amd64 and linux/arm64 under
 #                                           one index, as an OCI image layout tarball
-#   kubectl-trustsync-linux-{amd64,arm64}   the plugin
+#   trustsync-crds.yaml                     every CRD, for `kubectl apply` before an upgrade
+#   kubectl-trustsync_VERSION_OS_ARCH.tar.gz
+#                                           the plugin and LICENSE, for linux and darwin
+#                                           (amd64, arm64) and windows (amd64)
+#   krew-trustsync.yaml                     a krew plugin manifest naming each archive by
+#                                           its sha256, at $PLUGIN_URL (default: the
+#                                           project's GitHub release download URL)
 #   sbom/<binary>.cdx.json                  a CycloneDX SBOM of each Go binary in the image
 #   SHA256SUMS                              of every file above
 #   *.sig                                   with COSIGN_KEY=cosign.key (password in
@@ -34,12 +40,75 @@ rm -rf "$dist"
 mkdir -p "$dist/sbom"
 ldflags="-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$version"
 for arch in amd64 arm64; do
-  for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync; do
+  for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
     CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$work/linux_$arch/$b" "./cmd/${b#trustsync-}"
   done
   log "built linux/$arch"
-  cp "$work/linux_$arch/kubectl-trustsync" "$dist/kubectl-trustsync-linux-$arch"
 done
+
+# The plugin, one archive per platform: the binary and LICENSE at the archive's root,
+# with fixed times and owners, gzip without a name or time, so the bytes repeat.
+plugin_platforms="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64"
+for platform in $plugin_platforms; do
+  os=${platform%/*} arch=${platform#*/}
+  exe=kubectl-trustsync
+  [[ $os == windows ]] && exe+=.exe
+  dir="$work/plugin_${os}_$arch"
+  mkdir -p "$dir"
+  CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$dir/$exe" ./cmd/kubectl-trustsync
+  cp LICENSE "$dir/LICENSE"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode=go-w -C "$dir" -cf - "$exe" LICENSE |
+    gzip -9 -n > "$dist/kubectl-trustsync_${version}_${os}_$arch.tar.gz"
+done
+log "built the plugin for $plugin_platforms"
+
+# Every CRD in one file, in the order of their names.
+for crd in charts/trustsync/crds/*.yaml; do
+  echo "---"
+  cat "$crd"
+done > "$dist/trustsync-crds.yaml"
+
+# krew's manifest: where each archive will be published, and its sha256.
+plugin_url=${PLUGIN_URL:-https://github.com/trustsync/trustsync/releases/download/v$version}
+{
+  cat <<MANIFEST
+apiVersion: krew.googlecontainertools.github.com/v1alpha2
+kind: Plugin
+metadata:
+  name: trustsync
+spec:
+  version: v$version
+  homepage: https://github.com/trustsync/trustsync
+  shortDescription: Which pods trust which CA, and whether a rotation may proceed
+  description: |
+    Asks trustsync, the trust distribution and workload certificate system, what the
+    cluster's pods and objects hold: whether each pod holds what its trust sources
+    select now (status), who trusts an anchor (who-trusts), which pods a CA rotation
+    waits for (rotation), federated trust domains, what a namespace is granted
+    (grants), and converts trust-manager Bundles to trustsync.
+  platforms:
+MANIFEST
+  for platform in $plugin_platforms; do
+    os=${platform%/*} arch=${platform#*/}
+    exe=kubectl-trustsync
+    [[ $os == windows ]] && exe+=.exe
+    archive="kubectl-trustsync_${version}_${os}_$arch.tar.gz"
+    cat <<PLATFORM
+  - selector:
+      matchLabels:
+        os: $os
+        arch: $arch
+    uri: $plugin_url/$archive
+    sha256: $(sha256sum "$dist/$archive" | cut -d' ' -f1)
+    bin: $exe
+    files:
+    - from: $exe
+      to: .
+    - from: LICENSE
+      to: .
+PLATFORM
+  done
+} > "$dist/krew-trustsync.yaml"
 
 (cd hack/tools/image && go run . layout --bin "$work" --version "$version" --revision "$revision" \
   --ref "$image_ref" --out "$dist/trustsync-image-v$version.oci.tar") >&2

@@ -22,6 +22,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: trustsync
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -52,12 +55,17 @@ and as a YAML flow sequence (RBAC resourceNames).
 [{{ range $i, $s := .Values.policy.signers }}{{ if $i }}, {{ end }}{{ $s.signerName | squote }}{{ end }}]
 {{- end }}
 
-{{/* The image: by digest when one is given, else by tag (default: the chart's appVersion). */}}
+{{/*
+The image: image.registry (a mirror, say) before image.repository when given; by
+digest when one is given, else by tag (default: the chart's appVersion).
+*/}}
 {{- define "trustsync.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end }}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
 {{- end }}
 {{- end }}
 
@@ -97,6 +105,10 @@ tolerations:
 {{- with $v.priorityClassName }}
 priorityClassName: {{ . }}
 {{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -106,6 +118,7 @@ and "values".
 */}}
 {{- define "trustsync.commonArgs" -}}
 - --v={{ .root.Values.logLevel }}
+- --logging-format={{ .root.Values.logFormat }}
 {{- range .values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -1,11 +1,11 @@
 // Package cli holds what every trustsync binary does the same way: flag parsing with
-// klog's flags (-v and friends), --help, and a context that ends on SIGTERM or SIGINT.
+// Kubernetes' logging flags (-v, --vmodule, --logging-format text|json), --help, and a
+// context that ends on SIGTERM or SIGINT.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,24 +13,25 @@ import (
 	"syscall"
 
 	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	// The json log format, as Kubernetes' own components register it.
+	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/cmd/internal/version"
 )
 
-// Parse parses args into fs (after adding klog's flags and --version), printing usage
-// on standard output for --help and the release for --version. It exits 0 for those
-// and 2 for a bad flag (with the usage hint on standard error), as Kubernetes
-// components do.
+// Parse parses args into fs (after adding the logging flags and --version), printing
+// usage on standard output for --help and the release for --version, then applies the
+// logging configuration. It exits 0 for those and 2 for a bad flag or logging
+// configuration (with the usage hint on standard error), as Kubernetes components do.
 func Parse(fs *pflag.FlagSet, about string, args []string) {
 	showVersion := fs.Bool("version", false, "Print the release and exit.")
-	// Only the verbosity flags: klog's file-output flags are deprecated, and logs go to
-	// stderr as containers expect.
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(klogFlags.Lookup(name))
-	}
+	// component-base's logging flags, not klog's own: its file-output flags are
+	// deprecated (logs go to stderr as containers expect), and a log collector gets
+	// one JSON object per line with --logging-format=json.
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(logging, fs)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, fs.Name(), fs.FlagUsages())
 	}
@@ -44,6 +45,10 @@ func Parse(fs *pflag.FlagSet, about string, args []string) {
 	if *showVersion {
 		fmt.Fprintf(os.Stdout, "%s %s\n", strings.Fields(fs.Name())[0], version.String())
 		os.Exit(0)
+	}
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\nRun '%s --help' for usage.\n", fs.Name(), err, fs.Name())
+		os.Exit(2)
 	}
 }
 

@@ -249,6 +249,60 @@ func TestChart_Renders(t *testing.T) {
 			},
 		},
 		{
+			name: "the conventions of cert-manager's and trust-manager's charts: common labels everywhere, per-component pod labels, annotations, spread and ServiceAccount annotations, a registry, a log format, a namespace selector",
+			args: []string{"--set", "commonLabels.team=platform", "--set", "webhook.podLabels.tier=admission", "--set", "controller.podAnnotations.scrape=yes",
+				"--set", "agent.serviceAccount.annotations.iam=agent-role", "--set", "image.registry=mirror.example/", "--set", "logFormat=json",
+				"--set", "webhook.namespaceSelector.matchLabels.trust=wanted", "--set", "signer.topologySpreadConstraints[0].maxSkew=1",
+				"--set", "signer.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone", "--set", "signer.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule"},
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				for _, o := range objs {
+					if o.GetLabels()["team"] != "platform" {
+						t.Errorf("%s %s lacks the common label", o.GetKind(), o.GetName())
+					}
+				}
+				w := map[string]map[string]any{}
+				for _, c := range []string{"webhook", "signer", "controller", "agent"} {
+					kind := map[bool]string{true: "DaemonSet", false: "Deployment"}[c == "agent"]
+					d := find(objs, kind, "trustsync-"+c)
+					tpl, _, _ := unstructured.NestedMap(d.Object, "spec", "template")
+					w[c] = tpl
+					if s := toString(tpl); !strings.Contains(s, `"image":"mirror.example/ghcr.io/trustsync/trustsync:v`) || !strings.Contains(s, `"--logging-format=json"`) || !strings.Contains(s, `"team":"platform"`) {
+						t.Errorf("%s: want the mirror's image, JSON logs and the common label on its pods: %s", c, s)
+					}
+				}
+				if l, _, _ := unstructured.NestedString(w["webhook"], "metadata", "labels", "tier"); l != "admission" {
+					t.Errorf("the webhook's pods lack podLabels: %v", w["webhook"]["metadata"])
+				}
+				if a, _, _ := unstructured.NestedString(w["controller"], "metadata", "annotations", "scrape"); a != "yes" {
+					t.Errorf("the controller's pods lack podAnnotations: %v", w["controller"]["metadata"])
+				}
+				if a, _, _ := unstructured.NestedString(w["webhook"], "metadata", "annotations", "checksum/policy"); a == "" {
+					t.Error("the webhook's pods lost the policy checksum")
+				}
+				if c, _, _ := unstructured.NestedSlice(w["signer"], "spec", "topologySpreadConstraints"); len(c) != 1 {
+					t.Errorf("the signer's pods: topologySpreadConstraints %v", c)
+				}
+				if sa := find(objs, "ServiceAccount", "trustsync-agent"); sa.GetAnnotations()["iam"] != "agent-role" {
+					t.Errorf("the agent's ServiceAccount annotations: %v", sa.GetAnnotations())
+				}
+				hooks, _, _ := unstructured.NestedSlice(find(objs, "MutatingWebhookConfiguration", "trustsync").Object, "webhooks")
+				podHooks := 0
+				for _, h := range hooks {
+					if h.(map[string]any)["name"] != "pods.trustsync.io" {
+						continue
+					}
+					podHooks++
+					sel := toString(h.(map[string]any)["namespaceSelector"])
+					if !strings.Contains(sel, `"matchLabels":{"trust":"wanted"}`) || !strings.Contains(sel, `"kube-system"`) {
+						t.Errorf("the pod webhook's namespaceSelector: %s; want the user's labels and the built-in exclusions", sel)
+					}
+				}
+				if podHooks != 1 {
+					t.Errorf("%d webhooks named pods.trustsync.io", podHooks)
+				}
+			},
+		},
+		{
 			name: "the node agent switched off",
 			args: []string{"--set", "agent.enabled=false"},
 			check: func(t *testing.T, objs []*unstructured.Unstructured) {

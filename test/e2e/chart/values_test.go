@@ -238,3 +238,61 @@ func TestChart_ValuesRevisionChangesWithValuesKeys(t *testing.T) {
 		t.Fatalf("%s does not hold values.yaml's keys for valuesRevision %s: rewrite it with TRUSTSYNC_UPDATE_GOLDEN=1", golden, want[1])
 	}
 }
+
+// Artifact Hub's annotations say what the chart installs: the image the chart runs by
+// default, and every CRD of crds/ by kind, version and name.
+func TestChart_ArtifactHubAnnotationsNameTheImageAndEveryCRD(t *testing.T) {
+	raw, err := os.ReadFile("../../../charts/trustsync/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chart struct {
+		AppVersion  string            `json:"appVersion"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := yaml.Unmarshal(raw, &chart); err != nil {
+		t.Fatal(err)
+	}
+	var images []struct{ Name, Image string }
+	if err := yaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/images"]), &images); err != nil || len(images) != 1 {
+		t.Fatalf("artifacthub.io/images: %v %v", images, err)
+	}
+	rendered := string(helm(t, "template", release, "charts/trustsync", "-n", ns))
+	if want := "ghcr.io/trustsync/trustsync:v" + chart.AppVersion; images[0].Image != want || !strings.Contains(rendered, "image: "+want) {
+		t.Errorf("artifacthub.io/images names %s; the chart runs %s by default", images[0].Image, want)
+	}
+	var crds []struct{ Kind, Version, Name string }
+	if err := yaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/crds"]), &crds); err != nil {
+		t.Fatal(err)
+	}
+	var listed, inChart []string
+	for _, c := range crds {
+		listed = append(listed, c.Name+" "+c.Kind+" "+c.Version)
+	}
+	files, err := filepath.Glob("../../../charts/trustsync/crds/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd struct {
+			Metadata struct{ Name string }
+			Spec     struct {
+				Names    struct{ Kind string }
+				Versions []struct{ Name string }
+			}
+		}
+		if err := yaml.Unmarshal(data, &crd); err != nil {
+			t.Fatal(err)
+		}
+		inChart = append(inChart, crd.Metadata.Name+" "+crd.Spec.Names.Kind+" "+crd.Spec.Versions[0].Name)
+	}
+	sort.Strings(listed)
+	sort.Strings(inChart)
+	if !slices.Equal(listed, inChart) {
+		t.Errorf("artifacthub.io/crds lists %v; crds/ holds %v", listed, inChart)
+	}
+}

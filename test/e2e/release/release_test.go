@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/test/controlplane"
 )
@@ -110,10 +112,15 @@ func TestRelease_TheSameCommitGivesTheSameBytesAndSumsThemAll(t *testing.T) {
 		t.Errorf("two releases of one tree differ:\n%s\n---\n%s", a, b)
 	}
 	v := version(t)
-	want := []string{"kubectl-trustsync-linux-amd64", "kubectl-trustsync-linux-arm64",
+	var want []string
+	for _, p := range pluginPlatforms {
+		want = append(want, pluginArchive(v, p))
+	}
+	want = append(want, "krew-trustsync.yaml",
 		"sbom/trustsync-agent.cdx.json", "sbom/trustsync-controller.cdx.json", "sbom/trustsync-sidecar.cdx.json",
 		"sbom/trustsync-signer.cdx.json", "sbom/trustsync-webhook.cdx.json",
-		"trustsync-" + v + ".tgz", "trustsync-image-v" + v + ".oci.tar"}
+		"trustsync-"+v+".tgz", "trustsync-crds.yaml", "trustsync-image-v"+v+".oci.tar")
+	slices.Sort(want)
 	var listed []string
 	for _, line := range strings.Split(strings.TrimSpace(string(a)), "\n") {
 		sum, file, _ := strings.Cut(line, "  ")
@@ -149,7 +156,8 @@ func TestRelease_EveryArtifactAgreesOnTheVersion(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(bin, "helm"), "lint", "--strict", filepath.Join(d, "trustsync-"+v+".tgz")).CombinedOutput(); err != nil {
 		t.Errorf("helm lint of the package: %v\n%s", err, out)
 	}
-	if out, err := exec.Command(filepath.Join(d, "kubectl-trustsync-linux-amd64"), "version").Output(); err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
+	plugin := filepath.Join(untarPlugin(t, filepath.Join(d, pluginArchive(v, "linux/"+runtime.GOARCH))), "kubectl-trustsync")
+	if out, err := exec.Command(plugin, "version").Output(); err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
 		t.Errorf("the released plugin says %q (%v), want kubectl-trustsync %s", out, err, v)
 	}
 
@@ -409,5 +417,124 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 				t.Errorf("the image holds %d trustsync binaries, want 5", seen)
 			}
 		})
+	}
+}
+
+// pluginPlatforms are the platforms a release's plugin is built for.
+var pluginPlatforms = []string{"darwin/amd64", "darwin/arm64", "linux/amd64", "linux/arm64", "windows/amd64"}
+
+func pluginArchive(version, platform string) string {
+	os, arch, _ := strings.Cut(platform, "/")
+	return "kubectl-trustsync_" + version + "_" + os + "_" + arch + ".tar.gz"
+}
+
+// untarPlugin unpacks a plugin archive into a new directory.
+func untarPlugin(t *testing.T, archive string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xzf", archive, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("untar %s: %v %s", archive, err, out)
+	}
+	return dir
+}
+
+// Each plugin archive holds the binary for its platform and LICENSE, and nothing
+// else; krew's manifest names every archive with its sha256 and the binary to run,
+// and krew itself installs the plugin from it, after which `kubectl trustsync
+// version` answers as a user's would.
+func TestRelease_ThePluginArchivesAndKrewsManifestInstallWithKrew(t *testing.T) {
+	d, v := dist(t), version(t)
+	formats := map[string]func([]byte) bool{
+		"linux":   func(b []byte) bool { return bytes.HasPrefix(b, []byte("\x7fELF")) },
+		"darwin":  func(b []byte) bool { return bytes.HasPrefix(b, []byte{0xcf, 0xfa, 0xed, 0xfe}) },
+		"windows": func(b []byte) bool { return bytes.HasPrefix(b, []byte("MZ")) },
+	}
+	manifest, err := os.ReadFile(filepath.Join(d, "krew-trustsync.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plugin struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Spec     struct {
+			Version   string
+			Platforms []struct {
+				Selector struct{ MatchLabels map[string]string }
+				URI, Sha256, Bin string
+				Files            []struct{ From, To string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(manifest, &plugin); err != nil {
+		t.Fatal(err)
+	}
+	if plugin.Kind != "Plugin" || plugin.Metadata.Name != "trustsync" || plugin.Spec.Version != "v"+v || len(plugin.Spec.Platforms) != len(pluginPlatforms) {
+		t.Fatalf("krew-trustsync.yaml: kind %q, name %q, version %q, %d platforms", plugin.Kind, plugin.Metadata.Name, plugin.Spec.Version, len(plugin.Spec.Platforms))
+	}
+	for _, p := range plugin.Spec.Platforms {
+		platform := p.Selector.MatchLabels["os"] + "/" + p.Selector.MatchLabels["arch"]
+		archive := pluginArchive(v, platform)
+		if !strings.HasSuffix(p.URI, "/"+archive) {
+			t.Errorf("%s: the manifest points at %s, not at %s", platform, p.URI, archive)
+		}
+		data, err := os.ReadFile(filepath.Join(d, archive))
+		if err != nil {
+			t.Fatalf("%s: %v", platform, err)
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != p.Sha256 {
+			t.Errorf("%s: the manifest says sha256 %s, the archive sums to %x", platform, p.Sha256, sum)
+		}
+		dir := untarPlugin(t, filepath.Join(d, archive))
+		entries, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		if want := []string{"LICENSE", p.Bin}; !slices.Equal(names, want) {
+			t.Errorf("%s: the archive holds %v, want %v", platform, names, want)
+		}
+		exe, err := os.ReadFile(filepath.Join(dir, p.Bin))
+		if err != nil || !formats[p.Selector.MatchLabels["os"]](exe) {
+			t.Errorf("%s: %s is not a %s executable (%v)", platform, p.Bin, p.Selector.MatchLabels["os"], err)
+		}
+	}
+
+	// krew, built pinned like the control plane, installs from the manifest and the
+	// archive offline, as `kubectl krew install --manifest --archive` does.
+	krewRoot := t.TempDir()
+	install := exec.Command(filepath.Join(bin(t), "kubectl-krew"), "install", "--manifest", filepath.Join(d, "krew-trustsync.yaml"),
+		"--archive", filepath.Join(d, pluginArchive(v, "linux/"+runtime.GOARCH)))
+	install.Env = append(os.Environ(), "KREW_ROOT="+krewRoot, "KREW_NO_UPGRADE_CHECK=1")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("krew install: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(krewRoot, "bin", "kubectl-trustsync"), "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
+		t.Errorf("the plugin krew installed says %q (%v), want kubectl-trustsync %s", out, err, v)
+	}
+}
+
+// trustsync-crds.yaml holds every CRD of the chart and applies to a real API server
+// as docs/upgrading.md applies it, each CRD then served.
+func TestRelease_TheCRDsFileAppliesEveryCRD(t *testing.T) {
+	d := dist(t)
+	chartCRDs, err := filepath.Glob(filepath.Join(root, "charts", "trustsync", "crds", "*.yaml"))
+	if err != nil || len(chartCRDs) == 0 {
+		t.Fatalf("no CRDs in the chart: %v", err)
+	}
+	cp := planes.Get(t, false)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(bin(t), "kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts",
+		"-f", filepath.Join(d, "trustsync-crds.yaml")).CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -f trustsync-crds.yaml: %v\n%s", err, out)
+	}
+	for _, f := range chartCRDs {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		if out, err := exec.Command(filepath.Join(bin(t), "kubectl"), "--kubeconfig", kubeconfig, "wait", "--for=condition=Established", "--timeout=30s", "crd/"+name).CombinedOutput(); err != nil {
+			t.Errorf("CRD %s from trustsync-crds.yaml: %v\n%s", name, err, out)
+		}
 	}
 }

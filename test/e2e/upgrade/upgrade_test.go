@@ -38,6 +38,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/doccmd"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -242,9 +243,39 @@ func TestUpgrade_FromThePreviousReleaseWithLivePodsOfEveryDelivery(t *testing.T)
 		refusals = createUntil(n, stop, &created)
 	}()
 
-	run(t, root, nil, filepath.Join(root, "bin", "kubectl"), "--kubeconfig", n.Kubeconfig(), "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(root, "charts", "trustsync", "crds"))
-	helm("upgrade", releaseName, "oci://"+host+"/trustsync/charts/trustsync", "--version", nextVersion, "-n", releaseNS,
-		"--set", "image.repository="+host+"/trustsync/trustsync", "--wait", "--timeout", "5m")
+	// docs/upgrading.md's commands, as written but for the registry and the version,
+	// run from the release (its trustsync-crds.yaml), not from a clone.
+	commands, err := doccmd.Block(filepath.Join(root, "docs", "upgrading.md"), "## The upgrade")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := "export " + strings.Join(helmEnv, " ") + "; cd " + dist + " && "
+	upgraded := false
+	for _, c := range commands {
+		c = strings.NewReplacer("REGISTRY", host+"/trustsync", "VERSION", nextVersion).Replace(c)
+		if strings.HasPrefix(c, "helm upgrade ") {
+			// The same upgrade with --reuse-values, which renders the new chart
+			// with the old release's values and none of the new defaults: refused
+			// saying what to use, not a nil pointer.
+			reuse := strings.Replace(c, "--reset-then-reuse-values", "--reuse-values", 1) + " --dry-run=server"
+			out, err := n.Shell(ctx, env+reuse)
+			if err == nil {
+				t.Logf("helm upgrade --reuse-values from %s renders (the values' shape did not change)", commit[:12])
+			} else if !strings.Contains(err.Error(), "Upgrade with --reset-then-reuse-values") {
+				t.Errorf("helm upgrade --reuse-values fails without saying what to do: %v\n%s", err, out)
+			}
+			upgraded = true
+		}
+		c2, cancel := context.WithTimeout(ctx, 6*time.Minute)
+		_, err := n.Shell(c2, env+c)
+		cancel()
+		if err != nil {
+			t.Fatalf("docs/upgrading.md: %v", err)
+		}
+	}
+	if !upgraded {
+		t.Fatalf("docs/upgrading.md's upgrade %q runs no helm upgrade", commands)
+	}
 	close(stop)
 	loop.Wait()
 	t.Logf("%d annotated pods created during the upgrade, %d refused", created.Load(), len(refusals))
