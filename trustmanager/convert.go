@@ -143,6 +143,9 @@ type converter struct {
 	c       Conversion
 	anchors []v1alpha1.Source // each source once; copied onto every key
 	inline  int
+	// dropped names the sources that are not carried over: a target without them
+	// would write fewer anchors than trust-manager did, so it is never ready to apply.
+	dropped []string
 }
 
 // note records what is not carried over. Everything taken from the input is quoted
@@ -262,9 +265,10 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 			if obj.Selector != nil || obj.IncludeAllKeys {
 				what = fmt.Sprintf("%s objects selected by labels (or all their keys)", kind)
 			}
-			cv.namespaced(fmt.Sprintf("source %d, a %s", i, what))
+			cv.namespaced(fmt.Sprintf("source %d", i), fmt.Sprintf("source %d, a %s", i, what))
 		default:
 			cv.note("source %d names no kind of source trustsync knows; left out", i)
+			cv.dropped = append(cv.dropped, fmt.Sprintf("source %d", i))
 		}
 	}
 	t := spec.Target
@@ -318,6 +322,7 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 		case "Disabled":
 		default:
 			cv.note("defaultCAs.provider %q is neither System nor Disabled; left out", d.Provider)
+			cv.dropped = append(cv.dropped, "defaultCAs")
 		}
 	}
 	if spec.InLineCAs != nil {
@@ -328,7 +333,7 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 		if ref.Selector != nil {
 			what = fmt.Sprintf("%s objects selected by labels, key %q", ref.Kind, ref.Key)
 		}
-		cv.namespaced(fmt.Sprintf("sourceRefs[%d], a %s", i, what))
+		cv.namespaced(fmt.Sprintf("sourceRefs[%d]", i), fmt.Sprintf("sourceRefs[%d], a %s", i, what))
 	}
 	var plans []targetPlan
 	for _, obj := range []struct {
@@ -404,8 +409,9 @@ func (cv *converter) inLine(pem string) {
 }
 
 // namespaced notes a source in trust-manager's trust namespace, which does not carry
-// over.
-func (cv *converter) namespaced(what string) {
+// over; which names it in a refusal.
+func (cv *converter) namespaced(which, what string) {
+	cv.dropped = append(cv.dropped, which)
 	cv.note("%s in trust-manager's trust namespace, is not carried over: trustsync distributes bundles, which anyone may read and only attesters may publish. Publish those anchors as a ClusterTrustBundle (cert-manager's CA as a signer's bundle, or `kubectl create` one from the PEM) and add it to the TrustTarget's sources by name", what)
 }
 
@@ -462,6 +468,9 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 		why = append(why, fmt.Sprintf("metadata.name %q: %s", name, strings.Join(errs, "; ")))
 	} else if len(name) > 63 {
 		why = append(why, fmt.Sprintf("metadata.name %q: a TrustTarget's name has at most 63 characters", name))
+	}
+	if len(cv.dropped) > 0 {
+		why = append(why, fmt.Sprintf("%s not carried over (above), and without it the target would write fewer anchors than trust-manager did: publish those anchors as a ClusterTrustBundle, add it to the sources by name, then apply", strings.Join(cv.dropped, ", ")))
 	}
 	if _, err := v1alpha1.ParseTrustTargetSpec(&t.Spec); err != nil {
 		why = append(why, err.Error())

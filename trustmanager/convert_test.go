@@ -84,13 +84,27 @@ kind: Bundle
 metadata: {name: corp}
 spec:
   sources:
-  - secret: {name: ca-key-pair, key: tls.crt}
   - useDefaultCAs: true
   target:
     configMap: {key: ca.crt}
     secret: {key: ca.crt}`,
 			wantTargets: []string{"corp: configMap corp <- defaultCAs>ca.crt:pem", "corp-secret: secret corp <- defaultCAs>ca.crt:pem"},
-			wantNotes:   []string{`secret "ca-key-pair" key "tls.crt" in trust-manager's trust namespace, is not carried over`, "trustsync writes Secrets only where the chart allows it"},
+			wantNotes:   []string{"trustsync writes Secrets only where the chart allows it"},
+		},
+		{
+			name: "a source that is not carried over (a Secret in trust-manager's namespace) leaves every target refused, never ready to apply with fewer anchors",
+			doc: `apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: corp}
+spec:
+  sources:
+  - secret: {name: ca-key-pair, key: tls.crt}
+  - useDefaultCAs: true
+  target:
+    configMap: {key: ca.crt}
+    secret: {key: ca.crt}`,
+			wantNotes:   []string{`secret "ca-key-pair" key "tls.crt" in trust-manager's trust namespace, is not carried over`},
+			wantRefused: `TrustTarget "corp" would be refused: source 0 not carried over (above), and without it the target would write fewer anchors than trust-manager did`,
 		},
 		{
 			name: "sources times keys over the controller's limit are refused, not printed as ready",
@@ -114,8 +128,6 @@ metadata: {name: corp-roots}
 spec:
   defaultCAs: {provider: System}
   inLineCAs: ` + inline + `
-  sourceRefs:
-  - {kind: ConfigMap, name: corp-ca, key: "*.crt"}
   target:
     configMap:
       data:
@@ -127,8 +139,24 @@ spec:
       matchLabels: {trust: corp}`,
 			wantTargets: []string{"corp-roots: configMap corp-roots <- defaultCAs>ca.pem:pem,corp-roots-inline-1>ca.pem:pem,defaultCAs>ca.p12:pkcs12,corp-roots-inline-1>ca.p12:pkcs12"},
 			wantBundles: 1,
-			wantNotes: []string{`sourceRefs[0], a ConfigMap "corp-ca" key "*.crt" in trust-manager's trust namespace`, `PKCS#12 profile "Modern2023"`,
+			wantNotes: []string{`PKCS#12 profile "Modern2023"`,
 				"target.configMap.metadata (labels and annotations for the written objects) is not carried over"},
+		},
+		{
+			name: "a ClusterBundle's sourceRefs are not carried over, and its target is refused for it",
+			doc: `apiVersion: trust-manager.io/v1alpha2
+kind: ClusterBundle
+metadata: {name: corp-roots}
+spec:
+  defaultCAs: {provider: System}
+  sourceRefs:
+  - {kind: ConfigMap, name: corp-ca, key: "*.crt"}
+  target:
+    configMap:
+      data:
+      - {key: ca.pem}`,
+			wantNotes:   []string{`sourceRefs[0], a ConfigMap "corp-ca" key "*.crt" in trust-manager's trust namespace`},
+			wantRefused: `TrustTarget "corp-roots" would be refused: sourceRefs[0] not carried over`,
 		},
 		{
 			name: "a ClusterBundle's password-less PKCS#12 (its default) is said to get trustsync's password",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"reflect"
 	"regexp"
 	"strings"
@@ -100,7 +101,7 @@ spec:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, code := run(t, "convert", "-f", file, "-o", "json")
+	out, stderr, code := run(t, "convert", "-f", file, "-o", "json", "--api", "native")
 	var list struct {
 		APIVersion, Kind string
 		Items            []struct {
@@ -262,4 +263,84 @@ func codeOf(md string) []string {
 		out = append(out, m[1])
 	}
 	return out
+}
+
+// What kubectl get -o yaml prints (a v1 List) converts as its items; inline CAs are
+// written for the bundle API asked for, or the one the cluster serves, which convert
+// asks only when there is a bundle to write and, when it cannot, says what to give;
+// a target missing a source trust-manager had is never printed as ready to apply.
+func TestConvert_TakesAListAndWritesForTheBundleAPI(t *testing.T) {
+	inline := strings.ReplaceAll(fixtures.Bundle(fixtures.CA("corp")), "\n", `\n`)
+	list := `apiVersion: v1
+kind: List
+items:
+- apiVersion: trust.cert-manager.io/v1alpha1
+  kind: Bundle
+  metadata: {name: corp}
+  spec:
+    sources: [{useDefaultCAs: true}, {inLine: "` + inline + `"}]
+    target: {configMap: {key: ca.crt}}
+- apiVersion: trust.cert-manager.io/v1alpha1
+  kind: Bundle
+  metadata: {name: public}
+  spec:
+    sources: [{useDefaultCAs: true}]
+    target: {configMap: {key: ca.crt}}
+`
+	withSecret := `apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: partial}
+spec:
+  sources: [{useDefaultCAs: true}, {secret: {name: ca-key-pair, key: tls.crt}}]
+  target: {configMap: {key: ca.crt}}
+`
+	unreachable := []string{"--server", "https://127.0.0.1:1", "--request-timeout", "2s"}
+	for _, tc := range []struct {
+		name, input string
+		args        []string
+		wantCode    int
+		wantItems   []string
+		wantStderr  string
+	}{
+		{name: "a List's items, native bundles asked for", input: list, args: []string{"--api", "native"},
+			wantItems: []string{"certificates.k8s.io/v1 ClusterTrustBundle corp-inline-1", "trustsync.io/v1alpha1 TrustTarget corp", "trustsync.io/v1alpha1 TrustTarget public"}},
+		{name: "mirror bundles asked for", input: list, args: []string{"--api", "mirror"},
+			wantItems: []string{"trustsync.io/v1alpha1 ClusterTrustBundle corp-inline-1", "trustsync.io/v1alpha1 TrustTarget corp", "trustsync.io/v1alpha1 TrustTarget public"}},
+		{name: "auto with no cluster to ask, and a bundle to write, says to choose", input: list, args: unreachable,
+			wantCode: ExitError, wantStderr: "asking the cluster which bundle API it serves failed"},
+		{name: "auto with no bundle to write asks nothing", input: withSecret, args: unreachable,
+			wantCode: ExitNotAll, wantStderr: `TrustTarget "partial" would be refused: source 1 not carried over`},
+		{name: "an unknown API is refused", input: list, args: []string{"--api", "v1"},
+			wantCode: ExitError, wantStderr: `--api "v1": give auto`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "bundles.yaml")
+			if err := os.WriteFile(file, []byte(tc.input), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, stderr, code := run(t, append([]string{"convert", "-f", file, "-o", "json"}, tc.args...)...)
+			if code != tc.wantCode || !strings.Contains(stderr, tc.wantStderr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, stderr, tc.wantCode, tc.wantStderr)
+			}
+			if tc.wantCode == ExitError {
+				return
+			}
+			var got struct {
+				Items []struct {
+					APIVersion, Kind string
+					Metadata         struct{ Name string }
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("not JSON (%v):\n%s", err, out)
+			}
+			var items []string
+			for _, i := range got.Items {
+				items = append(items, i.APIVersion+" "+i.Kind+" "+i.Metadata.Name)
+			}
+			if !slices.Equal(items, tc.wantItems) {
+				t.Errorf("printed %q, want %q", items, tc.wantItems)
+			}
+		})
+	}
 }

@@ -168,7 +168,7 @@ func TestUninstall_RemoveEverythingLeavesNothingOfTrustsync(t *testing.T) {
 	defer cancel()
 	dyn := dynamic.NewForConfigOrDie(n.Config)
 	ns := n.Namespace(t, "remove-target", nil)
-	createTarget(t, n, "remove-everything", ns, "remove-cas", map[string]any{"signerName": "trustsync.io/workload"})
+	createTarget(t, n, "remove-everything", ns, "remove-cas", map[string]any{"signerName": "trustsync.io/workload", "path": "ca.crt"})
 	peer := fixtures.CA("remove-everything peer")
 	ftd := &v1alpha1.FederatedTrustDomain{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.FederatedTrustDomainResource.GroupVersion().String(), Kind: v1alpha1.FederatedTrustDomainKind},

@@ -188,10 +188,11 @@ func applyConverted(t *testing.T, cp *controlplane.ControlPlane, out string) {
 }
 
 // A ClusterBundle written to trust-manager's own CRD (read from its module and served
-// by the API server, which validates it) converts field by field: the public roots
-// and its inline CAs, written as its data keys (PEM and PKCS#12) into a ConfigMap in
-// the namespaces it selects; its sourceRefs and target metadata are named as not
-// carried over.
+// by the API server, which validates it), read back as docs/migrate-from-trust-manager.md
+// reads it (kubectl get -o yaml: a List), converts field by field: the public roots
+// and its inline CAs (a bundle of the API this cluster serves), written as its data
+// keys (PEM and PKCS#12) into a ConfigMap in the namespaces it selects; its target
+// metadata is named as not carried over.
 func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
@@ -210,7 +211,6 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 		"spec": map[string]any{
 			"defaultCAs": map[string]any{"provider": "System"},
 			"inLineCAs":  string(inline.CertPEM()),
-			"sourceRefs": []any{map[string]any{"kind": "Secret", "name": "corp-ca", "key": "*.crt"}},
 			"target": map[string]any{
 				"configMap": map[string]any{
 					"data":     []any{map[string]any{"key": "ca.pem"}, map[string]any{"key": "ca.p12", "format": "PKCS12", "password": "changeit"}},
@@ -225,20 +225,30 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 		return err == nil
 	})
 	t.Cleanup(func() { _ = clusterBundles.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	stored, err := clusterBundles.Get(ctx, name, metav1.GetOptions{})
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := controlplane.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := filepath.Join(t.TempDir(), "clusterbundle.yaml")
-	raw, _ := stored.MarshalJSON()
-	if err := os.WriteFile(input, raw, 0o644); err != nil {
+	listed, err := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfig, "get", "clusterbundles.trust-manager.io", "-o", "yaml").Output()
+	if err != nil || !strings.Contains(string(listed), "kind: List") {
+		t.Fatalf("kubectl get clusterbundles -o yaml: %v\n%s", err, listed)
+	}
+	input := filepath.Join(t.TempDir(), "clusterbundles.yaml")
+	if err := os.WriteFile(input, listed, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, _, code := controlplane.NewPlugin(t, cp).Output(t, "convert", "-f", input)
 	if code != 3 {
-		t.Fatalf("convert exits %d; want 3, for the sourceRefs and metadata not carried over:\n%s", code, out)
+		t.Fatalf("convert exits %d; want 3, for the metadata not carried over:\n%s", code, out)
 	}
-	for _, want := range []string{`sourceRefs[0], a Secret "corp-ca" key "*.crt"`, "target.configMap.metadata"} {
+	if !strings.Contains(out, "apiVersion: certificates.k8s.io/v1\nkind: ClusterTrustBundle") {
+		t.Errorf("the inline CAs are not a bundle of the native API this cluster serves:\n%s", out)
+	}
+	for _, want := range []string{"target.configMap.metadata"} {
 		if !strings.Contains(out, "# NOT CARRIED OVER: ClusterBundle \""+name+"\": ") || !strings.Contains(out, want) {
 			t.Errorf("convert does not say %q is not carried over:\n%s", want, out)
 		}
@@ -260,8 +270,10 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 
 // Whatever the input holds, convert prints only the objects it converted, from a
 // YAML encoder: a kind or a name made to look like YAML stays in a one-line comment;
-// what the controller would refuse (too many sources) is commented out and named;
-// a Bundle writing a ConfigMap and a Secret becomes two targets; exit 3 each time.
+// what the controller would refuse (too many sources) is commented out and named, as
+// is a target missing a source that cannot be carried over (a Secret in
+// trust-manager's namespace); a Bundle writing a ConfigMap and a Secret becomes two
+// targets; exit 3 each time.
 func TestConvert_IsSafeToPipeIntoKubectlApply(t *testing.T) {
 	cp := planes.Get(t, true)
 	var many strings.Builder
@@ -288,6 +300,13 @@ metadata: {name: both}
 spec:
   sources: [{useDefaultCAs: true}]
   target: {configMap: {key: ca.crt}, secret: {key: ca.crt}}
+---
+apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: partial}
+spec:
+  sources: [{useDefaultCAs: true}, {secret: {name: ca-key-pair, key: tls.crt}}]
+  target: {configMap: {key: ca.crt}}
 ---
 apiVersion: trust.cert-manager.io/v1alpha1
 kind: Bundle
@@ -333,7 +352,8 @@ spec:
 	if apiErr == nil || !strings.Contains(apiErr.Error(), "duplicate trust anchor") {
 		t.Fatalf("the API server took the duplicate anchor: %v", apiErr)
 	}
-	for _, want := range []string{`TrustTarget "many" would be refused: spec.sources: Too many: 36`, `would be refused: metadata.name`, `"Vendor\n---\napiVersion: rbac`,
+	for _, want := range []string{`TrustTarget "many" would be refused: spec.sources: Too many: 36`, `would be refused: metadata.name`,
+		`TrustTarget "partial" would be refused: source 1 not carried over`, `"Vendor\n---\napiVersion: rbac`,
 		"twice-inline-1 (from the inline CAs) would be refused by the API server", "duplicate trust anchor (indices [0 1])"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("convert does not say %q:\n%s", want, out)
