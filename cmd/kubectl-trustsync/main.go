@@ -9,4 +9,4 @@ import (
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 )
 
-func main() { os.Exit(plugin.Main(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(plugin.Main(plugin.Args(os.Args), os.Stdout, os.Stderr)) }

@@ -5,10 +5,12 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -85,9 +87,9 @@ Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
 		SilenceUsage: true, SilenceErrors: true,
 	}
-	// kubectl trustsync completion bash|zsh|fish|powershell; kubectl itself completes a
-	// plugin through a kubectl_complete-trustsync on the PATH (docs/cli.md).
-	root.CompletionOptions.HiddenDefaultCmd = false
+	// Cobra's own completion command would register the scripts for the command's
+	// name, "trustsync", which no shell runs: ours registers kubectl-trustsync.
+	root.CompletionOptions.DisableDefaultCmd = true
 	// -o is checked before anything is read, so a typo costs no API call.
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		switch o.output {
@@ -163,7 +165,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.grants(cmd.Context()) },
 	})
-	root.AddCommand(o.convertCommand(os.Stdin, stderr), &cobra.Command{
+	root.AddCommand(o.convertCommand(os.Stdin, stderr), completionCommand(root), &cobra.Command{
 		Use:   "version",
 		Short: "The plugin's release (-o json: {\"version\": ...})",
 		Example: `  kubectl trustsync version
@@ -178,6 +180,51 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		},
 	})
 	return root
+}
+
+// CompleteName is the executable kubectl (1.26+) runs to complete `kubectl trustsync
+// <TAB>`: the plugin itself, linked under this name, answers as `__complete`.
+const CompleteName = "kubectl_complete-trustsync"
+
+// Args are the plugin's arguments as it was started (argv): run as CompleteName, the
+// shell's completion request.
+func Args(argv []string) []string {
+	if len(argv) > 0 && filepath.Base(argv[0]) == CompleteName {
+		return append([]string{cobra.ShellCompRequestCmd}, argv[1:]...)
+	}
+	return argv[1:]
+}
+
+// completionCommand prints the shell's completion script for kubectl-trustsync, the
+// executable a shell runs; `kubectl trustsync <TAB>` goes through CompleteName.
+func completionCommand(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:   "completion bash|zsh|fish|powershell",
+		Short: "The shell's completion script for kubectl-trustsync",
+		Long: `completion prints the completion script for kubectl-trustsync in the shell named.
+For kubectl trustsync <TAB>, kubectl (1.26 and later) runs an executable named
+` + CompleteName + ` on the PATH: link it to this plugin.`,
+		Example: `  # kubectl-trustsync <TAB> in this bash session
+  source <(kubectl-trustsync completion bash)
+  # kubectl trustsync <TAB>, with kubectl's own completion loaded
+  ln -s "$(command -v kubectl-trustsync)" "$(dirname "$(command -v kubectl-trustsync)")/` + CompleteName + `"`,
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{"bash", "zsh", "fish", "powershell"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root.Use = "kubectl-trustsync"
+			out := cmd.OutOrStdout()
+			switch args[0] {
+			case "bash":
+				return root.GenBashCompletionV2(out, true)
+			case "zsh":
+				return root.GenZshCompletion(out)
+			case "fish":
+				return root.GenFishCompletion(out, true)
+			default:
+				return root.GenPowerShellCompletionWithDesc(out)
+			}
+		},
+	}
 }
 
 // namespace is the namespace asked about; "" is every one.
@@ -207,6 +254,15 @@ type clients struct {
 }
 
 func (o *options) clients() (clients, error) {
+	// With no kubeconfig at all, client-go falls back to http://localhost:8080, and
+	// the user would read a refused connection to a server they never named.
+	raw, err := o.flags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return clients{}, err
+	}
+	if len(raw.Clusters) == 0 && ptrValue(o.flags.APIServer) == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+		return clients{}, errors.New("no kubeconfig: give --kubeconfig FILE, set KUBECONFIG, or write ~/.kube/config (the file kubectl reads)")
+	}
 	cfg, err := o.flags.ToRESTConfig()
 	if err != nil {
 		return clients{}, err
@@ -275,6 +331,13 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 		}
 	}
 	return c, nil
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // lastChange is when the bundle was last written, from its managed fields.

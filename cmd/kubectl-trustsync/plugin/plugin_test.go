@@ -53,12 +53,29 @@ func TestMain_VersionPrintsTheSameInEveryFormat(t *testing.T) {
 	}
 }
 
+// The scripts register kubectl-trustsync, the executable the shell runs (cobra's
+// default would register the command's name, trustsync, which nothing runs), and
+// the plugin linked as kubectl_complete-trustsync answers kubectl's completion.
 func TestMain_CompletesInEveryShell(t *testing.T) {
-	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
-		out, stderr, code := run(t, "completion", shell)
-		if code != 0 || !strings.Contains(out, "trustsync") {
-			t.Errorf("completion %s: exit %d, %d bytes, %s", shell, code, len(out), stderr)
+	for _, tc := range []struct{ shell, registers string }{
+		{"bash", "complete -o default -F __start_kubectl-trustsync kubectl-trustsync"},
+		{"zsh", "#compdef kubectl-trustsync"},
+		{"fish", "complete -c kubectl-trustsync "},
+		{"powershell", "Register-ArgumentCompleter -CommandName 'kubectl-trustsync'"},
+	} {
+		out, stderr, code := run(t, "completion", tc.shell)
+		if code != 0 || !strings.Contains(out, tc.registers) || strings.Contains(out, "__start_trustsync ") {
+			t.Errorf("completion %s: exit %d, %d bytes, %s; want it to say %q", tc.shell, code, len(out), stderr, tc.registers)
 		}
+	}
+	if _, stderr, code := run(t, "completion", "tcsh"); code != ExitError || !strings.Contains(stderr, `invalid argument "tcsh"`) {
+		t.Errorf("completion tcsh: exit %d, %q", code, stderr)
+	}
+	if got := Args([]string{"/usr/local/bin/kubectl_complete-trustsync", "who-trusts", ""}); !slices.Equal(got, []string{"__complete", "who-trusts", ""}) {
+		t.Errorf("run as kubectl_complete-trustsync, the arguments are %q", got)
+	}
+	if got := Args([]string{"kubectl-trustsync", "status"}); !slices.Equal(got, []string{"status"}) {
+		t.Errorf("run as kubectl-trustsync, the arguments are %q", got)
 	}
 	// What the shell asks for: the commands, then a command's flags.
 	out, _, _ := run(t, "__complete", "")
@@ -342,5 +359,19 @@ spec:
 				t.Errorf("printed %q, want %q", items, tc.wantItems)
 			}
 		})
+	}
+}
+
+// With no kubeconfig anywhere, a command says so and what to give, instead of a
+// refused connection to http://localhost:8080, a server the user never named.
+func TestMain_NoKubeconfigIsSaid(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"grants"}} {
+		_, stderr, code := run(t, cmd...)
+		if code != ExitError || !strings.Contains(stderr, "no kubeconfig: give --kubeconfig FILE, set KUBECONFIG, or write ~/.kube/config") || strings.Contains(stderr, "localhost:8080") {
+			t.Errorf("%s with no kubeconfig: exit %d, %q", cmd[0], code, stderr)
+		}
 	}
 }
