@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,8 +13,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 )
 
@@ -294,5 +298,43 @@ func TestChart_ArtifactHubAnnotationsNameTheImageAndEveryCRD(t *testing.T) {
 	sort.Strings(inChart)
 	if !slices.Equal(listed, inChart) {
 		t.Errorf("artifacthub.io/crds lists %v; crds/ holds %v", listed, inChart)
+	}
+}
+
+// Every workload but the node agent passes Pod Security restricted, as install.md says
+// (a release namespace kept restricted, the agent in a namespace of its own): the API
+// server's own Pod Security admission judges each pod template, with the namespace
+// enforcing restricted; the agent's is refused there, and admitted where privileged.
+func TestChart_EveryWorkloadButTheAgentPassesPodSecurityRestricted(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kubernetes.NewForConfigOrDie(cp.AdminConfig())
+	for name, level := range map[string]string{"psa-restricted": "restricted", "psa-privileged": "privileged"} {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": level}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	for component, tmpl := range workloads(t, objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns))) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: component + "-"}, Spec: tmpl.Spec}
+		// The ServiceAccount admission wants the pod's account to exist, as the chart
+		// creates it in the release namespace.
+		for _, namespace := range []string{"psa-restricted", "psa-privileged"} {
+			if _, err := client.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: tmpl.Spec.ServiceAccountName}},
+				metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		_, err := client.CoreV1().Pods("psa-restricted").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case component == "agent" && err == nil:
+			t.Error("the agent's pod passes restricted; install.md says it needs privileged")
+		case component == "agent":
+			if _, err := client.CoreV1().Pods("psa-privileged").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+				t.Errorf("the agent's pod where privileged: %v", err)
+			}
+		case err != nil:
+			t.Errorf("the %s's pod in a namespace enforcing restricted: %v", component, err)
+		}
 	}
 }

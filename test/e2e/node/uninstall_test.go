@@ -145,7 +145,7 @@ func TestReinstall_TheAgentInANamespaceOfItsOwnAndEveryPodAdmittedOnceHelmInstal
 	createPod(t, nodeNS, appPod("app", map[string]string{
 		"trustsync.io/inject":   "true",
 		"trustsync.io/delivery": "node",
-		"trustsync.io/sources":  bundlesJSON(t, map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}}),
+		"trustsync.io/sources":  bundlesJSON(t, map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}, "path": "ca.pem"}),
 	}, 1000, `exec sleep 3600`))
 	n.WaitPod(t, nodeNS, "app", 2*time.Minute, "Ready", cluster.PodReady)
 	trust, err := n.Exec(ctx, nodeNS, "app", "app", "cat", mountPath+"/ca.pem")
@@ -168,7 +168,7 @@ func TestUninstall_RemoveEverythingLeavesNothingOfTrustsync(t *testing.T) {
 	defer cancel()
 	dyn := dynamic.NewForConfigOrDie(n.Config)
 	ns := n.Namespace(t, "remove-target", nil)
-	createTarget(t, n, "remove-everything", ns, "remove-cas", map[string]any{"signerName": "trustsync.io/workload", "path": "ca.crt"})
+	createTarget(t, n, "remove-everything", ns, "remove-cas", map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{}, "path": "ca.crt"})
 	peer := fixtures.CA("remove-everything peer")
 	ftd := &v1alpha1.FederatedTrustDomain{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.FederatedTrustDomainResource.GroupVersion().String(), Kind: v1alpha1.FederatedTrustDomainKind},
