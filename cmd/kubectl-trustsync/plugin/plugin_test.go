@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 

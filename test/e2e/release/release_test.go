@@ -459,7 +459,7 @@ func TestRelease_ThePluginArchivesAndKrewsManifestInstallWithKrew(t *testing.T) 
 		Spec     struct {
 			Version   string
 			Platforms []struct {
-				Selector struct{ MatchLabels map[string]string }
+				Selector         struct{ MatchLabels map[string]string }
 				URI, Sha256, Bin string
 				Files            []struct{ From, To string }
 			}
