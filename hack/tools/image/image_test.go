@@ -111,9 +111,9 @@ func TestPackageChart_TheSameChartGivesTheSameBytesUnderItsName(t *testing.T) {
 func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
 	bins := map[string]string{}
 	for _, arch := range Platforms {
-		dir := t.TempDir()
+		dir, exe := t.TempDir(), tinyBinary(t, "linux", arch)
 		for _, b := range Binaries {
-			if err := os.WriteFile(filepath.Join(dir, b), []byte(b+" for "+arch), 0o755); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, b), exe, 0o755); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -149,26 +149,7 @@ func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
 // host's, and a binary a Linux node cannot run (built on a Mac, or for another
 // architecture than the rest) is refused by name before any image is written.
 func TestWrite_StampsTheArchitectureTheBinariesAreBuiltFor(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte("package main\nfunc main() {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	build := func(goos, goarch string) []byte {
-		t.Helper()
-		out := filepath.Join(dir, goos+"_"+goarch)
-		cmd := exec.Command("go", "build", "-o", out, src)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-mod=mod", "GO111MODULE=off")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build for %s/%s: %v\n%s", goos, goarch, err, b)
-		}
-		data, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
-	linuxAMD64, linuxARM64, darwinARM64 := build("linux", "amd64"), build("linux", "arm64"), build("darwin", "arm64")
+	linuxAMD64, linuxARM64, darwinARM64 := tinyBinary(t, "linux", "amd64"), tinyBinary(t, "linux", "arm64"), tinyBinary(t, "darwin", "arm64")
 	exe := func(name string, data []byte) entry { return entry{name: name, mode: 0o755, data: data} }
 
 	for _, tc := range []struct {
@@ -212,4 +193,26 @@ func TestWrite_StampsTheArchitectureTheBinariesAreBuiltFor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tinyBinary is an empty Go program built for goos/goarch: a real executable of that
+// platform, for the tool to read the architecture of.
+func tinyBinary(t *testing.T, goos, goarch string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte("package main\nfunc main() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "exe")
+	cmd := exec.Command("go", "build", "-o", out, src)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GO111MODULE=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build for %s/%s: %v\n%s", goos, goarch, err, b)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
