@@ -111,7 +111,15 @@ func TestTenancy_EnforcedEverywhereTrustEntersANamespace(t *testing.T) {
 	unseen.Spec.Volumes = []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: contract.CSIDriverName, ReadOnly: ptrTo(true),
 		VolumeAttributes: contract.Spec{Sources: []v1alpha1.Source{{Name: "e2e-ten-a", Path: "ca.pem"}}}.Attributes()}}}}
 	unseen.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "trust", MountPath: mountPath, ReadOnly: true}}
-	_, err = n.Client.CoreV1().Pods(tenB).Create(ctx, unseen, metav1.CreateOptions{})
+	// The API server drops the deleted configuration when its own watch of
+	// webhook configurations catches up; until then the webhook still answers.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := n.Client.CoreV1().Pods(tenB).Create(ctx, unseen, metav1.CreateOptions{})
+		if err != nil && strings.Contains(err.Error(), `admission webhook "pods.trustsync.io"`) {
+			return false, nil
+		}
+		return true, err
+	})
 	restore()
 	if err != nil {
 		t.Fatalf("with the webhook set aside the pod was still refused: %v", err)
