@@ -17,9 +17,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -119,7 +122,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
   kubectl trustsync who-trusts old-ca.pem -A
   # By the anchor's SHA-256 (of its DER), as status and the alerts print it
   kubectl trustsync who-trusts 3f2a9c0d41be -A -o yaml`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MatchAll(cobra.ExactArgs(1), func(_ *cobra.Command, args []string) error { return query.CheckAnchorArg(args[0]) }),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
 	}, &cobra.Command{
 		Use:   "rotation [SIGNER]",
@@ -128,7 +131,15 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
   kubectl trustsync rotation
   # One signer's, and the pods that do not hold its new CA yet
   kubectl trustsync rotation trustsync.io/workload -o json`,
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.MatchAll(cobra.MaximumNArgs(1), func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			if errs := bundle.ValidateSignerName(field.NewPath("SIGNER"), args[0]); len(errs) > 0 {
+				return fmt.Errorf("%v: a signer's name, such as trustsync.io/workload", errs.ToAggregate())
+			}
+			return nil
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			signer := ""
 			if len(args) == 1 {
@@ -144,7 +155,16 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
   kubectl trustsync federation
   # One peer, by name or trust domain, as JSON (exit 3: not Ready, or pods behind)
   kubectl trustsync federation b.example -o json`,
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.MatchAll(cobra.MaximumNArgs(1), func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			_, tdErr := spiffeid.TrustDomainFromString(args[0])
+			if errs := validation.IsDNS1123Subdomain(args[0]); len(errs) > 0 && tdErr != nil {
+				return fmt.Errorf("PEER %q is neither a FederatedTrustDomain's name (%s) nor a trust domain (%v)", args[0], strings.Join(errs, "; "), tdErr)
+			}
+			return nil
+		}),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {
@@ -568,6 +588,8 @@ func nonNil[T any](s []T) []T {
 type Rotation struct {
 	Signer string `json:"signer"`
 	Bundle string `json:"bundle"`
+	// Namespace, with -n, is the one namespace whose pods are counted and listed.
+	Namespace string `json:"namespace,omitempty"`
 	bundle.RotationStatus
 	// Holding of Expected pods selecting the bundle hold NewCA; Stragglers do not.
 	Holding    int               `json:"holding"`
@@ -588,8 +610,14 @@ type Rotation struct {
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
-	o.allNamespaces = true // a rotation concerns every pod that selects the bundle
-	c, err := o.cluster(ctx, "")
+	// A rotation concerns every pod that selects the bundle: every namespace's,
+	// unless -n names one (how far is my namespace?).
+	ns := ""
+	if !o.allNamespaces && o.flags.Namespace != nil {
+		ns = *o.flags.Namespace
+	}
+	o.allNamespaces = ns == ""
+	c, err := o.cluster(ctx, ns)
 	if err != nil {
 		return err
 	}
@@ -599,7 +627,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		if !ok || (signer != "" && b.Spec.SignerName != signer) || slices.ContainsFunc(out, func(r Rotation) bool { return r.Bundle == b.Name }) {
 			continue
 		}
-		r := Rotation{Signer: b.Spec.SignerName, Bundle: b.Name, Stragglers: []query.Straggler{}}
+		r := Rotation{Signer: b.Spec.SignerName, Bundle: b.Name, Namespace: ns, Stragglers: []query.Straggler{}}
 		if err := json.Unmarshal([]byte(raw), &r.RotationStatus); err != nil {
 			return fmt.Errorf("bundle %s: annotation %s is not a rotation status: %w", b.Name, bundle.RotationAnnotation, err)
 		}
@@ -632,7 +660,11 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		if r.SignsBy != nil {
 			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
 		}
-		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle\n", r.Holding, r.Expected)
+		where := ""
+		if r.Namespace != "" {
+			where = " in namespace " + r.Namespace
+		}
+		fmt.Fprintf(o.stdout, "Holding:      %d of %d pods selecting the bundle%s\n", r.Holding, r.Expected, where)
 		for _, obj := range r.Objects {
 			line := fmt.Sprintf("%s %s (%s) in %d of %d namespaces", obj.Kind, obj.Name, obj.Writer, obj.Holding, obj.Expected)
 			if obj.Writer == v1alpha1.WriterAnnotation {

@@ -375,3 +375,31 @@ func TestMain_NoKubeconfigIsSaid(t *testing.T) {
 		}
 	}
 }
+
+// An argument that cannot name what a command asks about is refused before anything
+// is read: the server given here does not exist, and the error must be about the
+// argument, not about reaching it.
+func TestMain_ArgumentsAreCheckedBeforeAnyAPICall(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"who-trusts", "old-ca.pem"}, `"old-ca.pem" is neither a file nor a SHA-256 in hex`},
+		{[]string{"who-trusts", "abc123"}, `"abc123" is too short a prefix: give at least 12 hex digits`},
+		{[]string{"who-trusts", strings.Repeat("a", 65)}, "has 65 hex digits; a SHA-256 has 64"},
+		{[]string{"rotation", "workload"}, `SIGNER: Invalid value: "workload": must be a fully qualified domain and path`},
+		{[]string{"rotation", "a/b", "c/d"}, "accepts at most 1 arg(s), received 2"},
+		{[]string{"federation", "B Example!"}, `PEER "B Example!" is neither a FederatedTrustDomain's name`},
+	} {
+		_, stderr, code := run(t, append(tc.args, "--server", "https://127.0.0.1:1")...)
+		if code != ExitError || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "127.0.0.1:1") {
+			t.Errorf("%v: exit %d, %q; want the argument refused saying %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	// What names something passes the check (and then fails only on the server).
+	for _, args := range [][]string{{"who-trusts", "abcdef012345"}, {"rotation", "trustsync.io/workload"}, {"federation", "b.example"}, {"federation", "under_score.example"}} {
+		if _, stderr, _ := run(t, append(args, "--server", "https://127.0.0.1:1", "--request-timeout", "1s")...); !strings.Contains(stderr, "127.0.0.1:1") {
+			t.Errorf("%v was refused before reaching the server: %q", args, stderr)
+		}
+	}
+}

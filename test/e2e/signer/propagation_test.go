@@ -99,6 +99,18 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	if len(r.Stragglers) != 1 || r.Stragglers[0].Pod != "never-holds" || r.Stragglers[0].Reason != "Behind" {
 		t.Errorf("stragglers with one pod behind: %+v", r.Stragglers)
 	}
+	// -n counts and lists one namespace's pods: the app namespace's two, and none in
+	// the signer's.
+	var inApps plugin.Rotation
+	cli.JSON(t, &inApps, 3, "rotation", observedSigner, "-n", appNamespace)
+	if inApps.Namespace != appNamespace || inApps.Holding != 1 || inApps.Expected != 2 || len(inApps.Stragglers) != 1 {
+		t.Errorf("rotation -n %s: %+v", appNamespace, inApps)
+	}
+	out, _ := cli.Run(t, "rotation", observedSigner, "-n", observedNamespace, "-o", "json")
+	var elsewhere plugin.Rotation
+	if err := json.Unmarshal([]byte(out), &elsewhere); err != nil || elsewhere.Namespace != observedNamespace || elsewhere.Expected != 0 || len(elsewhere.Stragglers) != 0 {
+		t.Errorf("rotation -n %s counts another namespace's pods (%v): %s", observedNamespace, err, out)
+	}
 	if issuer := issuedBy(t, cp); issuer != oldCA {
 		t.Errorf("a certificate issued while a pod lacks the new CA comes from %s, not the old CA %s", issuer, oldCA)
 	}
