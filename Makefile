@@ -19,8 +19,9 @@
 #                      the container image as a tarball in _output/, without a daemon:
 #                      Linux binaries for GOARCH (default: this host's), tagged IMAGE
 #                      (default: the chart's own image reference)
-#   make release       dist/: the chart package, the image (linux/amd64 and arm64) as an
-#                      OCI layout tarball, the plugin, SBOMs, SHA256SUMS; reproducible
+#   make release       dist/: the chart package, every CRD in one file, the image
+#                      (linux/amd64 and arm64) as an OCI layout tarball, the plugin's
+#                      archives and krew manifest, SBOMs, SHA256SUMS; reproducible
 #   make push REGISTRY=host[:port]/path
 #                      the release's image and chart (OCI) to a registry
 #   make test-upgrade [FROM=commit]
