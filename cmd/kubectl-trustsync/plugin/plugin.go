@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
@@ -280,7 +281,7 @@ func (o *options) clients() (clients, error) {
 	if err != nil {
 		return clients{}, err
 	}
-	if len(raw.Clusters) == 0 && ptrValue(o.flags.APIServer) == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+	if len(raw.Clusters) == 0 && ptr.Deref(o.flags.APIServer, "") == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
 		return clients{}, errors.New("no kubeconfig: give --kubeconfig FILE, set KUBECONFIG, or write ~/.kube/config (the file kubectl reads)")
 	}
 	cfg, err := o.flags.ToRESTConfig()
@@ -351,13 +352,6 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 		}
 	}
 	return c, nil
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // lastChange is when the bundle was last written, from its managed fields.
@@ -613,8 +607,8 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 	// A rotation concerns every pod that selects the bundle: every namespace's,
 	// unless -n names one (how far is my namespace?).
 	ns := ""
-	if !o.allNamespaces && o.flags.Namespace != nil {
-		ns = *o.flags.Namespace
+	if !o.allNamespaces {
+		ns = ptr.Deref(o.flags.Namespace, "")
 	}
 	o.allNamespaces = ns == ""
 	c, err := o.cluster(ctx, ns)

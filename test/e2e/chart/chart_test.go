@@ -432,13 +432,20 @@ func eventually(t *testing.T, what string, p *controlplane.Process, cond func(co
 	}
 }
 
-func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
-	cp := planes.Get(t, true)
-	ctx := context.Background()
+// adminKubeconfig writes a cluster-admin kubeconfig of cp, for helm and kubectl.
+func adminKubeconfig(t *testing.T, cp *controlplane.ControlPlane) string {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "admin")
 	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
 		t.Fatal(err)
 	}
+	return kubeconfig
+}
+
+func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	kubeconfig := adminKubeconfig(t, cp)
 	helm(t, "install", release, "charts/trustsync", "--namespace", ns, "--create-namespace", "--kubeconfig", kubeconfig)
 	client, err := kubernetes.NewForConfig(cp.AdminConfig())
 	if err != nil {
@@ -953,10 +960,7 @@ func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
 			if err := cp.InstallMirrorCRD(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			kubeconfig := filepath.Join(t.TempDir(), "admin")
-			if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-				t.Fatal(err)
-			}
+			kubeconfig := adminKubeconfig(t, cp)
 			// The suite's release where another test installed it (a second release
 			// would collide on the cluster-scoped objects), a first one elsewhere.
 			out := string(helm(t, "upgrade", "--install", release, "charts/trustsync", "--namespace", ns, "--dry-run=server", "--kubeconfig", kubeconfig))
@@ -992,10 +996,7 @@ func TestChart_ASecondReleaseIsRefusedNamingTheFirst(t *testing.T) {
 	if err := cp.InstallMirrorCRD(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "admin")
-	if err := controlplane.WriteKubeconfig(kubeconfig, cp.AdminConfig()); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := adminKubeconfig(t, cp)
 	bin, err := controlplane.BinDir()
 	if err != nil {
 		t.Fatal(err)

@@ -424,8 +424,8 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 var pluginPlatforms = []string{"darwin/amd64", "darwin/arm64", "linux/amd64", "linux/arm64", "windows/amd64"}
 
 func pluginArchive(version, platform string) string {
-	os, arch, _ := strings.Cut(platform, "/")
-	return "kubectl-trustsync_" + version + "_" + os + "_" + arch + ".tar.gz"
+	goos, goarch, _ := strings.Cut(platform, "/")
+	return "kubectl-trustsync_" + version + "_" + goos + "_" + goarch + ".tar.gz"
 }
 
 // untarPlugin unpacks a plugin archive into a new directory.
