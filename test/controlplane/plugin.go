@@ -81,3 +81,17 @@ func (p Plugin) JSON(t testing.TB, v any, code int, args ...string) {
 		t.Fatalf("kubectl trustsync %v -o json: %v\n%s", args, err, out)
 	}
 }
+
+// Complete asks the plugin what the shell should offer for the last of args (cobra's
+// __complete, as kubectl_complete-trustsync and the shells' scripts ask it): the
+// values offered, each line as printed, and the directive's number.
+func (p Plugin) Complete(t testing.TB, args ...string) (values []string, directive string) {
+	t.Helper()
+	// The word completed is the last argument: the kubeconfig goes first.
+	out, err := exec.Command(p.bin, append([]string{"__complete", "--kubeconfig", p.kubeconfig}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("kubectl-trustsync __complete %v: %v", args, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[:len(lines)-1], lines[len(lines)-1]
+}

@@ -52,6 +52,9 @@ apply -f. See docs/migrate-from-trust-manager.md.`,
 			if len(files) == 0 {
 				return errors.New("give -f FILE (or -f - for standard input): the trust-manager Bundles to convert")
 			}
+			if o.wide() {
+				return errors.New("convert prints objects, not a table: give -o yaml (the default), json, name or a template")
+			}
 			switch api {
 			case "auto", "native", "mirror":
 			default:
@@ -161,13 +164,19 @@ func (o *options) convert(files []string, api string, stdin io.Reader, stderr io
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "not carried over: "+oneLine(n))
 	}
-	if o.output == "json" {
+	if o.output == outputJSON || o.template != nil || o.output == outputName {
+		var names []object
 		for i, item := range items {
 			m, err := applyable(item)
 			if err != nil {
 				return err
 			}
 			items[i] = m
+			u := unstructured.Unstructured{Object: m}
+			names = append(names, object{u.GroupVersionKind(), u.GetName()})
+		}
+		if printed, err := o.printNames(names); printed || err != nil {
+			return err
 		}
 		return o.print(map[string]any{"apiVersion": "v1", "kind": "List", "items": nonNil(items)})
 	}

@@ -88,6 +88,9 @@ func (o *options) federation(ctx context.Context, name string) error {
 		if o.structured() {
 			return o.print(map[string]any{"items": []Peer{}})
 		}
+		if o.output == outputName {
+			return nil
+		}
 		_, err := fmt.Fprintln(o.stdout, "No FederatedTrustDomains: this cluster imports no peer's bundle (docs/federation.md).")
 		return err
 	}
@@ -95,8 +98,19 @@ func (o *options) federation(ctx context.Context, name string) error {
 	if printed, err := printStructured(o, out); printed || err != nil {
 		return err
 	}
+	var peers []object
+	for _, p := range out {
+		peers = append(peers, object{v1alpha1.GroupVersion.WithKind(v1alpha1.FederatedTrustDomainKind), p.Name})
+	}
+	if printed, err := o.printNames(peers); printed || err != nil {
+		return err
+	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	row(w, "NAME", "TRUST DOMAIN", "READY", "REASON", "SEQUENCE", "REFRESHED", "ANCHORS", "PODS HOLDING")
+	head := []string{"NAME", "TRUST DOMAIN", "READY", "REASON", "SEQUENCE", "REFRESHED", "ANCHORS", "PODS HOLDING"}
+	if o.wide() {
+		head = append(head, "ENDPOINT", "BUNDLE")
+	}
+	row(w, head...)
 	now := time.Now()
 	for _, p := range out {
 		seq, refreshed := "-", "never"
@@ -106,7 +120,11 @@ func (o *options) federation(ctx context.Context, name string) error {
 		if p.LastRefreshed != nil {
 			refreshed = now.Sub(*p.LastRefreshed).Truncate(time.Second).String() + " ago"
 		}
-		row(w, p.Name, p.TrustDomain, p.Ready, p.Reason, seq, refreshed, fmt.Sprint(len(p.Anchors)), fmt.Sprintf("%d of %d", p.Holding, p.Expected))
+		cells := []string{p.Name, p.TrustDomain, p.Ready, p.Reason, seq, refreshed, fmt.Sprint(len(p.Anchors)), fmt.Sprintf("%d of %d", p.Holding, p.Expected)}
+		if o.wide() {
+			cells = append(cells, p.Endpoint, p.Bundle)
+		}
+		row(w, cells...)
 	}
 	if err := w.Flush(); err != nil {
 		return err

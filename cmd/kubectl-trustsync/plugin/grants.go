@@ -92,11 +92,21 @@ func (o *options) grants(ctx context.Context) error {
 		}
 	}
 	out := grantsOf(parsed, namespaces)
-	if o.structured() {
-		if len(out) == 1 {
-			return o.print(out[0])
+	if printed, err := printStructured(o, out); printed || err != nil {
+		return err
+	}
+	// -o name: the TrustPolicies that grant what is listed.
+	var granting []object
+	for _, g := range out {
+		for _, b := range g.Bundles {
+			granting = append(granting, object{v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), b.Policy})
 		}
-		return o.print(map[string]any{"items": out})
+		for _, s := range g.Signers {
+			granting = append(granting, object{v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), s.Policy})
+		}
+	}
+	if printed, err := o.printNames(granting); printed || err != nil {
+		return err
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
 	row(w, "NAMESPACE", "MAY", "WHAT", "GRANTED BY")

@@ -24,11 +24,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
@@ -52,9 +52,12 @@ type options struct {
 	flags         *genericclioptions.ConfigFlags
 	allNamespaces bool
 	output        string
-	stdout        io.Writer
-	stderr        io.Writer
-	code          int
+	templates     *genericclioptions.KubeTemplatePrintFlags
+	// template prints -o jsonpath=, go-template= and their kin; nil for the rest.
+	template printers.ResourcePrinter
+	stdout   io.Writer
+	stderr   io.Writer
+	code     int
 }
 
 // Main runs the plugin with args and returns its exit code.
@@ -94,19 +97,13 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 	// Cobra's own completion command would register the scripts for the command's
 	// name, "trustsync", which no shell runs: ours registers kubectl-trustsync.
 	root.CompletionOptions.DisableDefaultCmd = true
-	// -o is checked before anything is read, so a typo costs no API call.
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
-		switch o.output {
-		case "", "json", "yaml":
-			return nil
-		}
-		return fmt.Errorf("--output %q is not supported: give json or yaml, or nothing for a table", o.output)
-	}
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return o.checkOutput() }
 	root.SetOut(o.stdout)
 	root.SetErr(stderr)
 	o.flags.AddFlags(root.PersistentFlags())
+	_ = root.RegisterFlagCompletionFunc("namespace", o.complete(namespaceNames, false, false))
 	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Every namespace, not only the current one.")
-	root.PersistentFlags().StringVarP(&o.output, "output", "o", "", "Output format: empty for a table, json or yaml.")
+	o.addOutputFlags(root)
 	root.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Each pod's trust files: up to date with their sources, behind since when, or not observed",
@@ -123,8 +120,9 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
   kubectl trustsync who-trusts old-ca.pem -A
   # By the anchor's SHA-256 (of its DER), as status and the alerts print it
   kubectl trustsync who-trusts 3f2a9c0d41be -A -o yaml`,
-		Args: cobra.MatchAll(cobra.ExactArgs(1), func(_ *cobra.Command, args []string) error { return query.CheckAnchorArg(args[0]) }),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
+		Args:              cobra.MatchAll(cobra.ExactArgs(1), func(_ *cobra.Command, args []string) error { return query.CheckAnchorArg(args[0]) }),
+		ValidArgsFunction: o.complete(anchors, true, true),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.whoTrusts(cmd.Context(), args[0]) },
 	}, &cobra.Command{
 		Use:   "rotation [SIGNER]",
 		Short: "trustsync's signers' CA rotation: its phase, the new CA, how many pods selecting the signer's bundle hold it, and who does not yet",
@@ -141,6 +139,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			}
 			return nil
 		}),
+		ValidArgsFunction: o.complete(rotatingSigners, false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			signer := ""
 			if len(args) == 1 {
@@ -166,6 +165,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			}
 			return nil
 		}),
+		ValidArgsFunction: o.complete(peers, false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
 			if len(args) == 1 {
@@ -193,6 +193,9 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
   kubectl trustsync version -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if o.output == outputName || o.wide() {
+				return fmt.Errorf("version prints no object and no table: give -o json, yaml or a template, or nothing")
+			}
 			if o.structured() {
 				return o.print(map[string]string{"version": version.String()})
 			}
@@ -383,16 +386,39 @@ func (o *options) status(ctx context.Context) error {
 	if o.structured() {
 		return o.print(map[string]any{"items": nonNil(files)})
 	}
+	var pods []object
+	for _, f := range files {
+		pods = append(pods, object{podKind, f.Pod})
+	}
+	if printed, err := o.printNames(pods); printed || err != nil {
+		return err
+	}
 	if len(files) == 0 {
 		fmt.Fprintln(o.stdout, "No pod here receives trust from trustsync or the kubelet.")
 		return nil
 	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	row(w, "NAMESPACE", "POD", "DELIVERY", "PATH", "STATE", "ANCHORS", "DETAIL")
+	head := []string{"NAMESPACE", "POD", "DELIVERY", "PATH", "STATE", "ANCHORS", "DETAIL"}
+	if o.wide() {
+		head = append(head, "NODE", "CHANGED")
+	}
+	row(w, head...)
 	for _, f := range files {
-		row(w, f.Namespace, f.Pod, f.Delivery, f.Path, f.State, fmt.Sprintf("%d/%d", f.Holds, f.Expected), detail(f))
+		cells := []string{f.Namespace, f.Pod, f.Delivery, f.Path, f.State, fmt.Sprintf("%d/%d", f.Holds, f.Expected), detail(f)}
+		if o.wide() {
+			cells = append(cells, f.Node, timestamp(f.ChangedAt))
+		}
+		row(w, cells...)
 	}
 	return w.Flush()
+}
+
+// timestamp is t as a wide table's cell: RFC 3339 in UTC, or "-" when unknown.
+func timestamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // detail says, in a table cell, what the state means for the file.
@@ -446,25 +472,49 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	if printed, err := printStructured(o, answers); printed || err != nil {
 		return err
 	}
+	var holders []object
+	for _, a := range answers {
+		for _, h := range a.Items {
+			if h.Kind != "" {
+				holders = append(holders, object{kindOf(h.Kind), h.Name})
+			} else {
+				holders = append(holders, object{podKind, h.Pod})
+			}
+		}
+	}
+	if printed, err := o.printNames(holders); printed || err != nil {
+		return err
+	}
+	// -o wide: the whole SHA-256 (what who-trusts and the alerts take) and when the
+	// holder last changed.
+	anchor := short
+	head := []string{"ANCHOR", "NAMESPACE", "POD/OBJECT", "NODE", "DELIVERY/WRITER", "PATH/KEY"}
+	if o.wide() {
+		anchor = func(id string) string { return id }
+		head = append(head, "CHANGED")
+	}
 	w := tabwriter.NewWriter(o.stdout, 0, 4, 2, ' ', 0)
-	row(w, "ANCHOR", "NAMESPACE", "POD/OBJECT", "NODE", "DELIVERY/WRITER", "PATH/KEY")
+	row(w, head...)
 	for _, a := range answers {
 		switch {
 		case len(a.Items) == 0 && len(unseen) == 0 && len(env) == 0:
-			row(w, short(a.Anchor), "(no pod or object holds it)")
+			row(w, anchor(a.Anchor), "(no pod or object holds it)")
 		case len(a.Items) == 0:
-			row(w, short(a.Anchor), "(none seen holding it; some could not be seen)")
+			row(w, anchor(a.Anchor), "(none seen holding it; some could not be seen)")
 		}
 		for _, h := range a.Items {
 			ns := h.Namespace
 			if h.NotGranted {
 				ns += " (not granted)"
 			}
+			cells := []string{anchor(a.Anchor), ns, h.Pod, h.Node, h.Delivery, h.Path}
 			if h.Kind != "" {
-				row(w, short(a.Anchor), ns, h.Kind+"/"+h.Name, "", h.Writer, h.Key)
-				continue
+				cells = []string{anchor(a.Anchor), ns, h.Kind + "/" + h.Name, "", h.Writer, h.Key}
 			}
-			row(w, short(a.Anchor), ns, h.Pod, h.Node, h.Delivery, h.Path)
+			if o.wide() {
+				cells = append(cells, timestamp(h.ChangedAt))
+			}
+			row(w, cells...)
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -539,37 +589,6 @@ func short(id string) string {
 	return id
 }
 
-// printStructured prints items as -o json or yaml asks: one alone, several as
-// {"items": [...]}. It reports whether it printed; otherwise the output is a table.
-func printStructured[T any](o *options, items []T) (bool, error) {
-	if !o.structured() {
-		return false, nil
-	}
-	if len(items) == 1 {
-		return true, o.print(items[0])
-	}
-	return true, o.print(map[string]any{"items": items})
-}
-
-// structured says -o asked for json or yaml rather than a table.
-func (o *options) structured() bool { return o.output == "json" || o.output == "yaml" }
-
-// print writes v as -o asks; YAML is made from the JSON, so both have the same
-// field names.
-func (o *options) print(v any) error {
-	if o.output == "yaml" {
-		data, err := yaml.Marshal(v)
-		if err != nil {
-			return err
-		}
-		_, err = o.stdout.Write(data)
-		return err
-	}
-	enc := json.NewEncoder(o.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // nonNil makes an empty answer [] in JSON, not null.
 func nonNil[T any](s []T) []T {
 	if s == nil {
@@ -641,6 +660,16 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		return fmt.Errorf("no live bundle of a trustsync signer found (annotation %s)", bundle.RotationAnnotation)
 	}
 	if printed, err := printStructured(o, out); printed || err != nil {
+		return err
+	}
+	// -o name: the pods that do not hold the new CA yet, what an operator acts on.
+	var stragglers []object
+	for _, r := range out {
+		for _, s := range r.Stragglers {
+			stragglers = append(stragglers, object{podKind, s.Pod})
+		}
+	}
+	if printed, err := o.printNames(stragglers); printed || err != nil {
 		return err
 	}
 	for _, r := range out {

@@ -27,14 +27,75 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errs.String(), code
 }
 
-// An unknown -o is refused before anything is read: the server given here does not
-// exist, and the error must be about -o, not about reaching it.
-func TestMain_AnUnknownOutputIsRefusedBeforeAnyAPICall(t *testing.T) {
-	for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"federation"}, {"grants"}, {"version"}, {"convert", "-f", "-"}} {
-		_, stderr, code := run(t, append(cmd, "-o", "xml", "--server", "https://127.0.0.1:1")...)
-		if code != ExitError || !strings.Contains(stderr, `--output "xml" is not supported: give json or yaml`) {
-			t.Errorf("%s -o xml: exit %d, %q", cmd[0], code, stderr)
+// An -o the plugin cannot print is refused before anything is read: the server given
+// here does not exist, and the error must be about -o, not about reaching it.
+func TestMain_AnOutputItCannotPrintIsRefusedBeforeAnyAPICall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"an unknown format", []string{"-o", "xml"}, `--output "xml" is not supported: give json, yaml, name, wide, jsonpath=TEMPLATE or go-template=TEMPLATE`},
+		{"a jsonpath that does not parse", []string{"-o", "jsonpath={.items[}"}, `--output "jsonpath={.items[}": error parsing jsonpath {.items[}`},
+		{"a go-template that does not parse", []string{"-o", "go-template={{.items"}, `--output "go-template={{.items": error parsing template {{.items`},
+		{"a template format without a template", []string{"-o", "jsonpath"}, `--output "jsonpath": template format specified but no template given`},
+		{"a template beside a format that takes none", []string{"-o", "json", "--template", "{{.version}}"}, `--template is for -o go-template, go-template-file, jsonpath or jsonpath-file, not -o "json"`},
+		{"a template file that cannot be read", []string{"-o", "jsonpath-file=/no/such/file"}, `error reading --template /no/such/file`},
+	} {
+		for _, cmd := range [][]string{{"status"}, {"who-trusts", "abcdef012345"}, {"rotation"}, {"federation"}, {"grants"}, {"version"}, {"convert", "-f", "-"}} {
+			_, stderr, code := run(t, append(append(cmd, tc.args...), "--server", "https://127.0.0.1:1")...)
+			if code != ExitError || !strings.Contains(stderr, tc.says) {
+				t.Errorf("%s, %s: exit %d, %q; want 1 and %q", tc.name, cmd[0], code, stderr, tc.says)
+			}
 		}
+	}
+}
+
+// -o takes what kubectl get takes: templates (jsonpath, go-template, their -file
+// forms, --template) read the fields -o json prints; name prints kind[.group]/name
+// lines kubectl takes back; a command with nothing to name or tabulate says so.
+func TestMain_OutputFormatsAreKubectls(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bundles.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: corp}
+spec:
+  sources: [{inLine: "`+strings.ReplaceAll(fixtures.Bundle(fixtures.CA("corp")), "\n", `\n`)+`"}]
+  target: {configMap: {key: ca.crt}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	template := filepath.Join(t.TempDir(), "template")
+	if err := os.WriteFile(template, []byte(`{.version}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	version, _, _ := run(t, "version", "-o", "json")
+	var v struct{ Version string }
+	if err := json.Unmarshal([]byte(version), &v); err != nil || v.Version == "" {
+		t.Fatalf("version -o json: %q (%v)", version, err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want *regexp.Regexp
+		code int
+	}{
+		{"jsonpath reads the JSON's fields", []string{"version", "-o", "jsonpath={.version}"}, regexp.MustCompile(`^` + regexp.QuoteMeta(v.Version) + `$`), 0},
+		{"jsonpath-as-json prints them as JSON", []string{"version", "-o", "jsonpath-as-json={.version}"}, regexp.MustCompile(`^\[\s*"` + regexp.QuoteMeta(v.Version) + `"\s*\]\s*$`), 0},
+		{"jsonpath-file reads the template from a file", []string{"version", "-o", "jsonpath-file=" + template}, regexp.MustCompile(`^` + regexp.QuoteMeta(v.Version) + `$`), 0},
+		{"go-template reads the JSON's fields", []string{"version", "-o", "go-template={{.version}}"}, regexp.MustCompile(`^` + regexp.QuoteMeta(v.Version) + `$`), 0},
+		{"--template alone is a go-template", []string{"version", "--template", "v={{.version}}"}, regexp.MustCompile(`^v=` + regexp.QuoteMeta(v.Version) + `$`), 0},
+		{"jsonpath ranges over a List's items", []string{"convert", "-f", file, "--api", "mirror", "-o", `jsonpath={range .items[*]}{.kind}{"\n"}{end}`}, regexp.MustCompile(`^ClusterTrustBundle\nTrustTarget\n$`), 0},
+		{"name prints kind.group/name", []string{"convert", "-f", file, "--api", "mirror", "-o", "name"}, regexp.MustCompile(`^clustertrustbundle\.trustsync\.io/\S+\ntrusttarget\.trustsync\.io/corp\n$`), 0},
+		{"name has nothing to name in a version", []string{"version", "-o", "name"}, regexp.MustCompile(`version prints no object and no table`), ExitError},
+		{"wide has no table in a conversion", []string{"convert", "-f", file, "-o", "wide"}, regexp.MustCompile(`convert prints objects, not a table`), ExitError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := run(t, tc.args...)
+			if code != tc.code || !tc.want.MatchString(stdout+stderr) {
+				t.Errorf("%v: exit %d, printed %q, said %q; want exit %d and %s", tc.args, code, stdout, stderr, tc.code, tc.want)
+			}
+		})
 	}
 }
 
