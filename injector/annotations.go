@@ -27,6 +27,10 @@ const Prefix = "trustsync.io/"
 var knownAnnotations = []string{v1alpha1.AnnotationInject, v1alpha1.AnnotationStatus}
 
 // annotation declares a key trustsync reads.
+// Deliveries are the values trustsync.io/delivery takes, the default first: how trust
+// reaches a pod's files.
+var Deliveries = []v1alpha1.Delivery{v1alpha1.DeliverySidecar, v1alpha1.DeliveryNative, v1alpha1.DeliveryNode}
+
 func annotation(name string) string {
 	knownAnnotations = append(knownAnnotations, Prefix+name)
 	return Prefix + name
@@ -272,7 +276,11 @@ func parseRequest(a map[string]string, cfg Config) (*request, field.ErrorList) {
 			p.invalid(AnnotationContainers, "must list at least one container name, separated by commas")
 		}
 	}
-	r.delivery = v1alpha1.Delivery(p.choice(AnnotationDelivery, string(v1alpha1.DeliverySidecar), []string{string(v1alpha1.DeliverySidecar), string(v1alpha1.DeliveryNative), string(v1alpha1.DeliveryNode)}))
+	var deliveries []string
+	for _, d := range Deliveries {
+		deliveries = append(deliveries, string(d))
+	}
+	r.delivery = v1alpha1.Delivery(p.choice(AnnotationDelivery, string(v1alpha1.DeliverySidecar), deliveries))
 	r.certificate = p.certificate(r.delivery)
 	r.sources = p.sources(r.certificate != nil)
 	r.sslCertFile, r.sslCertFileRaw = p.sslCertFile(r.sources), a[AnnotationSSLCertFile]
