@@ -9,6 +9,8 @@
 #   make test-tools    what only the tests use: promtool, cosign, spire-server, krew
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
+#   make generate      the chart's README, docs/install.md's values table and the
+#                      schema's descriptions, from values.yaml's comments
 #   make bench         benchmarks
 #   make bench-node    the three deliveries side by side (the kubelet's native
 #                      projection, trustsync's sidecar and node agent), pod certificates
@@ -42,7 +44,7 @@ VERSION   := $(shell cat VERSION)
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
-.PHONY: release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
+.PHONY: generate release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -134,6 +136,9 @@ image:
 		CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o _output/linux_$(GOARCH)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
 	cd hack/tools/image && GOOS= GOARCH= $(GO) run . trustsync --bin $(CURDIR)/_output/linux_$(GOARCH) --ref $(IMAGE) --out $(CURDIR)/_output/trustsync-image.tar
+
+generate:
+	$(GO) run ./hack/chartdoc
 
 release:
 	@hack/release.sh

@@ -125,6 +125,21 @@ func TestChart_Lints(t *testing.T) {
 	helm(t, "lint", "--strict", "charts/trustsync")
 }
 
+// helm show readme prints the chart's README, values reference included, as a user
+// reads it before installing (hack/chartdoc keeps it equal to values.yaml).
+func TestChart_HelmShowReadmePrintsEveryValue(t *testing.T) {
+	readme := string(helm(t, "show", "readme", "charts/trustsync"))
+	values := string(helm(t, "show", "values", "charts/trustsync"))
+	if !strings.Contains(readme, "## Values") {
+		t.Fatalf("helm show readme prints no values reference:\n%s", readme)
+	}
+	for _, key := range []string{"tenancy.enforced", "agent.namespace", "webhook.port", "signer.caPropagationMinWait", "targets.secrets"} {
+		if !strings.Contains(values, strings.Split(key, ".")[1]+":") || !strings.Contains(readme, "| `"+key+"` |") {
+			t.Errorf("helm show readme has no row for %s", key)
+		}
+	}
+}
+
 func TestChart_Renders(t *testing.T) {
 	tests := []struct {
 		name  string
