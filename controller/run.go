@@ -103,7 +103,7 @@ func serves(client kubernetes.Interface, resource schema.GroupVersionResource) b
 // writing imported bundles to every bundle API served.
 func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
 	if !serves(client, v1alpha1.FederatedTrustDomainResource) {
-		klog.InfoS("FederatedTrustDomains are not served (install the chart's crds/); importing no peer", "resource", v1alpha1.FederatedTrustDomainResource.String())
+		klog.InfoS("FederatedTrustDomains are not served (install the chart's CRDs); importing no peer", "resource", v1alpha1.FederatedTrustDomainResource.String())
 		return false, nil
 	}
 	served, err := bundleapi.Discover(client.Discovery())
@@ -140,9 +140,9 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 func runPolicies(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, served bundle.Served, recorder record.EventRecorder) (*grantcache.Cache, error) {
 	if !serves(client, v1alpha1.TrustPolicyResource) {
 		if o.TenancyEnforced {
-			return nil, fmt.Errorf("--tenancy-enforced, but TrustPolicies (%s) are not served: install the chart's crds/", v1alpha1.TrustPolicyResource)
+			return nil, fmt.Errorf("--tenancy-enforced, but TrustPolicies (%s) are not served: install the chart's CRDs", v1alpha1.TrustPolicyResource)
 		}
-		klog.InfoS("TrustPolicies are not served (install the chart's crds/); writing no policy status", "resource", v1alpha1.TrustPolicyResource.String())
+		klog.InfoS("TrustPolicies are not served (install the chart's CRDs); writing no policy status", "resource", v1alpha1.TrustPolicyResource.String())
 		return nil, nil
 	}
 	grants, err := grantcache.New(dyn, meta, o.Namespace, resync)
@@ -210,7 +210,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	go in.Run(ctx, 2)
 	if o.Targets {
 		if !serves(client, v1alpha1.TrustTargetResource) {
-			klog.InfoS("TrustTargets are not served (install the chart's crds/); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
+			klog.InfoS("TrustTargets are not served (install the chart's CRDs); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
 		} else {
 			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Tenancy: tenancy})
 			if tenancy.Grants != nil {

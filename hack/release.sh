@@ -63,7 +63,7 @@ done
 log "built the plugin for $plugin_platforms"
 
 # Every CRD in one file, in the order of their names.
-for crd in charts/trustsync/crds/*.yaml; do
+for crd in charts/trustsync/files/crds/*.yaml; do
   echo "---"
   cat "$crd"
 done > "$dist/trustsync-crds.yaml"

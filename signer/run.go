@@ -136,7 +136,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	}
 	writers := served.APIs()
 	if len(writers) == 0 {
-		return fmt.Errorf("neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; install the CRD (charts/trustsync/crds)")
+		return fmt.Errorf("neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; install the CRD (charts/trustsync/files/crds, or the chart with crds.enabled)")
 	}
 	caQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_signer_ca"})
 	csrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[csrKey](), workqueue.TypedRateLimitingQueueConfig[csrKey]{Name: "trustsync_signer_csr"})

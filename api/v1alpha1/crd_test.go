@@ -44,7 +44,7 @@ func TestCRDs_SchemaAndGoTypesNameTheSameFields(t *testing.T) {
 // Every CRD in the chart is declared here (a kind added to crds/ without a Go type,
 // or the reverse, fails the test above or this one).
 func TestCRDs_EveryCRDOfTheChartHasItsKindHere(t *testing.T) {
-	files, err := filepath.Glob("../../charts/trustsync/crds/*.yaml")
+	files, err := filepath.Glob("../../charts/trustsync/files/crds/*.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRDs found: %v", err)
 	}
@@ -88,7 +88,7 @@ type crdSchema struct {
 
 func readCRD(t *testing.T, file string) crd {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("../../charts/trustsync/crds", file))
+	data, err := os.ReadFile(filepath.Join("../../charts/trustsync/files/crds", file))
 	if err != nil {
 		t.Fatal(err)
 	}

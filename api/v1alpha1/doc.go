@@ -7,7 +7,7 @@
 // (go-spiffe's trust domains, IDs and bundles; label selectors), so that the
 // controller, the plugin and admission parse a spec one way, once.
 //
-// The CRDs in charts/trustsync/crds are written by hand (they carry CEL rules that
+// The CRDs in charts/trustsync/files/crds are written by hand (they carry CEL rules that
 // say what Go cannot); crd_test.go fails when a field of these types is missing from
 // its CRD's schema or the reverse.
 //

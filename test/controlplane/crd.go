@@ -24,7 +24,7 @@ func chartCRDPath(file string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, "charts", "trustsync", "crds", file), nil
+	return filepath.Join(root, "charts", "trustsync", "files", "crds", file), nil
 }
 
 // InstallMirrorCRD installs the mirror CRD and waits until it is established and its

@@ -223,7 +223,7 @@ func listKind(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersio
 	list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("%s are not served here: install the chart's CRDs (crds/%s.%s.yaml)", kinds, gvr.Resource, gvr.Group)
+		return nil, fmt.Errorf("%s are not served here: install the chart's CRDs (files/crds/%s.%s.yaml, or trustsync-crds.yaml of a release)", kinds, gvr.Resource, gvr.Group)
 	case apierrors.IsForbidden(err):
 		return nil, fmt.Errorf("%w\nkubectl trustsync %s reads %s (cluster-scoped) with your credentials; trustsync's chart aggregates them into the ClusterRole view, which reads them where a ClusterRoleBinding binds it (kubectl create clusterrolebinding NAME --clusterrole=view --user=YOU), or give a ClusterRole granting list on %s.%s", err, command, kinds, gvr.Resource, gvr.Group)
 	}

@@ -60,7 +60,7 @@ func TestListKind_SaysWhatToDoWhenNotServedOrNotReadable(t *testing.T) {
 		err  error
 		says string
 	}{
-		{"not served", apierrors.NewNotFound(gr, ""), "TrustPolicies are not served here: install the chart's CRDs (crds/trustpolicies.trustsync.io.yaml)"},
+		{"not served", apierrors.NewNotFound(gr, ""), "TrustPolicies are not served here: install the chart's CRDs (files/crds/trustpolicies.trustsync.io.yaml, or trustsync-crds.yaml of a release)"},
 		{"not readable", apierrors.NewForbidden(gr, "", errors.New("no")), "kubectl trustsync grants reads TrustPolicies (cluster-scoped) with your credentials"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

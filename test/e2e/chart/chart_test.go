@@ -34,6 +34,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -44,6 +46,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
@@ -123,6 +126,68 @@ func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 
 func TestChart_Lints(t *testing.T) {
 	helm(t, "lint", "--strict", "charts/trustsync")
+}
+
+// The chart installs every CRD of files/crds as written (its schema, CEL rules
+// included, survives the template), labelled as the release's objects and kept on
+// uninstall; crds.keep=false lets an uninstall delete them; crds.enabled=false
+// installs none.
+func TestChart_RendersEveryCRDAsItsFileKeptOnUninstall(t *testing.T) {
+	files, err := filepath.Glob("../../../charts/trustsync/files/crds/*.yaml")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("CRD files: %v, %v", files, err)
+	}
+	want := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := sigsyaml.UnmarshalStrict(data, crd); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		want[crd.Name] = crd
+	}
+	crdsOf := func(args ...string) map[string]*apiextensionsv1.CustomResourceDefinition {
+		out := map[string]*apiextensionsv1.CustomResourceDefinition{}
+		for _, obj := range objects(t, helm(t, append([]string{"template", release, "charts/trustsync", "-n", ns}, args...)...)) {
+			if obj.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, crd); err != nil {
+				t.Fatal(err)
+			}
+			out[crd.Name] = crd
+		}
+		return out
+	}
+	got := crdsOf("--set", "commonLabels.team=trust")
+	if len(got) != len(want) {
+		t.Fatalf("the chart renders %d CRDs, files/crds holds %d", len(got), len(want))
+	}
+	for name, w := range want {
+		g := got[name]
+		if g == nil {
+			t.Errorf("CRD %s is not rendered", name)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(g.Spec, w.Spec) {
+			t.Errorf("CRD %s: the rendered spec differs from the file's", name)
+		}
+		if g.Annotations["helm.sh/resource-policy"] != "keep" || g.Labels["app.kubernetes.io/managed-by"] != "Helm" || g.Labels["team"] != "trust" || g.Labels["app.kubernetes.io/part-of"] != "trustsync" {
+			t.Errorf("CRD %s: annotations %v, labels %v; want kept, the release's labels and commonLabels", name, g.Annotations, g.Labels)
+		}
+	}
+	for name, g := range crdsOf("--set", "crds.keep=false") {
+		if _, kept := g.Annotations["helm.sh/resource-policy"]; kept {
+			t.Errorf("crds.keep=false: CRD %s is still kept", name)
+		}
+	}
+	if n := len(crdsOf("--set", "crds.enabled=false")); n != 0 {
+		t.Errorf("crds.enabled=false renders %d CRDs", n)
+	}
 }
 
 // helm show readme prints the chart's README, values reference included, as a user
@@ -978,7 +1043,8 @@ func TestChart_TheNotesListTheBundleKindsTheClusterServes(t *testing.T) {
 			kubeconfig := adminKubeconfig(t, cp)
 			// The suite's release where another test installed it (a second release
 			// would collide on the cluster-scoped objects), a first one elsewhere.
-			out := string(helm(t, "upgrade", "--install", release, "charts/trustsync", "--namespace", ns, "--dry-run=server", "--kubeconfig", kubeconfig))
+			// The mirror CRD was applied apart, as crds.enabled=false expects.
+			out := string(helm(t, "upgrade", "--install", release, "charts/trustsync", "--namespace", ns, "--dry-run=server", "--set", "crds.enabled=false", "--kubeconfig", kubeconfig))
 			var get []string
 			for _, line := range strings.Split(out, "\n") {
 				if f := strings.Fields(line); len(f) == 3 && f[0] == "kubectl" && f[1] == "get" && strings.HasPrefix(f[2], "clustertrustbundles") {

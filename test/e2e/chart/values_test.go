@@ -273,7 +273,7 @@ func TestChart_ArtifactHubAnnotationsNameTheImageAndEveryCRD(t *testing.T) {
 	for _, c := range crds {
 		listed = append(listed, c.Name+" "+c.Kind+" "+c.Version)
 	}
-	files, err := filepath.Glob("../../../charts/trustsync/crds/*.yaml")
+	files, err := filepath.Glob("../../../charts/trustsync/files/crds/*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -518,7 +518,7 @@ func TestRelease_ThePluginArchivesAndKrewsManifestInstallWithKrew(t *testing.T) 
 // as docs/upgrading.md applies it, each CRD then served.
 func TestRelease_TheCRDsFileAppliesEveryCRD(t *testing.T) {
 	d := dist(t)
-	chartCRDs, err := filepath.Glob(filepath.Join(root, "charts", "trustsync", "crds", "*.yaml"))
+	chartCRDs, err := filepath.Glob(filepath.Join(root, "charts", "trustsync", "files", "crds", "*.yaml"))
 	if err != nil || len(chartCRDs) == 0 {
 		t.Fatalf("no CRDs in the chart: %v", err)
 	}

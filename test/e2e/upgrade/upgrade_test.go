@@ -412,7 +412,7 @@ func first(s []string, n int) []string {
 // schema of every version.
 func checkCRDs(t *testing.T, n *cluster.Node) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(root, "charts", "trustsync", "crds", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(root, "charts", "trustsync", "files", "crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRD files: %v", err)
 	}
@@ -430,6 +430,11 @@ func checkCRDs(t *testing.T, n *cluster.Node) {
 		u, err := crds.Get(context.Background(), want.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("CRD %s: %v", want.Name, err)
+		}
+		// The release owns it now (the chart's templates install and upgrade the
+		// CRDs), and keeps it when uninstalled.
+		if a := u.GetAnnotations(); a["meta.helm.sh/release-name"] != releaseName || a["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("CRD %s after the upgrade: release %q, resource policy %q; want release %s's, kept", want.Name, a["meta.helm.sh/release-name"], a["helm.sh/resource-policy"], releaseName)
 		}
 		var got apiextensionsv1.CustomResourceDefinition
 		raw, _ := json.Marshal(u.Object)
