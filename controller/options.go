@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 )
@@ -31,6 +33,9 @@ type Options struct {
 	Targets   bool
 	Secrets   bool
 	CABundles bool
+	// SecretNames, with Secrets, are the only Secret names it may read and write
+	// (in every namespace); none: every Secret.
+	SecretNames []string
 	// Federation imports the peers' bundles FederatedTrustDomains name; with
 	// FleetNamespace, it also keeps one per ClusterProfile of that namespace carrying
 	// a trustsync bundle endpoint, except this cluster's (OwnTrustDomains).
@@ -61,6 +66,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the leader-election Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
 	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served). ConfigMaps annotated trustsync.io/inject: \"true\" are filled either way.")
+	fs.StringSliceVar(&o.SecretNames, "targets-secret-names", o.SecretNames, "With --targets-secrets: the only Secret names TrustTargets and annotations may write, in any namespace (comma-separated); the controller then reads and watches Secrets of these names alone, which RBAC can grant by resourceNames (the chart's targets.authorizedSecrets). Empty: every Secret.")
 	fs.BoolVar(&o.Secrets, "targets-secrets", o.Secrets, "Allow TrustTargets and annotations to write Secrets. Writing Secrets in every namespace also means reading them: grant it (the chart's targets.secrets) only where that is acceptable.")
 	fs.BoolVar(&o.CABundles, "targets-ca-bundles", o.CABundles, "Fill the caBundle fields of webhook configurations, APIServices and CRDs (conversion webhooks) annotated trustsync.io/inject: \"true\" with the PEM their annotations name.")
 	fs.BoolVar(&o.Federation, "federation", o.Federation, "Import the bundles of the peer trust domains FederatedTrustDomains name (where their CRD is served) into ClusterTrustBundles of signer trustsync.io/federated.")
@@ -80,6 +86,14 @@ func (o *Options) Validate() error {
 	}
 	if _, err := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex); err != nil {
 		errs = append(errs, err)
+	}
+	if len(o.SecretNames) > 0 && !o.Secrets {
+		errs = append(errs, fmt.Errorf("--targets-secret-names %s narrows the Secrets --targets-secrets allows: give --targets-secrets too", strings.Join(o.SecretNames, ",")))
+	}
+	for _, n := range o.SecretNames {
+		if msgs := validation.IsDNS1123Subdomain(n); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--targets-secret-names: %q is not a Secret's name: %s", n, strings.Join(msgs, "; ")))
+		}
 	}
 	if o.QPS <= 0 || o.Burst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.QPS, o.Burst))

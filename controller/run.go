@@ -203,7 +203,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
 	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
 	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
-		Secrets: o.Secrets, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index, Tenancy: tenancy})
+		Secrets: o.Secrets, SecretNames: o.SecretNames, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index, Tenancy: tenancy})
 	if tenancy.Grants != nil {
 		grants.OnGrantsChange(in.EnqueueAll)
 	}
@@ -212,7 +212,8 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 		if !serves(client, v1alpha1.TrustTargetResource) {
 			klog.InfoS("TrustTargets are not served (install the chart's CRDs); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
 		} else {
-			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Tenancy: tenancy})
+			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, SecretNames: o.SecretNames, Metadata: meta,
+				Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Tenancy: tenancy})
 			if tenancy.Grants != nil {
 				grants.OnGrantsChange(c.EnqueueAll)
 			}
@@ -227,7 +228,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Controllers running", "tenancyEnforced", tenancy.Grants != nil, "targets", o.Targets, "secrets", o.Secrets, "caBundles", o.CABundles, "federation", federating)
+	klog.InfoS("Controllers running", "tenancyEnforced", tenancy.Grants != nil, "targets", o.Targets, "secrets", o.Secrets, "secretNames", o.SecretNames, "caBundles", o.CABundles, "federation", federating)
 	<-ctx.Done()
 	return nil
 }

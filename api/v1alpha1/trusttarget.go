@@ -132,6 +132,9 @@ const (
 	// ReasonSecretsNotAllowed: the target writes a Secret and the chart did not
 	// let the controller write Secrets.
 	ReasonSecretsNotAllowed = "SecretsNotAllowed"
+	// ReasonSecretNotAuthorized: the target writes a Secret whose name is not one the
+	// controller may write (the chart's targets.authorizedSecrets).
+	ReasonSecretNotAuthorized = "SecretNotAuthorized"
 )
 
 // KeyPattern is what a ConfigMap or Secret key may be.

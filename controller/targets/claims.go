@@ -23,14 +23,14 @@ type claim struct {
 }
 
 // claimOf is the claim target t makes, or false when it makes none it could act on
-// (its spec is invalid, or it names a Secret where Secrets are not allowed).
-func claimOf(u *unstructured.Unstructured, secrets bool) (claim, bool) {
+// (its spec is invalid, or it names a Secret it may not write).
+func claimOf(u *unstructured.Unstructured, secrets func(name string) bool) (claim, bool) {
 	t, err := v1alpha1.TrustTargetFromUnstructured(u)
 	if err != nil {
 		return claim{}, false
 	}
 	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
-	if err != nil || (spec.Kind == v1alpha1.KindSecret && !secrets) {
+	if err != nil || (spec.Kind == v1alpha1.KindSecret && !secrets(spec.Name)) {
 		return claim{}, false
 	}
 	return claim{target: t.Name, created: t.CreationTimestamp.Time, kind: spec.Kind, object: spec.Name, selector: spec.Namespaces}, true
@@ -38,7 +38,7 @@ func claimOf(u *unstructured.Unstructured, secrets bool) (claim, bool) {
 
 // claims are every TrustTarget's claims, oldest first (then by name): the order in
 // which two claims on one object are settled.
-func claims(store []any, secrets bool) []claim {
+func claims(store []any, secrets func(name string) bool) []claim {
 	var out []claim
 	for _, obj := range store {
 		if u, ok := obj.(*unstructured.Unstructured); ok {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -48,10 +49,14 @@ type Config struct {
 	Registry *watch.Registry
 	Events   record.EventRecorder
 	// Secrets allows Secret targets: writing (and so watching) Secrets in every
-	// namespace, which the chart grants only when asked to.
-	Secrets bool
-	Resync  time.Duration
-	Metrics *Metrics
+	// namespace, which the chart grants only when asked to; SecretNames, when set,
+	// are the only names it may write (and watches, one watch each, through Metadata
+	// for their metadata).
+	Secrets     bool
+	SecretNames []string
+	Metadata    metadata.Interface
+	Resync      time.Duration
+	Metrics     *Metrics
 	// ObjectMeta, when set, is the metadata-only informer factory the injection
 	// watches every ConfigMap (and Secret) through: the controller reads from it
 	// whether an object it has not written exists, instead of asking the API server.
@@ -67,7 +72,7 @@ type Controller struct {
 	targets    cache.SharedIndexInformer
 	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
-	secrets    corelisters.SecretLister
+	secrets    secretListers // none: Secrets are not allowed
 	synced     []cache.InformerSynced
 	start      func(context.Context)
 	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
@@ -123,29 +128,36 @@ func New(cfg Config) *Controller {
 	c.configMaps = cms.Lister()
 	_, _ = cms.Informer().AddEventHandler(handler)
 	c.synced = []cache.InformerSynced{c.targets.HasSynced, ns.Informer().HasSynced, cms.Informer().HasSynced}
+	var starts []func(<-chan struct{})
 	if cfg.Secrets {
-		sec := written.Core().V1().Secrets()
-		c.secrets = sec.Lister()
-		_, _ = sec.Informer().AddEventHandler(handler)
-		c.synced = append(c.synced, sec.Informer().HasSynced)
+		listers, infs, more := writtenSecrets(cfg.Client, cfg.Resync, cfg.SecretNames, func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel })
+		c.secrets, starts = listers, append(starts, more...)
+		for _, inf := range infs {
+			_, _ = inf.AddEventHandler(handler)
+			c.synced = append(c.synced, inf.HasSynced)
+		}
 	}
 	c.metadata = map[string]cache.GenericLister{}
 	if cfg.ObjectMeta != nil {
-		kinds := map[string]injectKind{"ConfigMap": kindConfigMap}
+		kinds := map[string][]informers.GenericInformer{"ConfigMap": {cfg.ObjectMeta.ForResource(kindConfigMap.gvr)}}
 		if cfg.Secrets {
-			kinds["Secret"] = kindSecret
+			infs, more := secretMetadata(cfg.ObjectMeta, cfg.Metadata, cfg.Resync, cfg.SecretNames)
+			kinds["Secret"], starts = infs, append(starts, more...)
 		}
-		for kind, k := range kinds {
-			informer := cfg.ObjectMeta.ForResource(k.gvr)
-			c.metadata[kind] = informer.Lister()
-			c.synced = append(c.synced, informer.Informer().HasSynced)
-			// Another tool's object where a target writes (a conflict) may go or
-			// change hands: the targets writing that name look again now, not at
-			// the next resync.
-			_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-				UpdateFunc: func(_, n any) { c.enqueueWriters(kind, n) },
-				DeleteFunc: func(o any) { c.enqueueWriters(kind, o) },
-			})
+		for kind, infs := range kinds {
+			var listers genericListers
+			for _, informer := range infs {
+				listers = append(listers, informer.Lister())
+				c.synced = append(c.synced, informer.Informer().HasSynced)
+				// Another tool's object where a target writes (a conflict) may go or
+				// change hands: the targets writing that name look again now, not
+				// at the next resync.
+				_, _ = informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+					UpdateFunc: func(_, n any) { c.enqueueWriters(kind, n) },
+					DeleteFunc: func(o any) { c.enqueueWriters(kind, o) },
+				})
+			}
+			c.metadata[kind] = listers
 		}
 	}
 	c.start = func(ctx context.Context) {
@@ -154,6 +166,9 @@ func New(cfg Config) *Controller {
 		written.Start(ctx.Done())
 		if cfg.ObjectMeta != nil {
 			cfg.ObjectMeta.Start(ctx.Done())
+		}
+		for _, start := range starts {
+			start(ctx.Done())
 		}
 	}
 	return c
@@ -214,7 +229,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !exists {
 		c.state.forget(name)
 		c.cfg.Metrics.targetGone(name)
-		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.cfg.Secrets))
+		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.permitsSecret))
 	}
 	u := obj.(*unstructured.Unstructured)
 	t, err := v1alpha1.TrustTargetFromUnstructured(u)
@@ -232,6 +247,11 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 			msg := "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors"
 			c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonSecretsNotAllowed, msg)
 			return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonSecretsNotAllowed, msg, false)
+		}
+		if !c.permitsSecret(object) {
+			msg := secretNotAuthorized(object, c.cfg.SecretNames)
+			c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonSecretNotAuthorized, msg)
+			return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonSecretNotAuthorized, msg, false)
 		}
 	}
 	st, err := c.state.get(ctx, name, specKey(t.Spec), spec.Sources)
@@ -256,7 +276,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	claimed := claims(c.targets.GetStore().List(), c.cfg.Secrets)
+	claimed := claims(c.targets.GetStore().List(), c.permitsSecret)
 	status := v1alpha1.TrustTargetStatus{Anchors: r.AnchorIDs()}
 	selected := map[string]bool{}
 	var shared []string // what this target writes and another claims too
@@ -477,16 +497,21 @@ func (c *Controller) enqueueWriters(kind string, obj any) {
 	}
 }
 
+// permitsSecret says whether the Secret name may be written.
+func (c *Controller) permitsSecret(name string) bool {
+	return permitsSecret(c.cfg.Secrets, c.cfg.SecretNames, name)
+}
+
 // written is the object of kind in namespace as the informer holds it, if it carries
 // the target label (the controller sees only what it wrote).
 func (c *Controller) written(kind, namespace, name string) *object {
 	var obj any
 	var err error
 	if kind == "Secret" {
-		if c.secrets == nil {
+		if len(c.secrets) == 0 {
 			return nil
 		}
-		obj, err = c.secrets.Secrets(namespace).Get(name)
+		obj, err = c.secrets.get(namespace, name)
 	} else {
 		obj, err = c.configMaps.ConfigMaps(namespace).Get(name)
 	}
@@ -535,8 +560,8 @@ func (c *Controller) writtenBy(target string) ([]object, error) {
 		o, _ := objectOf(cm)
 		found = append(found, o)
 	}
-	if c.secrets != nil {
-		secs, err := c.secrets.List(sel)
+	if len(c.secrets) > 0 {
+		secs, err := c.secrets.list(sel)
 		if err != nil {
 			return nil, err
 		}

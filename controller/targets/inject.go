@@ -20,6 +20,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -70,9 +71,10 @@ type FillConfig struct {
 	Metadata metadata.Interface
 	Registry *watch.Registry
 	Events   record.EventRecorder
-	// Secrets fills annotated Secrets too; CABundles fills annotated webhook
-	// configurations, APIServices and CRDs.
+	// Secrets fills annotated Secrets too (those of SecretNames alone, where set);
+	// CABundles fills annotated webhook configurations, APIServices and CRDs.
 	Secrets, CABundles bool
+	SecretNames        []string
 	Resync             time.Duration
 	Metrics            *Metrics
 	// ObjectMeta, when set, is the metadata-only informer factory to watch through
@@ -91,7 +93,7 @@ type FillConfig struct {
 type Filler struct {
 	cfg    FillConfig
 	kinds  map[string]injectKind
-	store  map[string]cache.Store
+	store  map[string]readStore
 	queue  workqueue.TypedRateLimitingInterface[string]
 	start  func(context.Context)
 	synced []cache.InformerSynced
@@ -106,7 +108,7 @@ type Filler struct {
 // NewFiller watches the metadata of every object of the allowed kinds (only their
 // annotations are needed to know which ask) and queues those that ask.
 func NewFiller(cfg FillConfig) *Filler {
-	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]cache.Store{}, warned: map[string]string{},
+	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]readStore{}, warned: map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
 	in.state = newTended(cfg.Registry, func(key string) { in.queue.Add(key) })
 	if cfg.Index.Name != "" {
@@ -123,24 +125,44 @@ func NewFiller(cfg FillConfig) *Filler {
 	if factory == nil {
 		factory = metadatainformer.NewSharedInformerFactory(cfg.Metadata, cfg.Resync)
 	}
+	var starts []func(<-chan struct{})
 	for _, k := range kinds {
-		informer := factory.ForResource(k.gvr).Informer()
-		in.kinds[k.gvr.Resource] = k
-		in.store[k.gvr.Resource] = informer.GetStore()
-		enqueue := func(obj any) {
-			m, err := metaOf(obj)
-			if err != nil {
-				return
-			}
-			_, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]
-			if asks || in.state.lookup(injectKey(k, m)) != nil {
-				in.queue.Add(injectKey(k, m))
-			}
+		var infs []informers.GenericInformer
+		if k == kindSecret {
+			// Only the Secrets of the names allowed, where they are narrowed (the
+			// shared factory must not watch every Secret then: RBAC refuses it).
+			var more []func(<-chan struct{})
+			infs, more = secretMetadata(factory, cfg.Metadata, cfg.Resync, cfg.SecretNames)
+			starts = append(starts, more...)
+		} else {
+			infs = []informers.GenericInformer{factory.ForResource(k.gvr)}
 		}
-		_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
-		in.synced = append(in.synced, informer.HasSynced)
+		in.kinds[k.gvr.Resource] = k
+		var all stores
+		for _, gi := range infs {
+			informer := gi.Informer()
+			all = append(all, informer.GetStore())
+			enqueue := func(obj any) {
+				m, err := metaOf(obj)
+				if err != nil {
+					return
+				}
+				_, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]
+				if asks || in.state.lookup(injectKey(k, m)) != nil {
+					in.queue.Add(injectKey(k, m))
+				}
+			}
+			_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
+			in.synced = append(in.synced, informer.HasSynced)
+		}
+		in.store[k.gvr.Resource] = all
 	}
-	in.start = func(ctx context.Context) { factory.Start(ctx.Done()) }
+	in.start = func(ctx context.Context) {
+		factory.Start(ctx.Done())
+		for _, start := range starts {
+			start(ctx.Done())
+		}
+	}
 	return in
 }
 

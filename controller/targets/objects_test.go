@@ -86,7 +86,7 @@ func TestWriter_OneWriterPerObjectSettledTheSameWayByEveryone(t *testing.T) {
 		target("apart", 0, "other", nil),
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "a"}}}
-	all := claims(store, false)
+	all := claims(store, func(string) bool { return false })
 	for _, tc := range []struct {
 		name, labelled, want string
 		others               []string

@@ -179,6 +179,8 @@ func TestChart_RefusesValuesThatCannotWorkSayingWhatToSet(t *testing.T) {
 	for _, tc := range []struct{ name, set, want string }{
 		{"the webhook on the node's network at the kubelet's port", "webhook.hostNetwork=true", "port 10250 (webhook.port's default) is the kubelet's: set webhook.port"},
 		{"an agent namespace that is no namespace name", "agent.namespace=Trust_Agent", "/agent/namespace"},
+		{"authorized Secret names where no Secret is allowed", "targets.authorizedSecrets={trust-roots}", "targets.authorizedSecrets narrows the Secrets targets.secrets allows: set targets.secrets: true too"},
+		{"an authorized Secret name no Secret can have", "targets.secrets=true,targets.authorizedSecrets={Trust_Roots}", "/targets/authorizedSecrets/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := renderSet(t, tc.set)

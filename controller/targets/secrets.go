@@ -1,0 +1,190 @@
+package targets
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Secrets are narrowed to some names (the chart's targets.authorizedSecrets, as
+// trust-manager's secretTargets.authorizedSecrets): RBAC then grants Secrets by
+// resourceNames, which authorize a list or a watch only when it carries a
+// metadata.name field selector. So each name is watched on its own, and what the
+// controllers read of Secrets is the union of those watches. A few names cost a few
+// watches; no name means one watch of every Secret, as before.
+
+// SecretNotAuthorized is what a Secret outside the names is told.
+func secretNotAuthorized(name string, names []string) string {
+	return fmt.Sprintf("Secret %q is not one this controller may write: it may write Secrets named %s in any namespace (the chart's targets.authorizedSecrets, docs/targets.md); add the name there, or use another", name, strings.Join(names, ", "))
+}
+
+// permitsSecret says whether a Secret of this name may be read and written.
+func permitsSecret(allowed bool, names []string, name string) bool {
+	return allowed && (len(names) == 0 || slices.Contains(names, name))
+}
+
+// byName narrows a list or watch to the objects called name.
+func byName(name string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	}
+}
+
+// writtenSecrets watches the Secrets carrying the target label, of the names given
+// (every name when none is): the listers to read them, the informers to handle and
+// sync, and what starts them.
+func writtenSecrets(client kubernetes.Interface, resync time.Duration, names []string, labelled func(*metav1.ListOptions)) (secretListers, []cache.SharedIndexInformer, []func(<-chan struct{})) {
+	tweaks := []func(*metav1.ListOptions){labelled}
+	if len(names) > 0 {
+		tweaks = nil
+		for _, n := range names {
+			named := byName(n)
+			tweaks = append(tweaks, func(o *metav1.ListOptions) { labelled(o); named(o) })
+		}
+	}
+	var listers secretListers
+	var infs []cache.SharedIndexInformer
+	var starts []func(<-chan struct{})
+	for _, tweak := range tweaks {
+		f := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(tweak))
+		sec := f.Core().V1().Secrets()
+		listers = append(listers, sec.Lister())
+		infs = append(infs, sec.Informer())
+		starts = append(starts, f.Start)
+	}
+	return listers, infs, starts
+}
+
+// secretMetadata is the metadata-only watch of the Secrets of the names given: the
+// shared factory's watch of every Secret when none is, else one watch per name (with
+// what starts them; the shared factory is started by its owner).
+func secretMetadata(shared metadatainformer.SharedInformerFactory, client metadata.Interface, resync time.Duration, names []string) ([]informers.GenericInformer, []func(<-chan struct{})) {
+	if len(names) == 0 {
+		return []informers.GenericInformer{shared.ForResource(kindSecret.gvr)}, nil
+	}
+	var infs []informers.GenericInformer
+	var starts []func(<-chan struct{})
+	for _, n := range names {
+		f := metadatainformer.NewFilteredSharedInformerFactory(client, resync, "", byName(n))
+		infs = append(infs, f.ForResource(kindSecret.gvr))
+		starts = append(starts, f.Start)
+	}
+	return infs, starts
+}
+
+// secretListers read the Secrets of several watches as one.
+type secretListers []corelisters.SecretLister
+
+func (l secretListers) get(namespace, name string) (*corev1.Secret, error) {
+	for _, one := range l {
+		if s, err := one.Secrets(namespace).Get(name); err == nil || !apierrors.IsNotFound(err) {
+			return s, err
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+}
+
+func (l secretListers) list(sel labels.Selector) ([]*corev1.Secret, error) {
+	var out []*corev1.Secret
+	for _, one := range l {
+		got, err := one.List(sel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// genericListers read the objects of several watches of one kind as one lister.
+type genericListers []cache.GenericLister
+
+func (l genericListers) List(sel labels.Selector) ([]runtime.Object, error) {
+	var out []runtime.Object
+	for _, one := range l {
+		got, err := one.List(sel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func (l genericListers) Get(name string) (runtime.Object, error) {
+	return l.first(func(one cache.GenericLister) (runtime.Object, error) { return one.Get(name) }, name)
+}
+
+func (l genericListers) ByNamespace(namespace string) cache.GenericNamespaceLister {
+	return namespaced{l, namespace}
+}
+
+func (l genericListers) first(get func(cache.GenericLister) (runtime.Object, error), name string) (runtime.Object, error) {
+	for _, one := range l {
+		if obj, err := get(one); err == nil || !apierrors.IsNotFound(err) {
+			return obj, err
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
+}
+
+type namespaced struct {
+	l         genericListers
+	namespace string
+}
+
+func (n namespaced) List(sel labels.Selector) ([]runtime.Object, error) {
+	var out []runtime.Object
+	for _, one := range n.l {
+		got, err := one.ByNamespace(n.namespace).List(sel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func (n namespaced) Get(name string) (runtime.Object, error) {
+	return n.l.first(func(one cache.GenericLister) (runtime.Object, error) { return one.ByNamespace(n.namespace).Get(name) }, name)
+}
+
+// readStore is what the injection reads of an informer's store.
+type readStore interface {
+	GetByKey(key string) (any, bool, error)
+	List() []any
+}
+
+// stores read several informers' stores as one.
+type stores []cache.Store
+
+func (s stores) GetByKey(key string) (any, bool, error) {
+	for _, one := range s {
+		if obj, ok, err := one.GetByKey(key); ok || err != nil {
+			return obj, ok, err
+		}
+	}
+	return nil, false, nil
+}
+
+func (s stores) List() []any {
+	var out []any
+	for _, one := range s {
+		out = append(out, one.List()...)
+	}
+	return out
+}
