@@ -27,7 +27,7 @@ import (
 // controllers read of Secrets is the union of those watches. A few names cost a few
 // watches; no name means one watch of every Secret, as before.
 
-// SecretNotAuthorized is what a Secret outside the names is told.
+// secretNotAuthorized is what a TrustTarget naming a Secret outside the names is told.
 func secretNotAuthorized(name string, names []string) string {
 	return fmt.Sprintf("Secret %q is not one this controller may write: it may write Secrets named %s in any namespace (the chart's targets.authorizedSecrets, docs/targets.md); add the name there, or use another", name, strings.Join(names, ", "))
 }
@@ -99,9 +99,14 @@ func (l secretListers) get(namespace, name string) (*corev1.Secret, error) {
 }
 
 func (l secretListers) list(sel labels.Selector) ([]*corev1.Secret, error) {
-	var out []*corev1.Secret
-	for _, one := range l {
-		got, err := one.List(sel)
+	return union(l, func(one corelisters.SecretLister) ([]*corev1.Secret, error) { return one.List(sel) })
+}
+
+// union is what list gives of each watch, together.
+func union[W, T any](watches []W, list func(W) ([]T, error)) ([]T, error) {
+	var out []T
+	for _, w := range watches {
+		got, err := list(w)
 		if err != nil {
 			return nil, err
 		}
@@ -114,15 +119,7 @@ func (l secretListers) list(sel labels.Selector) ([]*corev1.Secret, error) {
 type genericListers []cache.GenericLister
 
 func (l genericListers) List(sel labels.Selector) ([]runtime.Object, error) {
-	var out []runtime.Object
-	for _, one := range l {
-		got, err := one.List(sel)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-	}
-	return out, nil
+	return union(l, func(one cache.GenericLister) ([]runtime.Object, error) { return one.List(sel) })
 }
 
 func (l genericListers) Get(name string) (runtime.Object, error) {
@@ -148,15 +145,7 @@ type namespaced struct {
 }
 
 func (n namespaced) List(sel labels.Selector) ([]runtime.Object, error) {
-	var out []runtime.Object
-	for _, one := range n.l {
-		got, err := one.ByNamespace(n.namespace).List(sel)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, got...)
-	}
-	return out, nil
+	return union(n.l, func(one cache.GenericLister) ([]runtime.Object, error) { return one.ByNamespace(n.namespace).List(sel) })
 }
 
 func (n namespaced) Get(name string) (runtime.Object, error) {
