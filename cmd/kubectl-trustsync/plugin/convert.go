@@ -173,7 +173,7 @@ func (o *options) convert(files []string, api string, stdin io.Reader, stderr io
 			}
 			items[i] = m
 			u := unstructured.Unstructured{Object: m}
-			names = append(names, object{u.GroupVersionKind(), u.GetName()})
+			names = append(names, object{kind: u.GroupVersionKind(), name: u.GetName()})
 		}
 		if printed, err := o.printNames(names); printed || err != nil {
 			return err

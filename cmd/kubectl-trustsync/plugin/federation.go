@@ -100,7 +100,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 	}
 	var peers []object
 	for _, p := range out {
-		peers = append(peers, object{v1alpha1.GroupVersion.WithKind(v1alpha1.FederatedTrustDomainKind), p.Name})
+		peers = append(peers, object{kind: v1alpha1.GroupVersion.WithKind(v1alpha1.FederatedTrustDomainKind), name: p.Name})
 	}
 	if printed, err := o.printNames(peers); printed || err != nil {
 		return err

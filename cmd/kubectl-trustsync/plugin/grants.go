@@ -99,10 +99,10 @@ func (o *options) grants(ctx context.Context) error {
 	var granting []object
 	for _, g := range out {
 		for _, b := range g.Bundles {
-			granting = append(granting, object{v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), b.Policy})
+			granting = append(granting, object{kind: v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), name: b.Policy})
 		}
 		for _, s := range g.Signers {
-			granting = append(granting, object{v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), s.Policy})
+			granting = append(granting, object{kind: v1alpha1.GroupVersion.WithKind(v1alpha1.TrustPolicyKind), name: s.Policy})
 		}
 	}
 	if printed, err := o.printNames(granting); printed || err != nil {

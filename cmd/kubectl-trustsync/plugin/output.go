@@ -118,9 +118,11 @@ func printStructured[T any](o *options, items []T) (bool, error) {
 
 // An object is what -o name prints a line for: KIND[.GROUP]/NAME, as kubectl does, so
 // the lines can be handed to kubectl (kubectl get $(kubectl trustsync ... -o name)).
+// As kubectl's, the line leaves the namespace out; two objects of one name in two
+// namespaces are two lines.
 type object struct {
-	kind schema.GroupVersionKind
-	name string
+	kind            schema.GroupVersionKind
+	namespace, name string
 }
 
 var podKind = schema.GroupVersionKind{Version: "v1", Kind: "Pod"}

@@ -388,7 +388,7 @@ func (o *options) status(ctx context.Context) error {
 	}
 	var pods []object
 	for _, f := range files {
-		pods = append(pods, object{podKind, f.Pod})
+		pods = append(pods, object{kind: podKind, namespace: f.Namespace, name: f.Pod})
 	}
 	if printed, err := o.printNames(pods); printed || err != nil {
 		return err
@@ -476,9 +476,9 @@ func (o *options) whoTrusts(ctx context.Context, arg string) error {
 	for _, a := range answers {
 		for _, h := range a.Items {
 			if h.Kind != "" {
-				holders = append(holders, object{kindOf(h.Kind), h.Name})
+				holders = append(holders, object{kind: kindOf(h.Kind), namespace: h.Namespace, name: h.Name})
 			} else {
-				holders = append(holders, object{podKind, h.Pod})
+				holders = append(holders, object{kind: podKind, namespace: h.Namespace, name: h.Pod})
 			}
 		}
 	}
@@ -666,7 +666,7 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 	var stragglers []object
 	for _, r := range out {
 		for _, s := range r.Stragglers {
-			stragglers = append(stragglers, object{podKind, s.Pod})
+			stragglers = append(stragglers, object{kind: podKind, namespace: s.Namespace, name: s.Pod})
 		}
 	}
 	if printed, err := o.printNames(stragglers); printed || err != nil {
