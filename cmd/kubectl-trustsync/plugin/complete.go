@@ -45,7 +45,7 @@ func (o *options) complete(list completer, files, onlyFirstArg bool) cobra.Compl
 		defer cancel()
 		values, err := list(ctx, c)
 		if err != nil {
-			cobra.CompDebugln(err.Error(), true)
+			cobra.CompDebugln(err.Error(), false) // to BASH_COMP_DEBUG_FILE, where set
 			return nil, directive
 		}
 		var out, seen []string
