@@ -464,3 +464,23 @@ func TestMain_ArgumentsAreCheckedBeforeAnyAPICall(t *testing.T) {
 		}
 	}
 }
+
+// A <TAB> against a cluster that cannot be read completes nothing and prints nothing
+// but cobra's directive: the shell has no place for an error. Files stay offered where
+// the word may be one (who-trusts' PEM file).
+func TestMain_CompletionOfAnUnreachableClusterOffersNothing(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		directive string
+	}{
+		{[]string{"status", "-n", ""}, ":4"},
+		{[]string{"rotation", ""}, ":4"},
+		{[]string{"federation", ""}, ":4"},
+		{[]string{"who-trusts", ""}, ":0"},
+	} {
+		stdout, stderr, code := run(t, append([]string{"__complete", "--server", "https://127.0.0.1:1"}, tc.args...)...)
+		if code != 0 || strings.TrimSpace(stdout) != tc.directive || strings.Contains(stderr, "127.0.0.1") {
+			t.Errorf("%v: exit %d, offered %q (want only directive %s), said %q", tc.args, code, stdout, tc.directive, stderr)
+		}
+	}
+}
