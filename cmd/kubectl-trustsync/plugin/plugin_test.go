@@ -478,9 +478,20 @@ func TestMain_CompletionOfAnUnreachableClusterOffersNothing(t *testing.T) {
 		{[]string{"federation", ""}, ":4"},
 		{[]string{"who-trusts", ""}, ":0"},
 	} {
+		// cobra's completion debugging writes to the process's standard error, not the
+		// command's: read that.
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := os.Stderr
+		os.Stderr = w
 		stdout, stderr, code := run(t, append([]string{"__complete", "--server", "https://127.0.0.1:1"}, tc.args...)...)
-		if code != 0 || strings.TrimSpace(stdout) != tc.directive || strings.Contains(stderr, "127.0.0.1") {
-			t.Errorf("%v: exit %d, offered %q (want only directive %s), said %q", tc.args, code, stdout, tc.directive, stderr)
+		os.Stderr = saved
+		w.Close()
+		direct, _ := io.ReadAll(r)
+		if code != 0 || strings.TrimSpace(stdout) != tc.directive || strings.Contains(stderr+string(direct), "127.0.0.1") {
+			t.Errorf("%v: exit %d, offered %q (want only directive %s), said %q", tc.args, code, stdout, tc.directive, stderr+string(direct))
 		}
 	}
 }
