@@ -74,19 +74,22 @@ func namespaceNames(ctx context.Context, c clients) ([]string, error) {
 	return out, nil
 }
 
-// bundles are the trust bundles of every bundle API the cluster serves.
-func bundles(ctx context.Context, c clients) ([]certificatesv1.ClusterTrustBundle, error) {
+// bundles are the trust bundles of every bundle API the cluster serves, for the
+// answers and the completions alike.
+func bundles(ctx context.Context, c clients) ([]*certificatesv1.ClusterTrustBundle, error) {
 	served, err := bundleapi.Discover(c.core.Discovery())
 	if err != nil {
 		return nil, err
 	}
-	var out []certificatesv1.ClusterTrustBundle
+	var out []*certificatesv1.ClusterTrustBundle
 	for _, api := range served.APIs() {
 		list, err := bundleapi.NewStore(c.dyn, api).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list %s ClusterTrustBundles: %w", api.GroupVersion, err)
 		}
-		out = append(out, list.Items...)
+		for i := range list.Items {
+			out = append(out, &list.Items[i])
+		}
 	}
 	return out, nil
 }

@@ -32,7 +32,6 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/cmd/internal/version"
 	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport"
@@ -338,21 +337,12 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 		c.Objects.AddInjected(c.Injected)
 	}
 	c.Grants = o.readGrants(ctx, cl, namespace)
-	served, err := bundleapi.Discover(core.Discovery())
-	if err != nil {
+	if c.Bundles, err = bundles(ctx, cl); err != nil {
 		return c, err
 	}
 	c.Changed = map[string]time.Time{}
-	for _, api := range served.APIs() {
-		list, err := bundleapi.NewStore(dyn, api).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return c, fmt.Errorf("list %s ClusterTrustBundles: %w", api.GroupVersion, err)
-		}
-		for i := range list.Items {
-			b := &list.Items[i]
-			c.Bundles = append(c.Bundles, b)
-			c.Changed[b.Name] = lastChange(b)
-		}
+	for _, b := range c.Bundles {
+		c.Changed[b.Name] = lastChange(b)
 	}
 	return c, nil
 }
