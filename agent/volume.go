@@ -94,7 +94,7 @@ func (m *Manager) newVolume(rec store.Record, spec contract.Spec, plan *render.P
 			return nil, err
 		}
 	}
-	if v.sources, err = m.cfg.Registry.Acquire(pipeline.WatchRequest(v.plan, core, rec.Pod.UID)); err != nil {
+	if v.sources, err = m.cfg.Registry.Acquire(watch.RequestFor(v.plan, core, rec.Pod.UID)); err != nil {
 		return nil, err
 	}
 	writer := write.NewAtomicWriter(m.store.Files(id))

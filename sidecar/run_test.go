@@ -11,6 +11,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/write"
 )
 
@@ -28,9 +29,9 @@ func TestProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			payload := map[string]write.File{}
+			payload := map[string]render.File{}
 			for p, c := range tc.files {
-				payload[p] = write.File{Data: []byte(c), Mode: 0o644}
+				payload[p] = render.File{Data: []byte(c), Mode: 0o644}
 			}
 			if _, err := write.NewAtomicWriter(dir).Write(payload); err != nil {
 				t.Fatal(err)

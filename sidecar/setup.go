@@ -64,7 +64,7 @@ func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
 			klog.InfoS("Neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served yet; bundle sources match nothing until one is", "rediscoveryInterval", o.APIDiscoveryInterval)
 		}
 	}
-	if p.sources, err = p.registry.Acquire(pipeline.WatchRequest(p.plan, core, "")); err != nil {
+	if p.sources, err = p.registry.Acquire(watch.RequestFor(p.plan, core, "")); err != nil {
 		return nil, err
 	}
 	events, stopEvents := podevents.New(ctx, core, podevents.PodRef{Namespace: o.PodNamespace, Name: o.PodName, UID: o.PodUID})

@@ -16,7 +16,6 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/render"
-	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // object is a written ConfigMap or Secret as the controller compares it: its keys
@@ -74,11 +73,11 @@ func (o object) value(key string) ([]byte, bool) {
 // files is the object's keys among paths, as a previous run's files: the base a
 // restarted controller renders from, so that a source failing after a restart keeps
 // the content the object holds rather than losing its key.
-func (o object) files(paths []string) map[string]write.File {
-	out := map[string]write.File{}
+func (o object) files(paths []string) map[string]render.File {
+	out := map[string]render.File{}
 	for _, p := range paths {
 		if v, ok := o.value(p); ok {
-			out[p] = write.File{Data: v, Mode: render.TrustFileMode}
+			out[p] = render.File{Data: v, Mode: render.TrustFileMode}
 		}
 	}
 	return out

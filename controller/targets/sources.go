@@ -7,13 +7,9 @@ import (
 	"strings"
 	"sync"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
-
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/delivery/pipeline"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
-	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // watched is one object's sources: their render plan, the shared watches they read,
@@ -42,7 +38,7 @@ type appliedState struct {
 
 // seed makes files, what the written objects hold, the last rendering: the base of
 // the next, for a controller that has none (just started, or the spec changed).
-func (w *watched) seed(files map[string]write.File) {
+func (w *watched) seed(files map[string]render.File) {
 	w.last = render.FromDisk(w.plan, files, render.Snapshot{})
 }
 
@@ -53,7 +49,7 @@ func watchSources(ctx context.Context, registry *watch.Registry, spec string, so
 	if err != nil {
 		return nil, err
 	}
-	set, err := registry.Acquire(pipeline.WatchRequest(plan, nil, ""))
+	set, err := registry.Acquire(watch.RequestFor(plan, nil, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -78,11 +74,7 @@ func (w *watched) close() {
 
 // render renders the sources as the watches hold them now.
 func (w *watched) render() *render.Rendering {
-	snap := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}}
-	for _, sel := range w.plan.Selectors() {
-		snap.Bundles[sel.Key] = w.set.Bundles(sel.Key)
-	}
-	w.last = render.Render(w.plan, snap, w.last)
+	w.last = render.Render(w.plan, watch.SnapshotOf(w.plan, w.set, nil), w.last)
 	return w.last
 }
 

@@ -38,7 +38,7 @@ import (
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/metrics"
 	"github.com/trustsync/trustsync/delivery/podevents"
-	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -107,19 +107,19 @@ func New(opts Options, csrs rest.Interface, events podevents.Recorder, m *metric
 
 // Deliver writes a new certificate's files with the trust files, in one swap, and says
 // whether they were written.
-type Deliver func(ctx context.Context, files map[string]write.File) error
+type Deliver func(ctx context.Context, files map[string]render.File) error
 
 // Offer is a new certificate handed to the pipeline that writes it; the pipeline
 // answers on Written (nil: written).
 type Offer struct {
-	Files   map[string]write.File
+	Files   map[string]render.File
 	Written chan<- error
 }
 
 // OfferTo delivers through offers: the pipeline's loop receives the offer as one more
 // input, writes, and answers.
 func OfferTo(offers chan<- Offer) Deliver {
-	return func(ctx context.Context, files map[string]write.File) error {
+	return func(ctx context.Context, files map[string]render.File) error {
 		answer := make(chan error, 1)
 		select {
 		case offers <- Offer{Files: files, Written: answer}:
@@ -143,30 +143,30 @@ type csrAPI interface {
 }
 
 // Files returns the current certificate's files, or none before the first issuance.
-func (m *Manager) Files() map[string]write.File {
+func (m *Manager) Files() map[string]render.File {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.files(m.current)
 }
 
-func (m *Manager) files(c *issuedCert) map[string]write.File {
+func (m *Manager) files(c *issuedCert) map[string]render.File {
 	if c == nil {
 		return nil
 	}
-	out := map[string]write.File{
+	out := map[string]render.File{
 		fileCert: {Data: c.chainPEM, Mode: 0o644},
 		// The sidecar runs as the app's uid, so 0600 still lets the app read its key.
 		fileKey: {Data: c.keyPEM, Mode: 0o600},
 	}
 	if m.opts.CredentialBundle {
-		out[fileCredential] = write.File{Data: append(append([]byte{}, c.keyPEM...), c.chainPEM...), Mode: 0o600}
+		out[fileCredential] = render.File{Data: append(append([]byte{}, c.keyPEM...), c.chainPEM...), Mode: 0o600}
 	}
 	return out
 }
 
 // Adopt takes over a certificate and key a previous run wrote, if they belong
 // together: a container restart must not cost a new certificate.
-func (m *Manager) Adopt(existing map[string]write.File) {
+func (m *Manager) Adopt(existing map[string]render.File) {
 	c, err := parseIssued(existing[fileCert].Data, existing[fileKey].Data)
 	if err != nil {
 		return

@@ -23,7 +23,7 @@ import (
 
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/podevents/podeventstest"
-	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -195,7 +195,7 @@ type writer struct {
 	err    error
 }
 
-func (w *writer) deliver(_ context.Context, files map[string]write.File) error {
+func (w *writer) deliver(_ context.Context, files map[string]render.File) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -333,11 +333,11 @@ func TestCertManager_AdoptsOnlyAMatchingPair(t *testing.T) {
 	leaf := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
 	other := fixtures.MustNew(fixtures.Options{Leaf: true, Parent: ca})
 	m, _, _ := newTestCertManager(t, t.TempDir(), &fakeCSRs{}, 0)
-	m.Adopt(map[string]write.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: other.KeyPEM()}})
+	m.Adopt(map[string]render.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: other.KeyPEM()}})
 	if m.Files() != nil {
 		t.Fatal("adopted a certificate with another's key")
 	}
-	m.Adopt(map[string]write.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: leaf.KeyPEM()}})
+	m.Adopt(map[string]render.File{fileCert: {Data: leaf.CertPEM()}, fileKey: {Data: leaf.KeyPEM()}})
 	if m.Files() == nil {
 		t.Fatal("did not adopt the previous run's certificate")
 	}

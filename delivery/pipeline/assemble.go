@@ -91,7 +91,7 @@ func Assemble(p Parts) (*Assembled, error) {
 		observers = append(observers, p.Observer)
 	}
 	observers = append(observers, observe.NewReporter(p.Events, podevents.Throttle{Clock: p.Clock}))
-	var certFiles map[string]write.File
+	var certFiles map[string]render.File
 	if c := p.Spec.Certificate; c != nil {
 		a.Cert = certificate.New(certificate.Options{
 			Signer: c.Signer, ExpirationSeconds: c.ExpirationSeconds, DNSNames: c.DNSNames, KeyType: c.KeyType, CredentialBundle: c.CredentialBundle,

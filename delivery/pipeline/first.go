@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/trustsync/trustsync/delivery/certificate"
-	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/delivery/render"
 )
 
 // Lister is what FirstSync waits on: the sources' first lists (watch.Set).
@@ -27,7 +27,7 @@ func (p *Pipeline) FirstSync(ctx context.Context, sources Lister, cert *certific
 		return fmt.Errorf("could not read every source within %s: %w", within, errors.Join(sources.NotSynced()...))
 	}
 	if cert != nil && cert.Files() == nil {
-		install := func(_ context.Context, files map[string]write.File) error { return p.Install(files) }
+		install := func(_ context.Context, files map[string]render.File) error { return p.Install(files) }
 		if err := cert.Obtain(ctx, install); err != nil {
 			return fmt.Errorf("workload certificate: %w", err)
 		}

@@ -8,15 +8,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 
-	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/delivery/certificate"
 	"github.com/trustsync/trustsync/delivery/observe"
 	"github.com/trustsync/trustsync/delivery/render"
@@ -31,9 +27,7 @@ const ResyncPeriod = 5 * time.Minute
 // Sources is what a pipeline reads its sources from: a watch.Set, or a fake in tests.
 type Sources interface {
 	Changed() <-chan struct{}
-	Bundles(key string) []*certificatesv1.ClusterTrustBundle
-	ConfigMap(name string) (*corev1.ConfigMap, bool)
-	Secret(name string) (*corev1.Secret, bool)
+	watch.Holder
 }
 
 // Config is one pod's pipeline.
@@ -43,10 +37,10 @@ type Config struct {
 	Writer  write.Writer
 	// OnDisk is what the directory held when the pipeline started (Writer.Read): a
 	// restarted pod's last good files.
-	OnDisk map[string]write.File
+	OnDisk map[string]render.File
 	// Certificate is the workload certificate's files the pipeline starts with (one a
 	// previous run wrote, adopted), nil without one yet.
-	Certificate map[string]write.File
+	Certificate map[string]render.File
 	// Observers are told of every sync, in order.
 	Observers []observe.Observer
 	Clock     clock.PassiveClock
@@ -68,7 +62,7 @@ type Pipeline struct {
 	offers chan certificate.Offer
 	// cert is the certificate files written (or adopted); last what the directory
 	// holds, nil before the first sync.
-	cert map[string]write.File
+	cert map[string]render.File
 	last *render.Rendering
 }
 
@@ -83,17 +77,6 @@ func New(cfg Config) *Pipeline {
 // Offers is where a certificate manager offers new certificates (certificate.OfferTo):
 // Run writes each with the trust files and answers.
 func (p *Pipeline) Offers() chan<- certificate.Offer { return p.offers }
-
-// WatchRequest is what plan's pipeline reads: its bundle selections, and its ConfigMaps
-// and Secrets through client, whose credentials clientKey names.
-func WatchRequest(plan *render.Plan, client rest.Interface, clientKey string) watch.Request {
-	req := watch.Request{Bundles: map[string]tsbundle.Selector{}, Namespace: plan.Namespace(), ConfigMaps: plan.ConfigMaps(), Secrets: plan.Secrets(),
-		Client: client, ClientKey: clientKey}
-	for _, sel := range plan.Selectors() {
-		req.Bundles[sel.Key] = sel.Selector
-	}
-	return req
-}
 
 // Sync renders the files from the sources as they are now, writes them in one swap,
 // and tells the observers. The first sync first tells them what a previous run left.
@@ -125,9 +108,9 @@ func (p *Pipeline) Sync() observe.Written {
 
 // Install writes a new certificate's files with the trust files; on failure the
 // pipeline keeps the certificate it had.
-func (p *Pipeline) Install(files map[string]write.File) error { return p.install(files).WriteErr }
+func (p *Pipeline) Install(files map[string]render.File) error { return p.install(files).WriteErr }
 
-func (p *Pipeline) install(files map[string]write.File) observe.Written {
+func (p *Pipeline) install(files map[string]render.File) observe.Written {
 	previous := p.cert
 	p.cert = files
 	w := p.Sync()
@@ -145,31 +128,9 @@ func (p *Pipeline) tell(w observe.Written) {
 
 // snapshot is what the sources hold now, and the certificate.
 func (p *Pipeline) snapshot() render.Snapshot {
-	plan := p.cfg.Plan
-	s := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}, ConfigMaps: map[string]*corev1.ConfigMap{},
-		Secrets: map[string]*corev1.Secret{}, Certificate: p.cert}
-	for _, sel := range plan.Selectors() {
-		s.Bundles[sel.Key] = p.admitted(p.cfg.Sources.Bundles(sel.Key))
-	}
-	for _, name := range plan.ConfigMaps() {
-		if cm, ok := p.cfg.Sources.ConfigMap(name); ok {
-			s.ConfigMaps[name] = cm
-		}
-	}
-	for _, name := range plan.Secrets() {
-		if sec, ok := p.cfg.Sources.Secret(name); ok {
-			s.Secrets[name] = sec
-		}
-	}
+	s := watch.SnapshotOf(p.cfg.Plan, p.cfg.Sources, p.cfg.Admit)
+	s.Certificate = p.cert
 	return s
-}
-
-// admitted is the bundles Admit lets through (all of them without Admit).
-func (p *Pipeline) admitted(bundles []*certificatesv1.ClusterTrustBundle) []*certificatesv1.ClusterTrustBundle {
-	if p.cfg.Admit == nil {
-		return bundles
-	}
-	return slices.DeleteFunc(slices.Clone(bundles), func(b *certificatesv1.ClusterTrustBundle) bool { return !p.cfg.Admit(b) })
 }
 
 // Run keeps the files current until ctx is done: a sync at start, then one after each

@@ -67,7 +67,7 @@ type failingWriter struct {
 	err error
 }
 
-func (f *failingWriter) Write(payload map[string]write.File) (bool, error) {
+func (f *failingWriter) Write(payload map[string]render.File) (bool, error) {
 	if f.err != nil {
 		return false, f.err
 	}
@@ -170,8 +170,8 @@ func TestRun_ACertificateOfferIsWrittenWithTheTrustFilesOrRefused(t *testing.T) 
 	defer func() { cancel(); <-done }()
 
 	offer := certificate.OfferTo(p.Offers())
-	cert := func(name string) map[string]write.File {
-		return map[string]write.File{v1alpha1.FileCertificate: {Data: []byte(name), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + name), Mode: 0o600}}
+	cert := func(name string) map[string]render.File {
+		return map[string]render.File{v1alpha1.FileCertificate: {Data: []byte(name), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + name), Mode: 0o600}}
 	}
 	if err := offer(ctx, cert("cert-1")); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -15,11 +16,17 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/delivery/write"
 )
 
 // TrustFileMode: trust anchors are public; any process of the pod may read them.
 const TrustFileMode = 0o644
+
+// File is one rendered file, as the writer puts it on disk. It is the pure stage's
+// (not the writer's) so that rendering links nothing that touches a disk.
+type File struct {
+	Data []byte
+	Mode fs.FileMode
+}
 
 // Snapshot is what a pod's sources hold at one moment. Its objects are shared with the
 // watches and never modified.
@@ -35,7 +42,7 @@ type Snapshot struct {
 	// Certificate is the workload certificate's files (contract.File*), nil before
 	// the first issuance; they are written in the same swap as the trust files, so
 	// the certificate and its key never mismatch.
-	Certificate map[string]write.File
+	Certificate map[string]File
 }
 
 // Rendering is what one render made: the files to write and what they hold. Until
@@ -45,7 +52,7 @@ type Rendering struct {
 	plan *Plan
 	// Files is the payload: every trust path (a held-back one at its last good
 	// content) and the certificate files.
-	Files map[string]write.File
+	Files map[string]File
 	// Paths describes every trust path that has content, rendered now or held.
 	Paths map[string]Path
 	// Failed maps each held-back path to why; a path failed and without last good
@@ -148,19 +155,19 @@ func Render(plan *Plan, snap Snapshot, last *Rendering) *Rendering {
 	if last == nil {
 		last = &Rendering{}
 	}
-	r := &Rendering{plan: plan, Files: map[string]write.File{}, Paths: map[string]Path{}, Failed: map[string]error{}, decodings: map[string]*tsbundle.Decoding{}}
+	r := &Rendering{plan: plan, Files: map[string]File{}, Paths: map[string]Path{}, Failed: map[string]error{}, decodings: map[string]*tsbundle.Decoding{}}
 	d := decoder{last: last.decodings, used: r.decodings}
 	for _, g := range plan.paths {
 		p, err := renderPath(plan, g, snap, last.Paths[g.path], &d)
 		if err != nil {
 			r.Failed[g.path] = err
 			if lp, ok := last.Paths[g.path]; ok {
-				r.Files[g.path] = write.File{Data: lp.Content, Mode: TrustFileMode}
+				r.Files[g.path] = File{Data: lp.Content, Mode: TrustFileMode}
 				r.Paths[g.path] = lp
 			}
 			continue
 		}
-		r.Files[g.path] = write.File{Data: p.Content, Mode: TrustFileMode}
+		r.Files[g.path] = File{Data: p.Content, Mode: TrustFileMode}
 		r.Paths[g.path] = p
 	}
 	for name, f := range snap.Certificate {
@@ -221,8 +228,8 @@ func renderPath(plan *Plan, g pathPlan, snap Snapshot, last Path, d *decoder) (P
 // restarted pipeline neither re-encodes a truststore nor tells the app of a change that
 // is none; a file it cannot read back is kept as last good content and written anew.
 // snap gives the truststores' passwords and the certificate the pipeline adopted.
-func FromDisk(plan *Plan, files map[string]write.File, snap Snapshot) *Rendering {
-	r := &Rendering{plan: plan, Files: map[string]write.File{}, Paths: map[string]Path{}, Failed: map[string]error{}}
+func FromDisk(plan *Plan, files map[string]File, snap Snapshot) *Rendering {
+	r := &Rendering{plan: plan, Files: map[string]File{}, Paths: map[string]Path{}, Failed: map[string]error{}}
 	for _, g := range plan.paths {
 		f, ok := files[g.path]
 		if !ok {

@@ -14,7 +14,6 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/delivery/write"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -31,7 +30,7 @@ type world struct {
 	bundles    map[string]*certificatesv1.ClusterTrustBundle // by uid
 	configMaps map[string]*corev1.ConfigMap
 	secrets    map[string]*corev1.Secret
-	cert       map[string]write.File
+	cert       map[string]File
 }
 
 func newWorld() *world {
@@ -95,7 +94,7 @@ func (p *pod) render() *Rendering {
 
 // restart is the pod's pipeline started again over the files r left on disk.
 func (p *pod) restart(r *Rendering) *pod {
-	files := map[string]write.File{}
+	files := map[string]File{}
 	for name, f := range r.Files {
 		files[name] = f
 	}
@@ -439,7 +438,7 @@ func TestRendering_StateChangesWithTheSetNotTheBytes(t *testing.T) {
 	a, b, c := fixtures.CA("a"), fixtures.CA("b"), fixtures.CA("c")
 	w.put(ctb("one", "", nil, a, b))
 	w.secrets["store-pass"] = passwordSecret("first")
-	w.cert = map[string]write.File{}
+	w.cert = map[string]File{}
 	p := newPod(t, w, `[{"name": "one", "path": "ca.pem"}, {"name": "one", "path": "t.p12", "format": "pkcs12", "passwordSecret": {"name": "store-pass", "key": "password"}},
 		{"name": "extra", "path": "extra.pem", "optional": true}]`)
 	w.cert = nil
@@ -482,8 +481,8 @@ func TestRendering_StateChangesWithTheSetNotTheBytes(t *testing.T) {
 	})
 }
 
-func certFiles(crt string) map[string]write.File {
-	return map[string]write.File{v1alpha1.FileCertificate: {Data: []byte(crt), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + crt), Mode: 0o600}}
+func certFiles(crt string) map[string]File {
+	return map[string]File{v1alpha1.FileCertificate: {Data: []byte(crt), Mode: 0o644}, v1alpha1.FileKey: {Data: []byte("key of " + crt), Mode: 0o600}}
 }
 
 func TestPlan_ItemsReadingTheSameObjectShareOneSource(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/delivery/render"
 )
 
 // Writer puts a set of files into a directory so that readers never see a partial
@@ -25,16 +26,10 @@ import (
 type Writer interface {
 	// Write makes the directory hold exactly payload (path -> content), in one step.
 	// It reports whether anything changed: identical content is not rewritten.
-	Write(payload map[string]File) (changed bool, err error)
+	Write(payload map[string]render.File) (changed bool, err error)
 	// Read returns what the directory holds now, for keeping the last good content
 	// across sidecar restarts.
-	Read() (map[string]File, error)
-}
-
-// File is one file's content and mode.
-type File struct {
-	Data []byte
-	Mode fs.FileMode
+	Read() (map[string]render.File, error)
 }
 
 const (
@@ -86,7 +81,7 @@ func NewAtomicWriter(dir string) *AtomicWriter {
 // would refuse, or one file under another) is refused whole before anything on disk
 // changes. Whatever a previous process left half done, a Write leaves every visible
 // name linked, even when the content is unchanged.
-func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
+func (w *AtomicWriter) Write(payload map[string]render.File) (bool, error) {
 	if err := validatePayload(payload); err != nil {
 		return false, err
 	}
@@ -146,7 +141,7 @@ func (w *AtomicWriter) Write(payload map[string]File) (bool, error) {
 }
 
 // writeNewVersion writes payload into a new hidden version directory.
-func (w *AtomicWriter) writeNewVersion(payload map[string]File) (string, error) {
+func (w *AtomicWriter) writeNewVersion(payload map[string]render.File) (string, error) {
 	version, err := os.MkdirTemp(w.Dir, w.now().UTC().Format("..2006_01_02_15_04_05."))
 	if err != nil {
 		return "", fmt.Errorf("cannot create a version directory in %s: %w", w.Dir, err)
@@ -198,7 +193,7 @@ func (w *AtomicWriter) removeVersionsExcept(keep []string) error {
 	return nil
 }
 
-func validatePayload(payload map[string]File) error {
+func validatePayload(payload map[string]render.File) error {
 	var errs []error
 	paths := make([]string, 0, len(payload))
 	for p := range payload {
@@ -214,7 +209,7 @@ func validatePayload(payload map[string]File) error {
 	return errors.Join(errs...)
 }
 
-func writeVersion(dir string, payload map[string]File, owner *Owner) error {
+func writeVersion(dir string, payload map[string]render.File, owner *Owner) error {
 	for name, f := range payload {
 		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -239,7 +234,7 @@ func writeVersion(dir string, payload map[string]File, owner *Owner) error {
 // linkVisibleNames makes a "name -> ..data/name" symlink for each top-level name of the
 // payload and removes those of names no longer in it. Nested paths ("a/b.pem") are
 // reached through their top-level directory's link.
-func (w *AtomicWriter) linkVisibleNames(payload, previous map[string]File) error {
+func (w *AtomicWriter) linkVisibleNames(payload, previous map[string]render.File) error {
 	want := topLevelNames(payload)
 	for name := range want {
 		link := filepath.Join(w.Dir, name)
@@ -269,7 +264,7 @@ func (w *AtomicWriter) linkVisibleNames(payload, previous map[string]File) error
 	return nil
 }
 
-func topLevelNames(payload map[string]File) map[string]bool {
+func topLevelNames(payload map[string]render.File) map[string]bool {
 	out := map[string]bool{}
 	for p := range payload {
 		out[strings.SplitN(p, "/", 2)[0]] = true
@@ -278,8 +273,8 @@ func topLevelNames(payload map[string]File) map[string]bool {
 }
 
 // Read implements Writer: the files of the current version.
-func (w *AtomicWriter) Read() (map[string]File, error) {
-	out := map[string]File{}
+func (w *AtomicWriter) Read() (map[string]render.File, error) {
+	out := map[string]render.File{}
 	target, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
@@ -301,7 +296,7 @@ func (w *AtomicWriter) Read() (map[string]File, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(version, p)
-		out[filepath.ToSlash(rel)] = File{Data: data, Mode: info.Mode().Perm()}
+		out[filepath.ToSlash(rel)] = render.File{Data: data, Mode: info.Mode().Perm()}
 		return nil
 	})
 	if err != nil {
@@ -310,7 +305,7 @@ func (w *AtomicWriter) Read() (map[string]File, error) {
 	return out, nil
 }
 
-func samePayload(a, b map[string]File) bool {
+func samePayload(a, b map[string]render.File) bool {
 	if len(a) != len(b) {
 		return false
 	}

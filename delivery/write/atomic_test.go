@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/trustsync/trustsync/delivery/render"
 )
 
 func readVisible(t *testing.T, dir, name string) string {
@@ -26,7 +28,7 @@ func TestAtomicWriter_WritesReadsAndRemoves(t *testing.T) {
 	dir := t.TempDir()
 	w := NewAtomicWriter(dir)
 
-	changed, err := w.Write(map[string]File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/dir/b.pem": {Data: []byte("two"), Mode: 0o644}})
+	changed, err := w.Write(map[string]render.File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/dir/b.pem": {Data: []byte("two"), Mode: 0o644}})
 	if err != nil || !changed {
 		t.Fatalf("first write: changed=%v err=%v", changed, err)
 	}
@@ -42,7 +44,7 @@ func TestAtomicWriter_WritesReadsAndRemoves(t *testing.T) {
 
 	// The same payload again writes nothing: the version directory stays.
 	before, _ := os.Readlink(filepath.Join(dir, "..data"))
-	changed, err = w.Write(map[string]File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/dir/b.pem": {Data: []byte("two"), Mode: 0o644}})
+	changed, err = w.Write(map[string]render.File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/dir/b.pem": {Data: []byte("two"), Mode: 0o644}})
 	after, _ := os.Readlink(filepath.Join(dir, "..data"))
 	if err != nil || changed || before != after {
 		t.Errorf("identical write: changed=%v err=%v version %s -> %s", changed, err, before, after)
@@ -50,7 +52,7 @@ func TestAtomicWriter_WritesReadsAndRemoves(t *testing.T) {
 
 	// A smaller payload removes what it no longer holds; the replaced version is kept
 	// for a moment (see TestAtomicWriter_RetainsReplacedVersionsBriefly).
-	if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte("three"), Mode: 0o600}}); err != nil {
+	if _, err := w.Write(map[string]render.File{"ca.pem": {Data: []byte("three"), Mode: 0o600}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "nested")); !os.IsNotExist(err) {
@@ -109,7 +111,7 @@ func TestAtomicWriter_RetainsReplacedVersionsBriefly(t *testing.T) {
 			w := NewAtomicWriter(dir)
 			w.now = func() time.Time { return now }
 			for i := range tc.writes {
-				if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte{byte(i)}, Mode: 0o644}}); err != nil {
+				if _, err := w.Write(map[string]render.File{"ca.pem": {Data: []byte{byte(i)}, Mode: 0o644}}); err != nil {
 					t.Fatal(err)
 				}
 				now = now.Add(tc.gap)
@@ -140,7 +142,7 @@ func TestAtomicWriter_ConcurrentReaderNeverSeesAPartialFile(t *testing.T) {
 		// Large enough that a torn write would show: 64 KiB of one repeated byte.
 		return bytes.Repeat([]byte{byte('a' + i%26)}, 64<<10)
 	}
-	if _, err := w.Write(map[string]File{"ca.pem": {Data: version(0), Mode: 0o644}}); err != nil {
+	if _, err := w.Write(map[string]render.File{"ca.pem": {Data: version(0), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -167,7 +169,7 @@ func TestAtomicWriter_ConcurrentReaderNeverSeesAPartialFile(t *testing.T) {
 		}()
 	}
 	for i := 1; i <= 1000; i++ {
-		if _, err := w.Write(map[string]File{"ca.pem": {Data: version(i), Mode: 0o644}}); err != nil {
+		if _, err := w.Write(map[string]render.File{"ca.pem": {Data: version(i), Mode: 0o644}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -186,7 +188,7 @@ func TestAtomicWriter_ConcurrentReaderNeverSeesAPartialFile(t *testing.T) {
 // A process that died between the ..data swap and its links left names missing or
 // wrong; the next Write, though its content is unchanged, links every name again.
 func TestAtomicWriter_UnchangedWriteRepairsTheVisibleLinks(t *testing.T) {
-	payload := map[string]File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/b.pem": {Data: []byte("two"), Mode: 0o644}}
+	payload := map[string]render.File{"ca.pem": {Data: []byte("one"), Mode: 0o644}, "nested/b.pem": {Data: []byte("two"), Mode: 0o644}}
 	tests := []struct {
 		name   string
 		break_ func(dir string) error
@@ -235,20 +237,20 @@ func TestAtomicWriter_UnchangedWriteRepairsTheVisibleLinks(t *testing.T) {
 func TestAtomicWriter_RefusesUnwritablePayloadsAndKeepsTheCurrentFiles(t *testing.T) {
 	tests := []struct {
 		name    string
-		payload map[string]File
+		payload map[string]render.File
 		wantErr string
 	}{
-		{"a file under another file", map[string]File{"a": {Data: []byte("x")}, "a/b": {Data: []byte("y")}}, `cannot write both "a" and "a/b"`},
-		{"a NUL byte", map[string]File{"ca\x00.pem": {Data: []byte("x")}}, "must not contain a NUL byte"},
-		{"an element over 255 bytes", map[string]File{strings.Repeat("n", 256): {Data: []byte("x")}}, "at most 255"},
-		{"an escape from the directory", map[string]File{"../ca.pem": {Data: []byte("x")}}, "must not contain '..'"},
-		{"the writer's own names", map[string]File{"..data": {Data: []byte("x")}}, "must not have an element starting with '..'"},
+		{"a file under another file", map[string]render.File{"a": {Data: []byte("x")}, "a/b": {Data: []byte("y")}}, `cannot write both "a" and "a/b"`},
+		{"a NUL byte", map[string]render.File{"ca\x00.pem": {Data: []byte("x")}}, "must not contain a NUL byte"},
+		{"an element over 255 bytes", map[string]render.File{strings.Repeat("n", 256): {Data: []byte("x")}}, "at most 255"},
+		{"an escape from the directory", map[string]render.File{"../ca.pem": {Data: []byte("x")}}, "must not contain '..'"},
+		{"the writer's own names", map[string]render.File{"..data": {Data: []byte("x")}}, "must not have an element starting with '..'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			w := NewAtomicWriter(dir)
-			if _, err := w.Write(map[string]File{"ca.pem": {Data: []byte("good"), Mode: 0o644}}); err != nil {
+			if _, err := w.Write(map[string]render.File{"ca.pem": {Data: []byte("good"), Mode: 0o644}}); err != nil {
 				t.Fatal(err)
 			}
 			changed, err := w.Write(tc.payload)
@@ -290,7 +292,7 @@ func TestAtomicWriter_AFullVolumeDoesNotStopUpdates(t *testing.T) {
 		fixed := time.Now()
 		w.now = func() time.Time { return fixed } // nothing ages out: only space forces pruning
 		for i := range 12 {
-			if _, err := w.Write(map[string]File{"ca.pem": {Data: content(i), Mode: 0o644}}); err != nil {
+			if _, err := w.Write(map[string]render.File{"ca.pem": {Data: content(i), Mode: 0o644}}); err != nil {
 				t.Fatalf("write %d of a burst on a full volume: %v", i+1, err)
 			}
 			if got := readVisible(t, dir, "ca.pem"); got != string(content(i)) {
@@ -300,7 +302,7 @@ func TestAtomicWriter_AFullVolumeDoesNotStopUpdates(t *testing.T) {
 	})
 	t.Run("leftovers of an earlier process", func(t *testing.T) {
 		dir := smallTmpfs(t, 256<<10)
-		if _, err := NewAtomicWriter(dir).Write(map[string]File{"ca.pem": {Data: content(0), Mode: 0o644}}); err != nil {
+		if _, err := NewAtomicWriter(dir).Write(map[string]render.File{"ca.pem": {Data: content(0), Mode: 0o644}}); err != nil {
 			t.Fatal(err)
 		}
 		// An earlier process's versions still on disk, filling the volume.
@@ -313,7 +315,7 @@ func TestAtomicWriter_AFullVolumeDoesNotStopUpdates(t *testing.T) {
 				break
 			}
 		}
-		if _, err := NewAtomicWriter(dir).Write(map[string]File{"ca.pem": {Data: content(1), Mode: 0o644}}); err != nil {
+		if _, err := NewAtomicWriter(dir).Write(map[string]render.File{"ca.pem": {Data: content(1), Mode: 0o644}}); err != nil {
 			t.Fatalf("a new writer on a volume full of old versions: %v", err)
 		}
 		if got := readVisible(t, dir, "ca.pem"); got != string(content(1)) {
@@ -331,7 +333,7 @@ func TestAtomicWriter_OwnerOwnsEveryFileWritten(t *testing.T) {
 	dir := t.TempDir()
 	w := NewAtomicWriter(dir)
 	w.Owner = &Owner{UID: 1234, GID: 5678}
-	if _, err := w.Write(map[string]File{"tls.key": {Data: []byte("key"), Mode: 0o600}, "nested/ca.pem": {Data: []byte("ca"), Mode: 0o644}}); err != nil {
+	if _, err := w.Write(map[string]render.File{"tls.key": {Data: []byte("key"), Mode: 0o600}, "nested/ca.pem": {Data: []byte("ca"), Mode: 0o644}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"tls.key", "nested/ca.pem"} {

@@ -142,7 +142,9 @@ func deps(t *testing.T, path string) []string {
 // the signer holds the CA keys and links nothing of the agent; the report model and
 // its queries stand below the agent, the signer, the controller and the plugin; none
 // of those readers of pods links the pod mutation (injector); the sidecar's wiring is
-// its binary's alone.
+// its binary's alone; the controller renders and applies objects, so it links no pod
+// pipeline, workload certificate, reloader or pod Event; rendering is pure, so it
+// links neither the writer nor the watches.
 func TestHouse_EachPartLinksOnlyWhatItsJobNeeds(t *testing.T) {
 	stages := []string{"delivery/watch", "delivery/render", "delivery/write", "delivery/pipeline", "delivery/observe", "delivery/certificate", "delivery/podevents", "delivery/kubeclient", "delivery/metrics"}
 	for _, tc := range []struct {
@@ -154,6 +156,8 @@ func TestHouse_EachPartLinksOnlyWhatItsJobNeeds(t *testing.T) {
 		{pkg: "trustreport/query", forbidden: append([]string{"agent", "controller", "signer", "injector"}, stages...)},
 		{pkg: "trustreport/reader", forbidden: append([]string{"agent", "controller", "signer", "injector"}, stages...)},
 		{pkg: "trustmanager", forbidden: append([]string{"controller", "agent"}, stages...)},
+		{pkg: "cmd/controller", forbidden: []string{"agent", "signer", "sidecar", "delivery/pipeline", "delivery/certificate", "delivery/observe", "delivery/podevents", "delivery/write", "delivery/kubeclient"}},
+		{pkg: "delivery/render", forbidden: []string{"delivery/write", "delivery/watch", "delivery/pipeline", "delivery/contract"}},
 	} {
 		for _, d := range deps(t, tc.pkg) {
 			for _, f := range tc.forbidden {

@@ -81,7 +81,7 @@ func startPipelines(tb testing.TB, cp *controlplane.ControlPlane, bundle string,
 		if err != nil {
 			tb.Fatal(err)
 		}
-		set, err := reg.Acquire(pipeline.WatchRequest(plan, core, "admin"))
+		set, err := reg.Acquire(watch.RequestFor(plan, core, "admin"))
 		if err != nil {
 			tb.Fatal(err)
 		}
