@@ -31,7 +31,6 @@ import (
 	"github.com/trustsync/trustsync/agent/registration"
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/kubeclient"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/watch"
@@ -107,7 +106,7 @@ func Run(ctx context.Context, o *Options) error {
 		return err
 	}
 
-	watches := watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
+	watches := watch.New(ctx, dyn, kubeapi.RESTResourceLister{Client: core})
 	served, err := watches.Discover(ctx)
 	if err != nil {
 		return err

@@ -3,14 +3,12 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -93,16 +91,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return &Metrics{targets: targets.NewMetrics(reg), federation: federation.NewMetrics(reg), leader: leader}
 }
 
-// serves says whether the API server serves resource.
-func serves(client kubernetes.Interface, resource schema.GroupVersionResource) bool {
-	resources, err := client.Discovery().ServerResourcesForGroupVersion(resource.GroupVersion().String())
-	return err == nil && slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == resource.Resource })
+// serves says whether the API server serves resource, waiting out an outage: an
+// unanswered discovery is not "not served", which would leave a controller off until
+// the next restart.
+func serves(ctx context.Context, lister kubeapi.ResourceLister, resource schema.GroupVersionResource) (bool, error) {
+	var ok bool
+	err := kubeapi.Retry(ctx, time.Second, 30*time.Second, func(context.Context) (bool, error) {
+		var err error
+		if ok, err = kubeapi.Serves(lister, resource); err != nil {
+			klog.ErrorS(err, "Cannot tell yet whether a resource is served; retrying", "resource", resource.String())
+			return false, nil
+		}
+		return true, nil
+	})
+	return ok, err
 }
 
 // runFederation starts the FederatedTrustDomain controller where its CRD is served,
 // writing imported bundles to every bundle API served.
 func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
-	if !serves(client, v1alpha1.FederatedTrustDomainResource) {
+	if ok, err := serves(ctx, client.Discovery(), v1alpha1.FederatedTrustDomainResource); err != nil || !ok {
+		if err != nil {
+			return false, err
+		}
 		klog.InfoS("FederatedTrustDomains are not served (install the chart's CRDs); importing no peer", "resource", v1alpha1.FederatedTrustDomainResource.String())
 		return false, nil
 	}
@@ -123,7 +134,11 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 		Metrics: m, Holding: holding.Holding, Resync: resync})
 	go c.Run(ctx, 4)
 	if o.FleetNamespace != "" {
-		if !serves(client, federation.ClusterProfiles) {
+		ok, err := serves(ctx, client.Discovery(), federation.ClusterProfiles)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
 			klog.InfoS("ClusterProfiles are not served (install the cluster inventory API's CRD); no fleet to join", "resource", federation.ClusterProfiles.String(), "namespace", o.FleetNamespace)
 		} else {
 			go federation.NewFleet(federation.FleetConfig{Dynamic: dyn, Namespace: o.FleetNamespace, OwnTrustDomains: o.OwnTrustDomains, Events: recorder, Resync: resync}).Run(ctx)
@@ -133,12 +148,13 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 	return true, nil
 }
 
-// run starts the injection into annotated objects, and the TrustTarget controller
-// where its CRD is served, and waits for ctx.
 // runPolicies keeps the TrustPolicies' statuses, from the watches enforcement reads
 // too (nil where the TrustPolicy CRD is not served).
 func runPolicies(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, served bundle.Served, recorder record.EventRecorder) (*grantcache.Cache, error) {
-	if !serves(client, v1alpha1.TrustPolicyResource) {
+	if ok, err := serves(ctx, client.Discovery(), v1alpha1.TrustPolicyResource); err != nil || !ok {
+		if err != nil {
+			return nil, err
+		}
 		if o.TenancyEnforced {
 			return nil, fmt.Errorf("--tenancy-enforced, but TrustPolicies (%s) are not served: install the chart's CRDs", v1alpha1.TrustPolicyResource)
 		}
@@ -159,6 +175,8 @@ func runPolicies(ctx context.Context, o *Options, client kubernetes.Interface, d
 	return grants, nil
 }
 
+// run starts the injection into annotated objects, and the TrustTarget controller
+// where its CRD is served, and waits for ctx.
 func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *atomic.Bool) error {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -209,7 +227,11 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	go in.Run(ctx, 2)
 	if o.Targets {
-		if !serves(client, v1alpha1.TrustTargetResource) {
+		ok, err := serves(ctx, client.Discovery(), v1alpha1.TrustTargetResource)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			klog.InfoS("TrustTargets are not served (install the chart's CRDs); filling annotated objects alone", "resource", v1alpha1.TrustTargetResource.String())
 		} else {
 			c := targets.New(targets.Config{Client: client, Dynamic: dyn, Registry: registry, Events: recorder, Secrets: o.Secrets, SecretNames: o.SecretNames, Metadata: meta,

@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/certificate"
 	"github.com/trustsync/trustsync/delivery/kubeclient"
 	"github.com/trustsync/trustsync/delivery/metrics"
@@ -54,7 +53,7 @@ func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
 	if p.plan, err = o.plan(); err != nil {
 		return nil, err
 	}
-	p.registry = watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
+	p.registry = watch.New(ctx, dyn, kubeapi.RESTResourceLister{Client: core})
 	if p.bundles = len(p.plan.Selectors()) > 0; p.bundles {
 		served, err := p.registry.Discover(ctx)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	certlistersv1beta1 "k8s.io/client-go/listers/certificates/v1beta1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/tenancy"
 )
@@ -175,18 +177,13 @@ func spreadRefresh() float64 { return 0.6 + 0.2*rand.Float64() }
 // PodCertificateRequests: v1 (Kubernetes 1.37 and later), else v1beta1 (1.35 and
 // 1.36 with the beta API enabled), else none, and the signer signs CSRs alone.
 func podCertificateRequestVersion(client kubernetes.Interface) (string, error) {
-	for _, gv := range []string{certificatesv1.SchemeGroupVersion.String(), certificatesv1beta1.SchemeGroupVersion.String()} {
-		list, err := client.Discovery().ServerResourcesForGroupVersion(gv)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
+	for _, gv := range []schema.GroupVersion{certificatesv1.SchemeGroupVersion, certificatesv1beta1.SchemeGroupVersion} {
+		ok, err := kubeapi.Serves(client.Discovery(), gv.WithResource("podcertificaterequests"))
 		if err != nil {
-			return "", fmt.Errorf("failed to discover the %s resources: %w", gv, err)
+			return "", err
 		}
-		for _, r := range list.APIResources {
-			if r.Name == "podcertificaterequests" {
-				return gv, nil
-			}
+		if ok {
+			return gv.String(), nil
 		}
 	}
 	klog.InfoS("The API server serves no PodCertificateRequests (certificates.k8s.io v1 or v1beta1); signing CSRs only")

@@ -5,11 +5,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi"
 )
 
 // nativeAPIs keeps what the API server serves of the native APIs that delivery native
@@ -31,24 +32,16 @@ func (n *nativeAPIs) get() injector.NativeAPIs {
 // discovered reports whether the API server has answered once.
 func (n *nativeAPIs) discovered() bool { return n.current.Load() != nil }
 
-func (n *nativeAPIs) run(ctx context.Context, lister bundleapi.ResourceLister, interval time.Duration) {
+func (n *nativeAPIs) run(ctx context.Context, lister kubeapi.ResourceLister, interval time.Duration) {
 	wait.UntilWithContext(ctx, func(context.Context) {
-		list, err := lister.ServerResourcesForGroupVersion("certificates.k8s.io/v1")
-		if err != nil && !n.discovered() {
-			klog.ErrorS(err, "Cannot ask which native certificate APIs are served yet; retrying")
+		served, err := kubeapi.ServedResources(lister, certificatesv1.SchemeGroupVersion.String())
+		if err != nil {
+			// An unanswered question keeps the last answer: an outage does not turn
+			// delivery native off.
+			klog.ErrorS(err, "Cannot ask which native certificate APIs are served; retrying", "haveAnswer", n.discovered())
 			return
 		}
-		var apis injector.NativeAPIs
-		if list != nil {
-			for _, r := range list.APIResources {
-				switch r.Name {
-				case "clustertrustbundles":
-					apis.ClusterTrustBundles = true
-				case "podcertificaterequests":
-					apis.PodCertificates = true
-				}
-			}
-		}
+		apis := injector.NativeAPIs{ClusterTrustBundles: served.Has("clustertrustbundles"), PodCertificates: served.Has("podcertificaterequests")}
 		if old := n.current.Swap(&apis); old == nil || *old != apis {
 			klog.InfoS("Native certificate APIs for delivery native", "clusterTrustBundles", apis.ClusterTrustBundles, "podCertificateRequests", apis.PodCertificates)
 		}

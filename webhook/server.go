@@ -169,13 +169,9 @@ func (w *statusWriter) WriteHeader(code int) {
 // Unwrap lets http.ResponseController reach the connection (the body's read deadline).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Run serves until ctx is done, then shuts down gracefully: /readyz fails at once so
-// the Service stops sending reviews, and in-flight reviews get the grace period. With
-// self-managed TLS and a campaign, only the Lease's holder writes the Secret and the
-// caBundle; a nil campaign lets every replica write.
 // watchGrants keeps the namespaces' grants from watches of the TrustPolicies, the
 // namespaces and the bundles served; namespace, trustsync's own, is exempt.
-func watchGrants(ctx context.Context, restCfg *rest.Config, discovery bundleapi.ResourceLister, namespace string) (*grantcache.Cache, error) {
+func watchGrants(ctx context.Context, restCfg *rest.Config, discovery kubeapi.ResourceLister, namespace string) (*grantcache.Cache, error) {
 	c, err := grantcache.NewForConfig(restCfg, namespace, 10*time.Minute)
 	if err != nil {
 		return nil, err
@@ -192,6 +188,10 @@ func watchGrants(ctx context.Context, restCfg *rest.Config, discovery bundleapi.
 	return c, nil
 }
 
+// Run serves until ctx is done, then shuts down gracefully: /readyz fails at once so
+// the Service stops sending reviews, and in-flight reviews get the grace period. With
+// self-managed TLS and a campaign, only the Lease's holder writes the Secret and the
+// caBundle; a nil campaign lets every replica write.
 func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err := o.Validate(); err != nil {
 		return err

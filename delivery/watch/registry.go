@@ -36,7 +36,7 @@ type Registry struct {
 	// started it, since other pipelines may share it.
 	ctx       context.Context
 	dyn       dynamic.Interface
-	discovery bundleapi.ResourceLister
+	discovery kubeapi.ResourceLister
 
 	mu      sync.Mutex
 	objects map[string]*object
@@ -50,7 +50,7 @@ type Registry struct {
 
 // New returns a registry whose watches run until ctx is done. dyn reads the bundle
 // APIs that discovery says are served; either may be nil when no bundle is watched.
-func New(ctx context.Context, dyn dynamic.Interface, discovery bundleapi.ResourceLister) *Registry {
+func New(ctx context.Context, dyn dynamic.Interface, discovery kubeapi.ResourceLister) *Registry {
 	return &Registry{ctx: ctx, dyn: dyn, discovery: discovery, objects: map[string]*object{}, bundles: map[string]*bundles{}, gone: make(chan struct{}, 1)}
 }
 

@@ -19,12 +19,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/delivery/kubeclient"
 	"github.com/trustsync/trustsync/delivery/pipeline"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/delivery/write"
+	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -61,7 +61,7 @@ func startPipelines(tb testing.TB, cp *controlplane.ControlPlane, bundle string,
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reg := watch.New(ctx, dyn, bundleapi.RESTResourceLister{Client: core})
+	reg := watch.New(ctx, dyn, kubeapi.RESTResourceLister{Client: core})
 	if _, err := reg.Discover(ctx); err != nil {
 		tb.Fatal(err)
 	}
