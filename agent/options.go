@@ -12,6 +12,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
 // Options are the agent's command line.
@@ -27,12 +28,10 @@ type Options struct {
 	DataDir         string
 	// DataDirTmpfs mounts a tmpfs at DataDir unless one is there: the volumes' files
 	// and keys live in memory, never on the node's disk.
-	DataDirTmpfs     bool
-	DataDirSize      string
-	TokenAudience    string
-	Kubeconfig       string
-	KubeAPIQPS       float32
-	KubeAPIBurst     int
+	DataDirTmpfs  bool
+	DataDirSize   string
+	TokenAudience string
+	clientflags.Flags
 	HealthAddress    string
 	DiscoveryEvery   time.Duration
 	FirstSyncTimeout time.Duration
@@ -67,8 +66,7 @@ func NewOptions() *Options {
 		DataDir:          "/var/run/trustsync-agent",
 		DataDirTmpfs:     true,
 		DataDirSize:      "256Mi",
-		KubeAPIQPS:       50,
-		KubeAPIBurst:     100,
+		Flags:            clientflags.Flags{QPS: 50, Burst: 100},
 		HealthAddress:    ":9809",
 		DiscoveryEvery:   5 * time.Minute,
 		FirstSyncTimeout: 30 * time.Second,
@@ -92,9 +90,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DataDirTmpfs, "data-dir-tmpfs", o.DataDirTmpfs, "Mount a tmpfs at --data-dir unless one is there already, so that trust files and keys are kept in memory and never reach the node's disk.")
 	fs.StringVar(&o.DataDirSize, "data-dir-size", o.DataDirSize, "The size of that tmpfs: the most the volumes of this node may hold together (memory is used only as files are written).")
 	fs.StringVar(&o.TokenAudience, "token-audience", o.TokenAudience, "The audience of the pod ServiceAccount token the kubelet passes with each publish (the CSIDriver's tokenRequests). ConfigMaps, Secrets and certificates are read and requested with it; empty is the API server's own audience.")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration (the agent's ServiceAccount).")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server, for the agent's own requests.")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server, for the agent's own requests.")
+	o.Flags.AddFlags(fs, "the agent's ServiceAccount", "for the agent's own requests")
 	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
 	fs.DurationVar(&o.DiscoveryEvery, "api-discovery-interval", o.DiscoveryEvery, "How often to ask whether a bundle API not watched yet is served now. 0 asks only at start.")
 	fs.DurationVar(&o.FirstSyncTimeout, "first-sync-timeout", o.FirstSyncTimeout, "How long a publish waits for a new volume's sources and certificate before failing with the reason, which the kubelet shows on the pod and retries.")
@@ -112,6 +108,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	var errs []error
+	if err := o.Flags.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.ExpiryWarningDays < 0 {
 		errs = append(errs, fmt.Errorf("--expiry-warning-days %d is negative; use 0 for no warnings", o.ExpiryWarningDays))
 	}

@@ -52,7 +52,7 @@ func Run(ctx context.Context, o *Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-agent")
+	cfg, err := kubeapi.RESTConfig(o.Flags, "trustsync-agent")
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
 // LeaseName is the controllers' leader-election Lease, apart from the signer's.
@@ -24,7 +25,7 @@ const LeaderElectUsage = "Elect one active controller with a Lease (" + LeaseNam
 
 // Options are the controller's flags.
 type Options struct {
-	Kubeconfig    string
+	clientflags.Flags
 	Namespace     string
 	HealthAddress string
 	// Targets runs the TrustTarget controller; Secrets lets it (and the injection)
@@ -42,8 +43,6 @@ type Options struct {
 	Federation      bool
 	FleetNamespace  string
 	OwnTrustDomains []string
-	QPS             float32
-	Burst           int
 	// InjectedIndex is NAMESPACE/NAME of the ConfigMap listing the annotated objects
 	// filled, for the node agents and the signer; empty publishes none.
 	InjectedIndex string
@@ -56,13 +55,13 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	ns := os.Getenv("POD_NAMESPACE")
-	return &Options{Namespace: ns, HealthAddress: ":8081", Targets: true, CABundles: true, Federation: true, QPS: 100, Burst: 200,
+	return &Options{Namespace: ns, HealthAddress: ":8081", Targets: true, CABundles: true, Federation: true, Flags: clientflags.Flags{QPS: 100, Burst: 200},
 		InjectedIndex: v1alpha1.DefaultInjectedIndex(ns)}
 }
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration.")
+	o.Flags.AddFlags(fs, "the controller's ServiceAccount", "a bundle edit is one write per object whose content changes")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the leader-election Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
 	fs.BoolVar(&o.Targets, "targets", o.Targets, "Keep every TrustTarget's ConfigMaps (or Secrets) current in the namespaces it selects (where the TrustTarget CRD is served). ConfigMaps annotated trustsync.io/inject: \"true\" are filled either way.")
@@ -72,8 +71,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Federation, "federation", o.Federation, "Import the bundles of the peer trust domains FederatedTrustDomains name (where their CRD is served) into ClusterTrustBundles of signer trustsync.io/federated.")
 	fs.StringVar(&o.FleetNamespace, "fleet-cluster-profile-namespace", o.FleetNamespace, "Join the fleet whose ClusterProfiles (multicluster.x-k8s.io, the cluster inventory API) are in this namespace: one FederatedTrustDomain per profile whose status properties carry trustsync.io/trust-domain and trustsync.io/bundle-endpoint-url, removed when the profile goes. Empty: no fleet.")
 	fs.StringSliceVar(&o.OwnTrustDomains, "fleet-own-trust-domains", o.OwnTrustDomains, "This cluster's own trust domains: the fleet's profiles naming one are this cluster, and are not imported.")
-	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "Queries per second to the API server: a bundle edit is one write per object whose content changes.")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
 	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Write a TrustTarget only into the namespaces its TrustPolicies grant every one of its sources (status.notGrantedNamespaces names the rest), and fill an annotated ConfigMap or Secret only with the sources its namespace is granted (a Warning Event, TrustInjectNotGranted, names the rest); a grant withdrawn takes what was written away. --namespace is exempt. TrustPolicy statuses are written either way.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap listing the objects annotation injection fills and the anchors each holds, from which the node agents observe the pods reading them and the signer's rotations count them (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"). Empty publishes none: those objects' readers go unobserved.")
 }
@@ -95,8 +92,8 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--targets-secret-names: %q is not a Secret's name: %s", n, strings.Join(msgs, "; ")))
 		}
 	}
-	if o.QPS <= 0 || o.Burst < 1 {
-		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", o.QPS, o.Burst))
+	if err := o.Flags.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

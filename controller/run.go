@@ -47,7 +47,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.QPS, o.Burst, "trustsync-controller")
+	cfg, err := kubeapi.RESTConfig(o.Flags, "trustsync-controller")
 	if err != nil {
 		return err
 	}

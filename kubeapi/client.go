@@ -13,13 +13,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
-// RESTConfig is the client configuration every trustsync binary builds the same way:
-// the kubeconfig at path (empty: the pod's in-cluster configuration), its own rate
-// limit, and a user agent that names the component in the API server's audit log and
-// metrics.
-func RESTConfig(kubeconfig string, qps float32, burst int, userAgent string) (*rest.Config, error) {
+// RESTConfig is the client configuration every trustsync binary builds the same way
+// from its client flags: the kubeconfig they name (empty: the pod's in-cluster
+// configuration), their rate limit, and a user agent that names the component in the
+// API server's audit log and metrics.
+func RESTConfig(flags clientflags.Flags, userAgent string) (*rest.Config, error) {
+	kubeconfig := flags.Kubeconfig
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		if kubeconfig == "" {
@@ -27,7 +30,7 @@ func RESTConfig(kubeconfig string, qps float32, burst int, userAgent string) (*r
 		}
 		return nil, fmt.Errorf("failed to build the API server client configuration from --kubeconfig %q: %w", kubeconfig, err)
 	}
-	cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, userAgent
+	cfg.QPS, cfg.Burst, cfg.UserAgent = flags.QPS, flags.Burst, userAgent
 	return cfg, nil
 }
 

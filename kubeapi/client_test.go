@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
 func TestRESTConfig(t *testing.T) {
@@ -23,7 +25,7 @@ current-context: x
 		t.Fatal(err)
 	}
 	t.Run("the kubeconfig's server, with the component's rate limit and user agent", func(t *testing.T) {
-		cfg, err := RESTConfig(kubeconfig, 20, 30, "trustsync-test")
+		cfg, err := RESTConfig(clientflags.Flags{Kubeconfig: kubeconfig, QPS: 20, Burst: 30}, "trustsync-test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +35,7 @@ current-context: x
 	})
 	t.Run("a missing kubeconfig is named in the error", func(t *testing.T) {
 		missing := filepath.Join(dir, "nope")
-		_, err := RESTConfig(missing, 20, 30, "trustsync-test")
+		_, err := RESTConfig(clientflags.Flags{Kubeconfig: missing, QPS: 20, Burst: 30}, "trustsync-test")
 		if err == nil || !strings.Contains(err.Error(), "--kubeconfig \""+missing+"\"") {
 			t.Fatalf("error %v, want one naming --kubeconfig %q", err, missing)
 		}
@@ -41,7 +43,7 @@ current-context: x
 	t.Run("outside a pod without a kubeconfig, the error says to give one", func(t *testing.T) {
 		t.Setenv("KUBERNETES_SERVICE_HOST", "")
 		t.Setenv("KUBERNETES_SERVICE_PORT", "")
-		_, err := RESTConfig("", 20, 30, "trustsync-test")
+		_, err := RESTConfig(clientflags.Flags{QPS: 20, Burst: 30}, "trustsync-test")
 		if err == nil || !strings.Contains(err.Error(), "outside a pod, give --kubeconfig") {
 			t.Fatalf("error %v, want one saying to give --kubeconfig", err)
 		}

@@ -37,7 +37,7 @@ type pod struct {
 // setup wires the pod's pipeline: its watches, the files a previous run left, the
 // certificate, and its observers; m may be nil.
 func setup(ctx context.Context, o *Options, m *metrics.Metrics) (*pod, error) {
-	cfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-sidecar")
+	cfg, err := kubeapi.RESTConfig(o.Flags, "trustsync-sidecar")
 	if err != nil {
 		return nil, err
 	}

@@ -9,14 +9,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 	"github.com/trustsync/trustsync/policy"
 )
 
 // Options configure the signer. cmd/signer fills them from flags.
 type Options struct {
-	Kubeconfig   string
-	KubeAPIQPS   float32
-	KubeAPIBurst int
+	clientflags.Flags
 	// Namespace holds the CA Secrets and the leader-election Lease.
 	Namespace   string
 	PolicyFile  string
@@ -54,8 +53,7 @@ type Options struct {
 // of CSRs.
 func NewOptions() *Options {
 	return &Options{
-		KubeAPIQPS:           20,
-		KubeAPIBurst:         30,
+		Flags:                clientflags.Flags{QPS: 20, Burst: 30},
 		Namespace:            os.Getenv("POD_NAMESPACE"),
 		InjectedIndex:        v1alpha1.DefaultInjectedIndex(os.Getenv("POD_NAMESPACE")),
 		TrustDomain:          policy.DefaultTrustDomain,
@@ -85,9 +83,7 @@ const LeaseName = "trustsync-signer"
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	addMovedFlags(fs)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration.")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (kube-controller-manager uses 20; client-go's default of 5 throttles a burst of CSRs).")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	o.Flags.AddFlags(fs, "the signer's ServiceAccount", "kube-controller-manager uses 20; client-go's default of 5 throttles a burst of CSRs")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the CA Secrets and the leader-election Lease (default: $POD_NAMESPACE).")
 	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file: the signers to run, their durations and approval rules. Without it, --signer-name and --trust-domain describe the signers.")
 	fs.StringSliceVar(&o.SignerNames, "signer-name", o.SignerNames, "A signer to run, with default durations and approval rules (repeatable; default trustsync.io/workload). Not with --policy.")
@@ -168,6 +164,9 @@ func (o *Options) PeerWait() time.Duration {
 // Validate reports flag values that cannot work.
 func (o *Options) Validate() error {
 	var errs []error
+	if err := o.Flags.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.Namespace == "" {
 		errs = append(errs, errors.New("--namespace (or $POD_NAMESPACE) is required: it holds the CA Secrets and the Lease"))
 	}

@@ -68,7 +68,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	restCfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-signer")
+	restCfg, err := kubeapi.RESTConfig(o.Flags, "trustsync-signer")
 	if err != nil {
 		return err
 	}

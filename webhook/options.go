@@ -15,6 +15,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
 // Options configure the webhook server. cmd/webhook fills them from flags.
@@ -23,10 +24,8 @@ type Options struct {
 	SecurePort        int
 	TLSCertFile       string
 	TLSPrivateKeyFile string
-	Kubeconfig        string
-	KubeAPIQPS        float32
-	KubeAPIBurst      int
-	PolicyFile        string
+	clientflags.Flags
+	PolicyFile string
 	// Self-managed TLS.
 	SelfManagedTLS           bool
 	TLSSecretName            string
@@ -82,8 +81,7 @@ func NewOptions() *Options {
 		// The port GKE's private clusters (and cert-manager's webhook) expect: their
 		// control plane reaches nodes on 443 and 10250 alone.
 		SecurePort:               10250,
-		KubeAPIQPS:               20,
-		KubeAPIBurst:             30,
+		Flags:                    clientflags.Flags{QPS: 20, Burst: 30},
 		ShutdownGracePeriod:      15 * time.Second,
 		ShutdownDelay:            5 * time.Second,
 		ReviewBytesInFlight:      DefaultReviewBytesInFlight,
@@ -113,9 +111,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSSecretName, "tls-secret-name", o.TLSSecretName, "With --self-managed-tls: the Secret in --namespace holding the CA and serving certificate.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "With --self-managed-tls: the webhook's Service, whose DNS names the serving certificate carries.")
 	fs.StringVar(&o.WebhookConfigurationName, "webhook-configuration-name", o.WebhookConfigurationName, "With --self-managed-tls: the name of the ValidatingWebhookConfiguration and MutatingWebhookConfiguration whose caBundle the webhook keeps.")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file for reaching the API server (SubjectAccessReviews for the attest check). Empty means in-cluster configuration.")
-	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server.")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server.")
+	o.Flags.AddFlags(fs, "the webhook's ServiceAccount", "")
 	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file (signers' duration rules, bundle expiry warnings). Empty means: only the 600-second minimum, and warnings for anchors expiring within 30 days.")
 	fs.StringVar(&o.SidecarImage, "sidecar-image", o.SidecarImage, "Image of the trust-sync sidecar injected into pods (it holds /trustsync-sidecar).")
 	fs.StringVar(&o.SidecarImagePullPolicy, "sidecar-image-pull-policy", o.SidecarImagePullPolicy, "Pull policy of the injected sidecar: Always, IfNotPresent or Never.")
@@ -135,6 +131,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports flag combinations that cannot work.
 func (o *Options) Validate() error {
 	var errs []error
+	if err := o.Flags.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	switch {
 	case o.SelfManagedTLS && (o.TLSCertFile != "" || o.TLSPrivateKeyFile != ""):
 		errs = append(errs, errors.New("--self-managed-tls and --tls-cert-file/--tls-private-key-file exclude each other"))

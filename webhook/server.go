@@ -201,7 +201,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 		return err
 	}
 	pol.LogWarnings(o.PolicyFile)
-	restCfg, err := kubeapi.RESTConfig(o.Kubeconfig, o.KubeAPIQPS, o.KubeAPIBurst, "trustsync-webhook")
+	restCfg, err := kubeapi.RESTConfig(o.Flags, "trustsync-webhook")
 	if err != nil {
 		return err
 	}

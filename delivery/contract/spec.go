@@ -23,6 +23,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/tenancy"
 )
@@ -49,9 +50,6 @@ const (
 	FlagReloadContainer              = "reload-container"
 	FlagExpiryWarningDays            = "expiry-warning-days"
 
-	FlagKubeconfig           = "kubeconfig"
-	FlagKubeAPIQPS           = "kube-api-qps"
-	FlagKubeAPIBurst         = "kube-api-burst"
 	FlagPodName              = "pod-name"
 	FlagPodNamespace         = "pod-namespace"
 	FlagPodUID               = "pod-uid"
@@ -247,9 +245,7 @@ func (s Spec) Validate() error {
 // the environment the injector fills from the downward API, and flags for running it
 // by hand.
 type Runtime struct {
-	Kubeconfig     string
-	KubeAPIQPS     float32
-	KubeAPIBurst   int
+	clientflags.Flags
 	PodName        string
 	PodNamespace   string
 	PodUID         string
@@ -272,8 +268,7 @@ const (
 // DefaultRuntime returns the defaults, with the pod's identity from the environment.
 func DefaultRuntime() Runtime {
 	return Runtime{
-		KubeAPIQPS:           5,
-		KubeAPIBurst:         10,
+		Flags:                clientflags.Flags{QPS: 5, Burst: 10},
 		PodName:              os.Getenv(EnvPodName),
 		PodNamespace:         os.Getenv(EnvPodNamespace),
 		PodUID:               os.Getenv(EnvPodUID),
@@ -319,9 +314,7 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	fs.StringVar(&f.reload.Container, FlagReloadContainer, "", "The container that gets --"+FlagReloadSignal+"; the injector mounts "+ReloadMarkerPath+" into it alone, which is how its processes are found.")
 	fs.IntVar(&f.expiryDays, FlagExpiryWarningDays, DefaultExpiryWarningDays, "Record a Warning Event on the pod, at most once a day per anchor, for each anchor written that expires within this many days. 0 for none.")
 
-	fs.StringVar(&rt.Kubeconfig, FlagKubeconfig, rt.Kubeconfig, "Path to a kubeconfig file. Empty means in-cluster configuration (the pod's ServiceAccount).")
-	fs.Float32Var(&rt.KubeAPIQPS, FlagKubeAPIQPS, rt.KubeAPIQPS, "Queries per second to the API server.")
-	fs.IntVar(&rt.KubeAPIBurst, FlagKubeAPIBurst, rt.KubeAPIBurst, "Burst of queries to the API server.")
+	rt.Flags.AddFlags(fs, "the pod's ServiceAccount", "")
 	fs.StringVar(&rt.PodName, FlagPodName, rt.PodName, "The pod's name, for Events (default: $"+EnvPodName+").")
 	fs.StringVar(&rt.PodNamespace, FlagPodNamespace, rt.PodNamespace, "The pod's namespace: where ConfigMap and Secret sources are read, and Events go (default: $"+EnvPodNamespace+").")
 	fs.StringVar(&rt.PodUID, FlagPodUID, rt.PodUID, "The pod's uid, so Events show in 'kubectl describe pod' (default: $"+EnvPodUID+").")
@@ -365,6 +358,9 @@ func (f *Flags) Spec() (Spec, error) {
 // namespaced sources, and its identity and a state directory for a certificate.
 func (rt Runtime) Validate(s Spec) error {
 	var errs []error
+	if err := rt.Flags.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if rt.APIDiscoveryInterval < 0 {
 		errs = append(errs, fmt.Errorf("--%s %s is negative; use 0 to discover only at start", FlagAPIDiscoveryInterval, rt.APIDiscoveryInterval))
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 	"github.com/trustsync/trustsync/policy"
 )
 
@@ -162,9 +163,14 @@ func TestRuntime_RunAndInitNeedThePodsIdentity(t *testing.T) {
 		{"a truststore password is read from the pod's namespace", Runtime{}, Spec{Dir: "/d", Sources: []v1alpha1.Source{{Name: "a", Path: "t.jks", Format: v1alpha1.FormatJKS, PasswordSecret: &v1alpha1.KeyRef{Name: "p", Key: "k"}}}},
 			[]string{"--pod-namespace (or $POD_NAMESPACE) is required for ConfigMap and Secret sources and truststore passwords"}},
 		{"bundle sources need no identity", Runtime{}, Spec{Dir: "/d", Sources: []v1alpha1.Source{{Name: "a", Path: "a.pem"}}}, nil},
+		{"a rate limit no client should run with", Runtime{Flags: clientflags.Flags{QPS: -1, Burst: 10}}, Spec{Dir: "/d", Sources: []v1alpha1.Source{{Name: "a", Path: "a.pem"}}},
+			[]string{"--kube-api-qps (-1) and --kube-api-burst (10) must be positive"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.rt.Flags == (clientflags.Flags{}) {
+				tc.rt.Flags = DefaultRuntime().Flags // the rates every runtime starts with
+			}
 			err := tc.rt.Validate(tc.spec)
 			if len(tc.wantErr) == 0 {
 				if err != nil {

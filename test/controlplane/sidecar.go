@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/trustsync/trustsync/delivery/contract"
+	"github.com/trustsync/trustsync/kubeapi/clientflags"
 )
 
 // Sidecar is a trustsync-sidecar run as a process for a pod, as the pod's
@@ -52,7 +53,7 @@ func (cp *ControlPlane) StartSidecar(t testing.TB, namespace, serviceAccount str
 	// The subcommand first, then these, then the caller's flags, which win over them
 	// (a restart passing the previous --state-dir, say).
 	all := append([]string{args[0], contract.Flag(contract.FlagDir, s.Dir), contract.Flag(contract.FlagStateDir, s.StateDir),
-		contract.Flag(contract.FlagKubeconfig, kubeconfig), contract.Flag(contract.FlagPodName, pod.Name), contract.Flag(contract.FlagPodNamespace, namespace),
+		contract.Flag(clientflags.FlagKubeconfig, kubeconfig), contract.Flag(contract.FlagPodName, pod.Name), contract.Flag(contract.FlagPodNamespace, namespace),
 		contract.Flag(contract.FlagPodUID, string(pod.UID)), contract.Flag(contract.FlagServiceAccount, serviceAccount),
 		contract.Flag(contract.FlagTerminationLog, s.TerminationLog()), "-v=2"}, args[1:]...)
 	if s.Process, err = StartProcess("trustsync-sidecar", bin, all, filepath.Join(s.Work, "sidecar.log")); err != nil {
