@@ -138,13 +138,13 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	if len(writers) == 0 {
 		return fmt.Errorf("neither the native ClusterTrustBundle API nor trustsync's mirror CRD is served; install the CRD (charts/trustsync/files/crds, or the chart with crds.enabled)")
 	}
-	caQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_signer_ca"})
-	csrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[csrKey](), workqueue.TypedRateLimitingQueueConfig[csrKey]{Name: "trustsync_signer_csr"})
+	caQueue := queue.New[string]("trustsync_signer_ca")
+	csrQueue := queue.New[csrKey]("trustsync_signer_csr")
 	defer caQueue.ShutDown()
 	defer csrQueue.ShutDown()
 
 	h := &csrHandler{client: client, signers: map[string]*signerRuntime{}, clock: clock.RealClock{}, metrics: m}
-	pcrQueue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[pcrKey](), workqueue.TypedRateLimitingQueueConfig[pcrKey]{Name: "trustsync_signer_pcr"})
+	pcrQueue := queue.New[pcrKey]("trustsync_signer_pcr")
 	defer pcrQueue.ShutDown()
 	pcrs := &pcrHandler{client: client, signers: map[string]*pcrSigner{}, clock: clock.RealClock{}, metrics: m, refreshAt: spreadRefresh}
 	pcrVersion, err := podCertificateRequestVersion(client)

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/injector"
+	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
 // eventsBinder lets each namespace's sidecars record Events about their pods in that
@@ -65,8 +66,7 @@ func newEventsBinder(client kubernetes.Interface, factory informers.SharedInform
 		client: client, role: role, injector: injector.Config{Namespace: ownNamespace},
 		namespaces: nsInformer.Lister(), bindings: rbInformer.Lister(),
 		synced: []cache.InformerSynced{nsInformer.Informer().HasSynced, rbInformer.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar-events-bindings"}),
+		queue:  queue.New[string]("sidecar-events-bindings"),
 	}
 	enqueue := func(obj any) {
 		if o, ok := obj.(metav1.Object); ok {

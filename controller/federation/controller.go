@@ -107,7 +107,7 @@ func New(cfg Config) *Controller {
 		cfg.MinRefresh = MinRefresh
 	}
 	c := &Controller{cfg: cfg, peers: map[string]*peer{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_federation"})}
+		queue: queue.New[string]("trustsync_federation")}
 	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(v1alpha1.FederatedTrustDomainResource).Informer()
 	_ = c.informer.AddIndexers(cache.Indexers{byBundleIndex: func(obj any) ([]string, error) {
 		if name, ok := importedBundleOf(obj); ok {

@@ -95,7 +95,7 @@ type Fleet struct {
 // NewFleet sets up the informers: the namespace's ClusterProfiles, and the
 // FederatedTrustDomains the fleet made.
 func NewFleet(cfg FleetConfig) *Fleet {
-	f := &Fleet{cfg: cfg, queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_fleet"})}
+	f := &Fleet{cfg: cfg, queue: queue.New[string]("trustsync_fleet")}
 	f.profiles = dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync, cfg.Namespace, nil).ForResource(ClusterProfiles).Informer()
 	f.peers = dynamicinformer.NewFilteredDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync, metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.LabelSelector = labels.Set{FleetLabel: FleetValue}.String()

@@ -51,7 +51,7 @@ type Writer struct {
 // is missed.
 func New(source Source, dyn dynamic.Interface, events record.EventRecorder) *Writer {
 	w := &Writer{source: source, dyn: dyn, events: events,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_policies"})}
+		queue: queue.New[string]("trustsync_policies")}
 	// One key for all: any change may change any policy's count or resolution, and
 	// the queue coalesces a burst of changes into one pass.
 	source.OnChange(func() { w.queue.Add(allPolicies) })

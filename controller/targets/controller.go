@@ -84,7 +84,7 @@ type Controller struct {
 // New sets up the informers; Run starts them.
 func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_targets"})}
+		queue: queue.New[string]("trustsync_targets")}
 	c.state = newTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()

@@ -109,7 +109,7 @@ type Filler struct {
 // annotations are needed to know which ask) and queues those that ask.
 func NewFiller(cfg FillConfig) *Filler {
 	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]readStore{}, warned: map[string]string{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "trustsync_inject"})}
+		queue: queue.New[string]("trustsync_inject")}
 	in.state = newTended(cfg.Registry, func(key string) { in.queue.Add(key) })
 	if cfg.Index.Name != "" {
 		in.index = newInjectedIndex(cfg.Client, cfg.Index)

@@ -14,6 +14,13 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// New is a controller's queue as every trustsync controller makes it: client-go's
+// controller rate limiter (per-key exponential backoff, overall token bucket), and
+// name, which its workqueue metrics carry (trustsync_<part>).
+func New[K comparable](name string) workqueue.TypedRateLimitingInterface[K] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](), workqueue.TypedRateLimitingQueueConfig[K]{Name: name})
+}
+
 // Handle handles one key. An error retries it with the queue's backoff; a positive
 // duration looks again after it (waiting on something that is not the key's fault,
 // which must not grow the backoff); otherwise the key is done until it is added again.
