@@ -19,6 +19,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // failingReader fails the test's expectation if anyone reads it.
@@ -278,7 +280,7 @@ func TestBodyBudget_ABurstBeyondTheReceivingBudgetWaitsForRoom(t *testing.T) {
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate/pods?timeout=20s", strings.NewReader(`{"review":1}`)))
 			done <- rec
 		}()
-		waitUntil(t, "the body waiting for room", func() bool { return b.receivingWaiters.Load() == 1 })
+		poll.True(t, 10*time.Second, "the body waiting for room", func() bool { return b.receivingWaiters.Load() == 1 })
 		b.receiving.Release(receivingFactor * MaxReviewBytes)
 		rec := <-done
 		if rec.Code != http.StatusOK || rec.Body.String() != "12" {
@@ -288,15 +290,6 @@ func TestBodyBudget_ABurstBeyondTheReceivingBudgetWaitsForRoom(t *testing.T) {
 			t.Errorf("%d bytes still charged after the review was answered", got)
 		}
 	})
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10 s", what)
-		}
-	}
 }
 
 // A body shorter than it declared is a clear 400, never a truncated review decoded.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/podevents/podeventstest"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // countingTarget records reloads and fails while err is set.
@@ -159,7 +160,7 @@ func TestReloader_ChangesThatNeverSettleStillReloadWithinTheMaximumDelay(t *test
 		elapsed += reloadSettle - time.Millisecond
 		// The step was taken in: the reloader waits on its clock again, or it
 		// reloaded (after which it waits for the next change alone).
-		waitFor(t, "the reloader to take in the step", func() bool { return waiting() || target.calls() > 0 })
+		poll.True(t, 10*time.Second, "the reloader to take in the step", func() bool { return waiting() || target.calls() > 0 })
 	}
 	if elapsed < reloadMaxDelay {
 		t.Errorf("reloaded %s after the first change, before the maximum delay %s, though changes kept coming", elapsed, reloadMaxDelay)
@@ -178,7 +179,7 @@ func TestReloader_AFailedReloadIsRetriedWithBackoffAndReported(t *testing.T) {
 		step(d / 2)
 		// A retry fired too early would call the target before arming its next
 		// timer; the reloader waiting on its clock again means it did not, or did.
-		waitFor(t, "the reloader to take in half the backoff", waiting)
+		poll.True(t, 10*time.Second, "the reloader to take in half the backoff", waiting)
 		if target.calls() != calls {
 			t.Fatalf("retried before the backoff of %s passed", d)
 		}
@@ -353,16 +354,6 @@ func TestHasMountPoint_ReadsTheKernelsEscapes(t *testing.T) {
 	}
 	if hasMountPoint(info, "/mnt1") {
 		t.Error("the root field was taken for the mount point")
-	}
-}
-
-// waitFor waits up to ten seconds for cond.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: never seen", what)
-		}
 	}
 }
 

@@ -10,9 +10,10 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // Every change the watch delivers asks for a sync, and the watch counts as synced
@@ -46,17 +47,17 @@ func TestReflectorWatch_AsksForASyncOnEveryChange(t *testing.T) {
 		t.Fatal("synced before the first list")
 	}
 	close(listed)
-	waitFor(t, "the first list", func() bool { return w.HasSynced() && changes.Load() == 1 && len(store.List()) == 1 })
+	poll.True(t, 10*time.Second, "the first list", func() bool { return w.HasSynced() && changes.Load() == 1 && len(store.List()) == 1 })
 
 	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "2"}}
 	fw.Add(b)
-	waitFor(t, "an added bundle", func() bool { return changes.Load() == 2 && len(store.List()) == 2 })
+	poll.True(t, 10*time.Second, "an added bundle", func() bool { return changes.Load() == 2 && len(store.List()) == 2 })
 	b2 := b.DeepCopy()
 	b2.ResourceVersion = "3"
 	fw.Modify(b2)
-	waitFor(t, "a modified bundle", func() bool { return changes.Load() == 3 })
+	poll.True(t, 10*time.Second, "a modified bundle", func() bool { return changes.Load() == 3 })
 	fw.Delete(b2)
-	waitFor(t, "a deleted bundle", func() bool { return changes.Load() == 4 && len(store.List()) == 1 })
+	poll.True(t, 10*time.Second, "a deleted bundle", func() bool { return changes.Load() == 4 && len(store.List()) == 1 })
 }
 
 // plainListWatch lists then watches: the fake watch sends no initial events, so the
@@ -64,13 +65,6 @@ func TestReflectorWatch_AsksForASyncOnEveryChange(t *testing.T) {
 type plainListWatch struct{ *cache.ListWatch }
 
 func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("%s: never seen", what)
-	}
-}
 
 // The watch's retry waits stay within a few seconds, so a sidecar is back soon after
 // the API server, while spreading (jitter) so that pods do not return in step.

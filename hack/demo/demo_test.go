@@ -24,10 +24,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 func TestDemo(t *testing.T) {
@@ -141,7 +141,7 @@ func run(t *testing.T) {
 	show("minute or so, and the demo's caPropagationMaxWait (%s; an hour by default) ran out first.", maxWait)
 	show("The signer says so on its CA Secret:")
 	var event string
-	poll(d.t, "the signer's Event", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the signer's Event", func(ctx context.Context) (bool, error) {
 		event, _ = d.node.Run(ctx, "kubectl", "get", "events", "-n", "trustsync-system", "--field-selector", "reason=RotationProceededWithoutAllPods", "-o", "custom-columns=REASON:.reason,MESSAGE:.message")
 		return strings.Contains(event, "RotationProceededWithoutAllPods"), nil
 	})
@@ -179,12 +179,4 @@ func indent(s, prefix string) string {
 		lines[i] = prefix + l
 	}
 	return strings.Join(lines, "\n")
-}
-
-// poll waits for cond, failing the demo after two minutes.
-func poll(t *testing.T, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, cond); err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
 }

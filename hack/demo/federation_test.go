@@ -17,6 +17,7 @@ import (
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // federate starts a second cluster (an API server of its own) whose signer, of trust
@@ -56,7 +57,7 @@ func (d *demo) federate(ctx context.Context) func() {
 		d.t.Fatal(err)
 	}
 	var bPEM string
-	poll(d.t, "cluster b's signer", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "cluster b's signer", func(ctx context.Context) (bool, error) {
 		ctb, err := bClient.CertificatesV1().ClusterTrustBundles().Get(ctx, liveBundle, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -84,7 +85,7 @@ spec:
 	fmt.Println(indent(strings.SplitAfter(peer, "trustDomainBundle: |")[0]+" ...", "      "))
 	imported := time.Now()
 	d.run(ctx, "kubectl", "apply", "-f", file)
-	poll(d.t, "the import", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the import", func(ctx context.Context) (bool, error) {
 		out, _ := d.node.Run(ctx, "kubectl", "get", "ftd", "cluster-b", "-o", "jsonpath={.status.conditions[0].status}")
 		return out == "True", nil
 	})
@@ -107,7 +108,7 @@ spec:
 		d.t.Fatalf("cluster b's certificate does not verify against demo/partner's trust file: %v", err)
 	}
 	show("a certificate cluster b's signer issued (%s) verifies against demo/partner's trust file", cert.URIs[0])
-	poll(d.t, "the pods count", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the pods count", func(ctx context.Context) (bool, error) {
 		out, _ := d.node.Run(ctx, "kubectl", "trustsync", "federation")
 		return strings.Contains(out, "1 of 1"), nil
 	})

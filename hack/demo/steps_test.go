@@ -19,6 +19,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 const (
@@ -63,7 +64,7 @@ func (d *demo) exec(ctx context.Context, command ...string) string {
 // liveBundle waits until the signer's live bundle holds at least n anchors.
 func (d *demo) liveBundle(ctx context.Context, n int) string {
 	var text string
-	poll(d.t, "bundle "+liveBundle, func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "bundle "+liveBundle, func(ctx context.Context) (bool, error) {
 		b, err := d.node.Client.CertificatesV1().ClusterTrustBundles().Get(ctx, liveBundle, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -196,7 +197,7 @@ func (d *demo) rotate(ctx context.Context) {
 // waitForAnchors waits until the trust file, as the app reads it, holds n anchors.
 func (d *demo) waitForAnchors(ctx context.Context, n int) string {
 	var text string
-	poll(d.t, "the app's trust file to follow the rotation", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the app's trust file to follow the rotation", func(ctx context.Context) (bool, error) {
 		out, err := d.node.Exec(ctx, namespace, "web", "app", "cat", mountPath+"/ca_certificates.pem")
 		if err != nil {
 			return false, nil
@@ -284,7 +285,7 @@ func (d *demo) plugin(ctx context.Context, args ...string) string {
 
 // waitPlugin waits until kubectl trustsync status shows n files of namespace demo up to date.
 func (d *demo) waitPlugin(ctx context.Context, n int) {
-	poll(d.t, "the agent to report the demo's pods", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the agent to report the demo's pods", func(ctx context.Context) (bool, error) {
 		out, _ := d.node.Run(ctx, "kubectl", "trustsync", "status", "-n", namespace)
 		return strings.Count(out, "UpToDate") >= n, nil
 	})
@@ -292,7 +293,7 @@ func (d *demo) waitPlugin(ctx context.Context, n int) {
 
 // waitRotation waits until kubectl trustsync rotation's answer satisfies done.
 func (d *demo) waitRotation(ctx context.Context, done func(string) bool) {
-	poll(d.t, "the rotation", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "the rotation", func(ctx context.Context) (bool, error) {
 		out, _ := d.node.Run(ctx, "kubectl", "trustsync", "rotation")
 		return done(out), nil
 	})
@@ -336,7 +337,7 @@ spec:
 
 // waitConfigMap waits until ConfigMap demo/trust holds n certificates.
 func (d *demo) waitConfigMap(ctx context.Context, n int) int {
-	poll(d.t, "ConfigMap demo/trust", func(ctx context.Context) (bool, error) {
+	poll.NoError(d.t, 2*time.Minute, "ConfigMap demo/trust", func(ctx context.Context) (bool, error) {
 		cm, err := d.node.Client.CoreV1().ConfigMaps(namespace).Get(ctx, "trust", metav1.GetOptions{})
 		if err != nil {
 			return false, nil

@@ -42,7 +42,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -54,6 +53,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 var planes controlplane.Shared
@@ -501,15 +501,17 @@ func startFor(t, owner *testing.T, name string, args ...string) *controlplane.Pr
 	return p
 }
 
+// eventually waits a minute for cond, showing p's log when it fails.
 func eventually(t *testing.T, what string, p *controlplane.Process, cond func(context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, cond); err != nil {
-		tail := ""
-		if p != nil {
-			tail = p.Tail()
-		}
-		t.Fatalf("%s: %v\n%s", what, err, tail)
+	if p != nil {
+		defer func() {
+			if t.Failed() {
+				t.Logf("%s's log:\n%s", what, p.Tail())
+			}
+		}()
 	}
+	poll.NoError(t, time.Minute, what, cond)
 }
 
 // adminKubeconfig writes a cluster-admin kubeconfig of cp, for helm and kubectl.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // The bundle endpoint faces the network from the process that holds the CA keys, so
@@ -38,7 +39,7 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Stop(5 * time.Second) })
 	url := "https://" + addr + "/" + tdB
-	poll(t, time.Minute, "the endpoint serves", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "the endpoint serves", func() (bool, string) {
 		_, err := httpsGet(addr, url)
 		return err == nil, errString(err)
 	})
@@ -59,7 +60,7 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 		}
 		// The accepted ones are the signer's at once (one fewer if a socket of the
 		// probe above was still closing when counted); give the rest the same chance.
-		poll(t, 10*time.Second, "the signer accepts up to the cap", func() (bool, string) {
+		poll.Eventually(t, 10*time.Second, "the signer accepts up to the cap", func() (bool, string) {
 			n := sockets(t, p.Pid()) - before
 			return n >= maxConns-1, strconv.Itoa(n) + " more sockets"
 		})
@@ -125,7 +126,7 @@ func TestBundleEndpoint_BoundsWhatAClientCanHold(t *testing.T) {
 		})
 	}
 
-	poll(t, 30*time.Second, "a peer's fetch once the crowd is gone", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "a peer's fetch once the crowd is gone", func() (bool, string) {
 		_, err := httpsGet(addr, url)
 		return err == nil, errString(err)
 	})

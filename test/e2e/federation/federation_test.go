@@ -30,6 +30,7 @@ import (
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // A imports B's CA through B's bundle endpoint, authenticated https_spiffe; a
@@ -73,7 +74,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	// B rotates. Nobody touches A.
 	c.rotateB(t)
 	var next string
-	poll(t, time.Minute, "B publishes its next CA", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "B publishes its next CA", func() (bool, string) {
 		ids := anchorIDs(t, c.liveB(t).Spec.TrustBundle)
 		for _, id := range ids {
 			if !slices.Contains(first.Anchors, id) {
@@ -85,7 +86,7 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 	})
 	published := time.Now()
 	var importedAt time.Time
-	poll(t, window, "A holds B's next anchor", func() (bool, string) {
+	poll.Eventually(t, window, "A holds B's next anchor", func() (bool, string) {
 		imp := c.imported(t)
 		if imp != nil && slices.Contains(anchorIDs(t, imp.Spec.TrustBundle), next) {
 			importedAt = time.Now()
@@ -109,13 +110,13 @@ func TestFederation_AImportsBAndFollowsItsRotationBeforeTheNewCASigns(t *testing
 
 	// B's new CA signs; its endpoint now presents a certificate from it, which A
 	// authenticates with the anchor it imported, and keeps refreshing.
-	poll(t, window+30*time.Second, "B's new CA signs", func() (bool, string) {
+	poll.Eventually(t, window+30*time.Second, "B's new CA signs", func() (bool, string) {
 		cert := endpointCertificate(t, c.endpoint)
 		return bundle.AnchorID(issuerOf(t, c, cert)) == next, "the endpoint's certificate is still the old CA's"
 	})
 	switched := time.Now()
 	// lastRefreshed is recorded at most once a minute when nothing else changes.
-	poll(t, 90*time.Second, "A refreshes from the endpoint of B's new CA", func() (bool, string) {
+	poll.Eventually(t, 90*time.Second, "A refreshes from the endpoint of B's new CA", func() (bool, string) {
 		s := c.status(t, "cluster-b")
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && s.LastRefreshed != nil && s.LastRefreshed.Time.After(switched.Add(-time.Second)), string(st) + " " + reason + ": " + msg
@@ -134,7 +135,7 @@ func fetch(t *testing.T, addr, trustPEM string) *spiffebundle.Bundle {
 		t.Fatal(err)
 	}
 	var b *spiffebundle.Bundle
-	poll(t, 30*time.Second, "the endpoint at "+addr+" answers", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the endpoint at "+addr+" answers", func() (bool, string) {
 		b, err = gospiffefederation.FetchBundle(context.Background(), td, "https://"+addr+"/"+tdB, gospiffefederation.WithSPIFFEAuth(held, spiffeid.RequireFromString(v1alpha1.BundleEndpointID(tdB))))
 		if err != nil {
 			return false, err.Error()
@@ -302,7 +303,7 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 				misbehaving.set(tc.respond)
 			}
 			c.setURL(t, "guarded-b", tc.url)
-			poll(t, 30*time.Second, "refused with "+tc.reason, func() (bool, string) {
+			poll.Eventually(t, 30*time.Second, "refused with "+tc.reason, func() (bool, string) {
 				st, reason, msg := ready(c.status(t, "guarded-b"))
 				return st == metav1.ConditionFalse && reason == tc.reason && strings.Contains(msg, tc.says), string(st) + " " + reason + ": " + msg
 			})
@@ -317,7 +318,7 @@ func TestFederation_NothingAnEndpointSendsMakesTheImportWorse(t *testing.T) {
 				t.Errorf("no Warning Event %s", tc.reason)
 			}
 			c.setURL(t, "guarded-b", good)
-			poll(t, 30*time.Second, "back at B", func() (bool, string) {
+			poll.Eventually(t, 30*time.Second, "back at B", func() (bool, string) {
 				st, reason, msg := ready(c.status(t, "guarded-b"))
 				return st == metav1.ConditionTrue, string(st) + " " + reason + ": " + msg
 			})
@@ -337,7 +338,7 @@ func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
 	if err := store.Delete(context.Background(), v1alpha1.FederatedBundleName(tdB), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the deleted bundle restored", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "the deleted bundle restored", func() (bool, string) {
 		b := c.imported(t)
 		return b != nil && b.Spec.TrustBundle == want, "not yet"
 	})
@@ -346,7 +347,7 @@ func TestFederation_AnImportedBundleDeletedOrEditedIsRestored(t *testing.T) {
 	if _, err := store.Update(context.Background(), edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 10*time.Second, "the edited bundle restored", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "the edited bundle restored", func() (bool, string) {
 		b := c.imported(t)
 		return b != nil && b.Spec.TrustBundle == want, "not yet"
 	})
@@ -441,7 +442,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 
 	// Refreshes at B's hint, each bringing what is held.
 	writes, from := bundleWrites(), refreshes()
-	poll(t, 30*time.Second, "two more refreshes", func() (bool, string) { return refreshes() >= from+2, "not yet" })
+	poll.Eventually(t, 30*time.Second, "two more refreshes", func() (bool, string) { return refreshes() >= from+2, "not yet" })
 	if got := bundleWrites(); got != writes {
 		t.Errorf("refreshes that brought nothing new wrote %v bundles", got-writes)
 	}
@@ -449,7 +450,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 
 	// A second claimant.
 	c.create(t, c.peer("second-b", "https://"+c.endpoint+"/"+tdB, live.Spec.TrustBundle))
-	poll(t, 30*time.Second, "the second claimant refused", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the second claimant refused", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "second-b"))
 		return st == metav1.ConditionFalse && reason == v1alpha1.ReasonConflict && strings.Contains(msg, "first-b"), string(st) + " " + reason + ": " + msg
 	})
@@ -461,7 +462,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 		t.Fatal(err)
 	}
 	c.controller = restarted
-	poll(t, 30*time.Second, "the restarted controller serves its metrics", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the restarted controller serves its metrics", func() (bool, string) {
 		resp, err := http.Get("http://" + restarted.HealthAddr + "/healthz")
 		if err != nil {
 			return false, err.Error()
@@ -469,7 +470,7 @@ func TestFederation_IdleRefreshesASecondClaimantAndARestartWriteNothing(t *testi
 		resp.Body.Close()
 		return true, ""
 	})
-	poll(t, time.Minute, "the restarted controller refreshes the peer twice", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "the restarted controller refreshes the peer twice", func() (bool, string) {
 		return refreshes() >= 2, "not yet"
 	})
 	if got := bundleWrites(); got != 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	fleet "github.com/trustsync/trustsync/controller/federation"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // A fleet's ClusterProfiles (the cluster inventory API, its CRD as sig-multicluster
@@ -73,7 +74,7 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 	// saw every profile above, and what that pass did not do to them it will not do.
 	profile("broken", map[string]string{fleet.PropertyTrustDomain: "broken.example", fleet.PropertyEndpointURL: "http://broken.example/broken.example"})
 
-	poll(t, time.Minute, "the member's FederatedTrustDomain imports its bundle", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "the member's FederatedTrustDomain imports its bundle", func() (bool, string) {
 		u, err := ftds.Get(context.Background(), "cluster-b", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -85,7 +86,7 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 	if c.imported(t) == nil {
 		t.Error("no imported bundle for the member")
 	}
-	poll(t, 30*time.Second, "the broken profile is named in an Event", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the broken profile is named in an Event", func() (bool, string) {
 		list, err := kube(t, c.a).CoreV1().Events(fleetNS).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=broken"})
 		if err != nil {
 			return false, err.Error()
@@ -111,7 +112,7 @@ func TestFleet_JoiningTheFleetIsJoiningItsTrust(t *testing.T) {
 	if err := profiles.Delete(context.Background(), "cluster-b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, "the member's FederatedTrustDomain goes with its profile", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the member's FederatedTrustDomain goes with its profile", func() (bool, string) {
 		_, err := ftds.Get(context.Background(), "cluster-b", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "still there"
 	})

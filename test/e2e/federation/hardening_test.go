@@ -21,6 +21,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // weakRSACA is a CA with a 1024-bit RSA key (Go makes none smaller).
@@ -66,7 +67,7 @@ func TestFederation_EveryFetchIsAuthenticatedByTheTrustHeldThen(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.set(bundleDoc(t, 3, impostor.Cert))
-	poll(t, 30*time.Second, "the old CA's endpoint refused", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the old CA's endpoint refused", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "per-fetch-b"))
 		return st == metav1.ConditionFalse && reason == v1alpha1.ReasonEndpointUnauthenticated, string(st) + " " + reason + ": " + msg
 	})
@@ -77,7 +78,7 @@ func TestFederation_EveryFetchIsAuthenticatedByTheTrustHeldThen(t *testing.T) {
 
 func waitSequence(t *testing.T, c *clusters, name string, seq uint64) {
 	t.Helper()
-	poll(t, 30*time.Second, "sequence imported", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "sequence imported", func() (bool, string) {
 		s := c.status(t, name)
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && s.Sequence != nil && *s.Sequence == seq, string(st) + " " + reason + ": " + msg
@@ -93,7 +94,7 @@ func TestFederation_ASecondClaimantTakesOverAtOnce(t *testing.T) {
 	c.create(t, c.peer("holder-b", url, live.Spec.TrustBundle))
 	c.waitImported(t, "holder-b")
 	c.create(t, c.peer("heir-b", url, live.Spec.TrustBundle))
-	poll(t, 30*time.Second, "the heir refused while the holder lives", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the heir refused while the holder lives", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "heir-b"))
 		return reason == v1alpha1.ReasonConflict, string(st) + " " + reason + ": " + msg
 	})
@@ -102,7 +103,7 @@ func TestFederation_ASecondClaimantTakesOverAtOnce(t *testing.T) {
 	}
 	// The controller's resync is ten minutes: anything within this poll is the
 	// deletion's doing.
-	poll(t, 20*time.Second, "the heir holds the trust domain", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "the heir holds the trust domain", func() (bool, string) {
 		st, reason, msg := ready(c.status(t, "heir-b"))
 		b := c.imported(t)
 		owner := ""
@@ -134,7 +135,7 @@ func TestFederation_HandEditsOfTheLabelAndTheOwnerAreRestored(t *testing.T) {
 			if _, err := store.Update(context.Background(), b, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			poll(t, 15*time.Second, "restored", func() (bool, string) {
+			poll.Eventually(t, 15*time.Second, "restored", func() (bool, string) {
 				b := c.imported(t)
 				if b == nil {
 					return false, "absent"
@@ -171,7 +172,7 @@ func TestFederation_AnExpiredAnchorIsImportedAndSaid(t *testing.T) {
 	if _, _, msg := ready(c.status(t, "expired-b")); !strings.Contains(msg, "1 expired anchors") || !strings.Contains(msg, bundle.AnchorID(expired.Cert.Raw)) {
 		t.Errorf("the status says %q; want it to name the expired anchor", msg)
 	}
-	poll(t, 10*time.Second, "a Warning Event ExpiredAnchors", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "a Warning Event ExpiredAnchors", func() (bool, string) {
 		return slices.ContainsFunc(c.events(t, "expired-b"), func(e corev1.Event) bool { return e.Reason == "ExpiredAnchors" && e.Type == corev1.EventTypeWarning }), "none"
 	})
 }

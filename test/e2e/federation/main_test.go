@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 const (
@@ -133,7 +133,7 @@ func (c *clusters) liveB(t *testing.T) *certificatesv1.ClusterTrustBundle {
 	t.Helper()
 	store := bundleapi.NewStore(dyn(t, c.b), bundle.Mirror)
 	var live *certificatesv1.ClusterTrustBundle
-	poll(t, time.Minute, "B's live bundle", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "B's live bundle", func() (bool, string) {
 		b, err := store.Get(context.Background(), bundle.NamePrefix(signerB, bundle.NativeForm)+"live")
 		if err != nil {
 			return false, err.Error()
@@ -183,7 +183,7 @@ func (c *clusters) create(t *testing.T, u *unstructured.Unstructured) {
 // from its endpoint, and A holds the imported bundle.
 func (c *clusters) waitImported(t *testing.T, name string) {
 	t.Helper()
-	poll(t, time.Minute, "A imports B's bundle through "+name, func() (bool, string) {
+	poll.Eventually(t, time.Minute, "A imports B's bundle through "+name, func() (bool, string) {
 		s := c.status(t, name)
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && c.imported(t) != nil && s.Sequence != nil && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg
@@ -240,19 +240,6 @@ func anchorIDs(t *testing.T, trustBundle string) []string {
 		t.Fatal(err)
 	}
 	return v1alpha1.AnchorIDsOf(certs)
-}
-
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s: %s", what, timeout, last)
-	}
 }
 
 // caOf reads B's CA Secret's signing CA and key, as an attacker who stole them (or

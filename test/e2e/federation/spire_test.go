@@ -22,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 const tdSPIRE = "spire.example"
@@ -105,7 +106,7 @@ plugins {
 	}
 	t.Cleanup(func() { p.Stop(5 * time.Second) })
 	s.process = p
-	poll(t, time.Minute, "SPIRE server healthy", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "SPIRE server healthy", func() (bool, string) {
 		out, err := s.run(nil, "healthcheck")
 		return err == nil, out + "\n" + p.Tail()
 	})
@@ -151,7 +152,7 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 	// SPIRE polled once at start, before it had B's bundle to authenticate with; it
 	// tries again a minute later, then at the refresh hint. Its own log says when it
 	// took the bundle from trustsync's endpoint.
-	poll(t, 100*time.Second, "SPIRE refreshes B's bundle from trustsync's endpoint", func() (bool, string) {
+	poll.Eventually(t, 100*time.Second, "SPIRE refreshes B's bundle from trustsync's endpoint", func() (bool, string) {
 		log, _ := os.ReadFile(spire.process.LogPath)
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, `msg="Bundle refreshed"`) && strings.Contains(line, "trust_domain="+tdB) {
@@ -165,7 +166,7 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 	before := anchorIDs(t, live.Spec.TrustBundle)
 	c.rotateB(t)
 	var next string
-	poll(t, time.Minute, "B publishes its next CA", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "B publishes its next CA", func() (bool, string) {
 		for _, id := range anchorIDs(t, c.liveB(t).Spec.TrustBundle) {
 			if !slices.Contains(before, id) {
 				next = id
@@ -175,7 +176,7 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 		return false, "not yet"
 	})
 	published := time.Now()
-	poll(t, window, "SPIRE holds B's next anchor, fetched from trustsync's endpoint", func() (bool, string) {
+	poll.Eventually(t, window, "SPIRE holds B's next anchor, fetched from trustsync's endpoint", func() (bool, string) {
 		held, why := spireHolds()
 		return slices.Contains(held, next), fmt.Sprintf("SPIRE holds %v %s; SPIRE's log:\n%s", held, why, spire.process.Tail())
 	})
@@ -205,7 +206,7 @@ func TestFederation_InteroperatesWithSPIREBothWays(t *testing.T) {
 		_ = dyn(t, c.a).Resource(v1alpha1.FederatedTrustDomainResource).Delete(context.Background(), "spire", metav1.DeleteOptions{})
 		_ = store.Delete(context.Background(), v1alpha1.FederatedBundleName(tdSPIRE), metav1.DeleteOptions{})
 	})
-	poll(t, time.Minute, "A imports SPIRE's bundle from SPIRE's endpoint", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "A imports SPIRE's bundle from SPIRE's endpoint", func() (bool, string) {
 		s := c.status(t, "spire")
 		st, reason, msg := ready(s)
 		return st == metav1.ConditionTrue && s.LastRefreshed != nil, string(st) + " " + reason + ": " + msg

@@ -19,6 +19,7 @@ import (
 	"github.com/trustsync/trustsync/agent/store"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // allowSources lets namespace ns's default ServiceAccount read ConfigMap extra-cas and
@@ -360,12 +361,12 @@ func TestAgent_ReloadsTheAppAtItsOwnAddressAndWarnsOfExpiringAnchors(t *testing.
 			t.Fatal(err)
 		}
 		mark := fmt.Sprintf("url %d", len(anchors))
-		waitFor(t, "a reload after the change to "+strconv.Itoa(len(anchors))+" anchors", func() bool { return strings.Contains(reloads(), mark) })
+		poll.True(t, time.Minute, "a reload after the change to "+strconv.Itoa(len(anchors))+" anchors", func() bool { return strings.Contains(reloads(), mark) })
 	}
 	if got := reloads(); got != "url 3, url 4" {
 		t.Errorf("reloads = %q, want one per change: %q", got, "url 3, url 4")
 	}
-	waitFor(t, "a TrustAnchorExpiring Warning from the agent", func() bool {
+	poll.True(t, time.Minute, "a TrustAnchorExpiring Warning from the agent", func() bool {
 		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=app,reason=TrustAnchorExpiring"})
 		if err != nil {
 			return false
@@ -389,7 +390,7 @@ func publishLog(t *testing.T, n *cluster.Node, pod string) string {
 	}
 	published := fmt.Sprintf("%q pod=%q", "Published volume", pod)
 	var log string
-	waitFor(t, "the agent's "+published, func() bool {
+	poll.True(t, time.Minute, "the agent's "+published, func() bool {
 		log, err = n.Logs(context.Background(), releaseNamespace, pods.Items[0].Name, "agent")
 		return err == nil && strings.Contains(log, published)
 	})

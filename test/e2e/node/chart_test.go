@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // README's install (the image built and imported, `helm install` with the chart's
@@ -126,7 +127,7 @@ func TestWebhook_RolloutWhilePodsAreCreatedFailsNoCreation(t *testing.T) {
 		c, f := createPodsUntil(n, ns, stop, &created)
 		done <- result{c, f}
 	}()
-	waitFor(t, "pods being created before the rollout", func() bool { return created.Load() >= 3 })
+	poll.True(t, time.Minute, "pods being created before the rollout", func() bool { return created.Load() >= 3 })
 	start := time.Now()
 	_, err := n.Run(ctx, "kubectl", "-n", releaseNamespace, "rollout", "restart", "deployment/trustsync-webhook")
 	if err == nil {
@@ -135,7 +136,7 @@ func TestWebhook_RolloutWhilePodsAreCreatedFailsNoCreation(t *testing.T) {
 	if err == nil {
 		// Creations go on against the new replicas, too.
 		rolled := created.Load()
-		waitFor(t, "pods created after the rollout", func() bool { return created.Load() >= rolled+3 })
+		poll.True(t, time.Minute, "pods created after the rollout", func() bool { return created.Load() >= rolled+3 })
 	}
 	close(stop)
 	r := <-done

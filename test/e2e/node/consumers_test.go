@@ -14,6 +14,7 @@ import (
 
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -40,7 +41,7 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		return s
 	}
 	createTarget(t, n, "e2e-consumers", ns, "trust-ca", withPath("ca.pem", ""), withPath("truststore.p12", "pkcs12"))
-	waitFor(t, "the TrustTarget's ConfigMap", func() bool {
+	poll.True(t, time.Minute, "the TrustTarget's ConfigMap", func() bool {
 		_, err := n.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "trust-ca", metav1.GetOptions{})
 		return err == nil
 	})
@@ -75,7 +76,7 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 
 	rotation := func() plugin.Rotation { return workloadRotation(t, n) }
 	var r plugin.Rotation
-	waitFor(t, "a stable rotation", func() bool { r = rotation(); return r.Phase == "Stable" })
+	poll.True(t, time.Minute, "a stable rotation", func() bool { r = rotation(); return r.Phase == "Stable" })
 	oldCA := r.CurrentCA
 
 	// who-trusts: both volume pods, by the agent's observation, and the ConfigMap's
@@ -117,7 +118,7 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 	// The rotation: the volume pod is behind until the kubelet refreshes its volume;
 	// the env pod is named; nothing signs before the floor.
 	requestRotation(t, n)
-	waitFor(t, "a new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != "" })
+	poll.True(t, time.Minute, "a new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != "" })
 	newCA := r.NewCA
 	if r.FloorUntil == nil || r.PublishedAt == nil || r.FloorUntil.Sub(*r.PublishedAt) != 2*time.Minute {
 		t.Fatalf("rotation's floor: published %v, floor until %v; want the chart's default floor of 2m after publishing", r.PublishedAt, r.FloorUntil)
@@ -177,12 +178,12 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the pods gone", func() bool {
+	poll.True(t, time.Minute, "the pods gone", func() bool {
 		pods, err := n.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
 	requestRotation(t, n)
-	waitFor(t, "another new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != newCA })
+	poll.True(t, time.Minute, "another new CA waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != newCA })
 	third, floor := r.NewCA, r.FloorUntil
 	if floor == nil {
 		t.Fatalf("the rotation says no floor: %+v", r)
@@ -192,7 +193,7 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		t.Logf("other pods select the bundle (%d observed, %d not observable): the floor is not what holds this rotation", r.Expected, len(r.NotObservable))
 	}
 	// Watched until it signs: the switch, whenever it comes, must come after the floor.
-	waitForUpTo(t, "the third CA signing", 4*time.Minute, func() bool { r = rotation(); return r.Phase == "Stable" && r.CurrentCA == third })
+	poll.True(t, 4*time.Minute, "the third CA signing", func() bool { r = rotation(); return r.Phase == "Stable" && r.CurrentCA == third })
 	if signed := time.Now(); floorHolds && signed.Before(*floor) {
 		t.Errorf("with no consumer observed the new CA signed at %s, before its floor %s", signed.Format(time.RFC3339), floor.Format(time.RFC3339))
 	}

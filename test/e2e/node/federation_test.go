@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // Trust across clusters, as a pod on the real node experiences it: cluster B (a second
@@ -67,7 +67,7 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 		}
 		return ctb.Spec.TrustBundle
 	}
-	eventually(t, time.Minute, "B's signer publishes its CA", func() (bool, string) { return bLive() != "", "no live bundle in B" })
+	poll.Eventually(t, time.Minute, "B's signer publishes its CA", func() (bool, string) { return bLive() != "", "no live bundle in B" })
 
 	aDyn, err := dynamic.NewForConfig(n.Config)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 		f, _ := v1alpha1.FederatedTrustDomainFromUnstructured(u)
 		return f.Status
 	}
-	eventually(t, time.Minute, "A's controller imports B's bundle from a pod", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "A's controller imports B's bundle from a pod", func() (bool, string) {
 		s := status()
 		for _, c := range s.Conditions {
 			if c.Type == v1alpha1.ConditionReady {
@@ -135,7 +135,7 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 		t.Fatal(err)
 	}
 	var next string
-	eventually(t, time.Minute, "B publishes its next CA", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "B publishes its next CA", func() (bool, string) {
 		for _, id := range anchorSet(t, bLive()) {
 			if !slices.Contains(before, id) {
 				next = id
@@ -145,7 +145,7 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 		return false, "B's live bundle unchanged"
 	})
 	published := time.Now()
-	eventually(t, window, "the app's file holds B's next anchor", func() (bool, string) {
+	poll.Eventually(t, window, "the app's file holds B's next anchor", func() (bool, string) {
 		return slices.Contains(anchorSet(t, read()), next), "not yet"
 	})
 	reached := time.Since(published)
@@ -159,7 +159,7 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 	t.Logf("the app in cluster A held B's next anchor %.1f s after B published it (B's refresh hint 5 s; its new CA waits %s)", reached.Seconds(), window)
 
 	// The FederatedTrustDomain counts the pod, from the node's report.
-	eventually(t, 90*time.Second, "the status counts the pod holding B's anchors", func() (bool, string) {
+	poll.Eventually(t, 90*time.Second, "the status counts the pod holding B's anchors", func() (bool, string) {
 		s := status()
 		if s.Pods == nil {
 			return false, "no pods count"
@@ -170,18 +170,5 @@ func TestFederation_APodTrustsWhatAnotherClustersSignerIssuesThroughItsRotation(
 	out, err := n.Run(ctx, "kubectl", "trustsync", "federation", "b.example")
 	if err != nil || !strings.Contains(out, "cluster-b") || !strings.Contains(out, "1 of 1") {
 		t.Errorf("kubectl trustsync federation b.example (%v):\n%s", err, out)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, why := cond()
-		last = why
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %s: %s", what, timeout, last)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -84,7 +85,7 @@ func TestObservation_WhoTrustsAnAnchorAcrossEveryDelivery(t *testing.T) {
 		n.WaitPod(t, ns, d, 2*time.Minute, "Ready", cluster.PodReady)
 	}
 	all := []string{"native/native", "node/node", "sidecar/sidecar"}
-	waitFor(t, "every pod holding A in who-trusts", func() bool { return slices.Equal(holders(t, n, ns, rootA), all) })
+	poll.True(t, time.Minute, "every pod holding A in who-trusts", func() bool { return slices.Equal(holders(t, n, ns, rootA), all) })
 
 	// The node's report is owned by its Node, so it goes when the node does.
 	node, err := n.Client.CoreV1().Nodes().Get(context.Background(), sidecarNode(t, n, ns), metav1.GetOptions{})
@@ -119,7 +120,7 @@ func TestObservation_WhoTrustsAnAnchorAcrossEveryDelivery(t *testing.T) {
 	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the sidecar and node pods holding B", func() bool {
+	poll.True(t, time.Minute, "the sidecar and node pods holding B", func() bool {
 		return slices.Equal(holders(t, n, ns, rootB), []string{"node/node", "sidecar/sidecar"})
 	})
 	fast := time.Since(edited)
@@ -176,13 +177,13 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 	n.WaitPod(t, ns, "frozen", 2*time.Minute, "Ready", cluster.PodReady)
 	rotation := func() plugin.Rotation { return workloadRotation(t, n) }
 	var r plugin.Rotation
-	waitFor(t, "a stable rotation with every pod holding the CA", func() bool { r = rotation(); return r.Phase == "Stable" })
+	poll.True(t, time.Minute, "a stable rotation with every pod holding the CA", func() bool { r = rotation(); return r.Phase == "Stable" })
 	oldCA := r.CurrentCA
 
 	sidecarSignal(t, n, ns, "frozen", "SIGSTOP")
 	t.Cleanup(func() { sidecarSignal(t, n, ns, "frozen", "SIGCONT") })
 	requestRotation(t, n)
-	waitFor(t, "the frozen pod named as not holding the new CA", func() bool {
+	poll.True(t, time.Minute, "the frozen pod named as not holding the new CA", func() bool {
 		r = rotation()
 		return r.Phase == "Waiting" && slices.ContainsFunc(r.Stragglers, func(s query.Straggler) bool { return s.Namespace == ns && s.Pod == "frozen" })
 	})
@@ -191,7 +192,7 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 		t.Errorf("a certificate issued while the frozen pod lacks the new CA comes from %s, not the old CA %s", issuer, oldCA)
 	}
 	sidecarSignal(t, n, ns, "frozen", "SIGCONT")
-	waitFor(t, "the new CA signing once the resumed sidecar holds it", func() bool {
+	poll.True(t, time.Minute, "the new CA signing once the resumed sidecar holds it", func() bool {
 		r = rotation()
 		return r.Phase == "Stable" && r.CurrentCA == newCA
 	})
@@ -203,7 +204,7 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 	// left behind.
 	sidecarSignal(t, n, ns, "frozen", "SIGSTOP")
 	requestRotation(t, n)
-	waitFor(t, "a second rotation waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != newCA })
+	poll.True(t, time.Minute, "a second rotation waiting", func() bool { r = rotation(); return r.Phase == "Waiting" && r.NewCA != newCA })
 	third := r.NewCA
 	wait2 := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
@@ -214,7 +215,7 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 		t.Fatalf("the rotation did not proceed after its maximum wait: %+v", r)
 	}
 	t.Logf("the rotation proceeded %.0fs after it began to wait for the frozen pod", time.Since(wait2).Seconds())
-	waitFor(t, "a Warning Event naming the frozen pod", func() bool {
+	poll.True(t, time.Minute, "a Warning Event naming the frozen pod", func() bool {
 		events, err := n.Client.CoreV1().Events(releaseNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=trustsync-ca-trustsync.io-workload"})
 		if err != nil {
 			return false
@@ -337,7 +338,7 @@ func TestObservation_TheAgentWarnsOfAnExpiringAnchorInANativePod(t *testing.T) {
 	createPod(t, ns, appPod("native", map[string]string{"trustsync.io/inject": "true", "trustsync.io/delivery": "native", "trustsync.io/bundle-name": ctb.Name}, 1000, "exec sleep 3600"))
 	n.WaitPod(t, ns, "native", 2*time.Minute, "Ready", cluster.PodReady)
 
-	waitFor(t, "a TrustAnchorExpiring Warning from the agent on the native pod", func() bool {
+	poll.True(t, time.Minute, "a TrustAnchorExpiring Warning from the agent on the native pod", func() bool {
 		events, err := n.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=native,reason=TrustAnchorExpiring"})
 		if err != nil {
 			return false
@@ -352,7 +353,7 @@ func TestObservation_TheAgentWarnsOfAnExpiringAnchorInANativePod(t *testing.T) {
 	}
 	series := fmt.Sprintf(`trustsync_agent_anchor_expiry_timestamp_seconds{anchor=%q,name="observe-expiry soon"} %d`, bundle.AnchorID(expiring.Cert.Raw), expiring.Cert.NotAfter.Unix())
 	var metrics []byte
-	waitFor(t, "the anchor's expiry among the agent's metrics", func() bool {
+	poll.True(t, time.Minute, "the anchor's expiry among the agent's metrics", func() bool {
 		metrics, err = n.Client.CoreV1().RESTClient().Get().AbsPath("/api/v1/namespaces", releaseNamespace, "pods", agents.Items[0].Name+":9809", "proxy", "metrics").DoRaw(ctx)
 		return err == nil && containsSeries(string(metrics), series)
 	})

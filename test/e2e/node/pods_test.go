@@ -21,6 +21,7 @@ import (
 
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 const (
@@ -279,7 +280,7 @@ done`
 	killSidecar(t, n, ns, "app")
 	// The reads go on after the restart too: wait for two more reports of them.
 	after := reads()
-	waitFor(t, "the app reading on after the sidecar's restart", func() bool { return reads() >= after+2 })
+	poll.True(t, time.Minute, "the app reading on after the sidecar's restart", func() bool { return reads() >= after+2 })
 	logs, err := n.Logs(context.Background(), ns, "app", "app")
 	if err != nil {
 		t.Fatal(err)

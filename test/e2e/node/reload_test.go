@@ -18,13 +18,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	tsbundle "github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // reloadApp serves a reload URL on the pod's loopback (busybox httpd running a CGI
@@ -94,7 +94,7 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 	sidecarLog := func(mark string, times int) string {
 		t.Helper()
 		var log string
-		waitFor(t, fmt.Sprintf("%d×%q in the sidecar's log", times, mark), func() bool {
+		poll.True(t, time.Minute, fmt.Sprintf("%d×%q in the sidecar's log", times, mark), func() bool {
 			var err error
 			log, err = n.Logs(ctx, ns, "app", "trustsync")
 			return err == nil && strings.Count(log, mark) >= times
@@ -134,7 +134,7 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 			t.Fatal(err)
 		}
 		storePassword(t, n, ns, "second-password")
-		waitFor(t, "the store re-encoded under the new password", func() bool { return sha256In(t, n, ns, "truststore.p12") != p12 })
+		poll.True(t, time.Minute, "the store re-encoded under the new password", func() bool { return sha256In(t, n, ns, "truststore.p12") != p12 })
 		// The re-encoding's write is logged after its decision. (A decision on the
 		// reordered bundle, which came first on the same watch, shows in the next
 		// step's count of decisions.)
@@ -150,7 +150,7 @@ func TestPod_AppIsReloadedOncePerAnchorSetChangeAndReadsJavaTruststores(t *testi
 		if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, ctb, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "one reload by URL and one by signal", func() bool { return len(reloads()) >= 2 })
+		poll.True(t, time.Minute, "one reload by URL and one by signal", func() bool { return len(reloads()) >= 2 })
 		// The round is over, and it was the only decision to reload since start.
 		if log := sidecarLog(told, 1); strings.Count(log, decided) != 1 {
 			t.Fatalf("the sidecar decided to reload %d times for one change of the set; its log:\n%s", strings.Count(log, decided), log)
@@ -262,20 +262,6 @@ func sha256In(t *testing.T, n *cluster.Node, ns, file string) string {
 		t.Fatal(err)
 	}
 	return strings.Fields(out)[0]
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitForUpTo(t, what, time.Minute, cond)
-}
-
-func waitForUpTo(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, limit, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("no %s within %s", what, limit)
-	}
 }
 
 // java runs a real Java runtime: keytool, and a TLS client (TrustCheck.java, run by

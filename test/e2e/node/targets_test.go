@@ -18,6 +18,7 @@ import (
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // With the chart installed as a user would: a TrustTarget fills a ConfigMap in a
@@ -46,7 +47,7 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 			return err == nil && strings.Join(anchorSet(t, out), ",") == strings.Join(anchorSet(t, pemOf(anchors...)), ",")
 		}
 	}
-	waitFor(t, "the pod reading A from the target ConfigMap", reads(rootA))
+	poll.True(t, time.Minute, "the pod reading A from the target ConfigMap", reads(rootA))
 	cur, err := n.Client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), ctb.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestTargets_APodMountsTheTargetAndAWebhookFollowsItsCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kubelet refreshes a ConfigMap volume on its sync, about a minute.
-	waitForUpTo(t, "the pod reading A and B", 3*time.Minute, reads(rootA, rootB))
+	poll.True(t, 3*time.Minute, "the pod reading A and B", reads(rootA, rootB))
 	// The truststore keys, as Java's keytool reads them, and a Java TLS client trusts.
 	cm, err := n.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "corp-roots", metav1.GetOptions{})
 	if err != nil {
@@ -122,7 +123,7 @@ func TestView_CoversWhatKubectlTrustsyncReads(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = n.Run(context.Background(), "kubectl", "delete", "clusterrolebinding", "e2e-viewer") })
 	// The aggregation controller fills view from the chart's role.
-	waitFor(t, "view granting the reports", func() bool {
+	poll.True(t, time.Minute, "view granting the reports", func() bool {
 		out, _ := n.Run(ctx, "kubectl", "auth", "can-i", "list", "nodetrustreports.trustsync.io", "--as", "e2e-viewer")
 		return strings.TrimSpace(out) == "yes"
 	})

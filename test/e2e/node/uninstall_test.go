@@ -19,6 +19,7 @@ import (
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/doccmd"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // These run last: they uninstall the chart, install it again, remove everything, and
@@ -183,7 +184,7 @@ func TestUninstall_RemoveEverythingLeavesNothingOfTrustsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	imported := metav1.ListOptions{LabelSelector: v1alpha1.TrustDomainLabel + "=remove.example"}
-	eventually(t, time.Minute, "the FederatedTrustDomain's bundle imported and the TrustTarget's ConfigMap written", func() (bool, string) {
+	poll.Eventually(t, time.Minute, "the FederatedTrustDomain's bundle imported and the TrustTarget's ConfigMap written", func() (bool, string) {
 		bundles, err := n.Client.CertificatesV1().ClusterTrustBundles().List(ctx, imported)
 		if err != nil || len(bundles.Items) != 1 {
 			return false, fmt.Sprintf("%d imported bundles (%v)", len(bundles.Items), err)
@@ -204,7 +205,7 @@ func TestUninstall_RemoveEverythingLeavesNothingOfTrustsync(t *testing.T) {
 		}
 	}
 
-	eventually(t, 2*time.Minute, "nothing of trustsync left in the cluster", func() (bool, string) {
+	poll.Eventually(t, 2*time.Minute, "nothing of trustsync left in the cluster", func() (bool, string) {
 		var left []string
 		crds, err := apiextensionsclient.NewForConfigOrDie(n.Config).ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/doccmd"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // docs/operations.md's backup and restore, run as written (the release namespace
@@ -45,9 +46,9 @@ func TestSigner_LosingTheCASecretMakesANewCAAndRestoringTheBackupBringsTheOldOne
 		ids, _ := bundle.AnchorIDs([]byte(b.Spec.TrustBundle))
 		return ids
 	}
-	waitFor(t, "the signer's first CA, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA != "" })
+	poll.True(t, time.Minute, "the signer's first CA, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA != "" })
 	oldCA := r.CurrentCA
-	waitFor(t, "the first CA's anchor published alone", func() bool { return slices.Equal(published(), []string{oldCA}) })
+	poll.True(t, time.Minute, "the first CA's anchor published alone", func() bool { return slices.Equal(published(), []string{oldCA}) })
 
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -83,7 +84,7 @@ func TestSigner_LosingTheCASecretMakesANewCAAndRestoringTheBackupBringsTheOldOne
 	if err := admin.CoreV1().Secrets(namespace).Delete(ctx, caSecret(signer), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a new CA, its anchor published alone", func() bool {
+	poll.True(t, time.Minute, "a new CA, its anchor published alone", func() bool {
 		return rotation() == 0 && r.CurrentCA != "" && r.CurrentCA != oldCA && slices.Equal(published(), []string{r.CurrentCA})
 	})
 	lostCA := r.CurrentCA
@@ -105,7 +106,7 @@ func TestSigner_LosingTheCASecretMakesANewCAAndRestoringTheBackupBringsTheOldOne
 	asWritten("**Restore** into the release namespace")
 	p, err = cp.StartSigner(args...)
 	untilTheEnd(t, "restarted signer", p, err)
-	waitFor(t, "the restored CA signing, its anchor published alone", func() bool {
+	poll.True(t, time.Minute, "the restored CA signing, its anchor published alone", func() bool {
 		return rotation() == 0 && r.CurrentCA == oldCA && slices.Equal(published(), []string{oldCA})
 	})
 	if slices.Contains(published(), lostCA) {

@@ -30,6 +30,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // trustManagerVersion is the trust-manager release whose documented example Bundles
@@ -131,7 +132,7 @@ func TestConvert_TrustManagersDocumentedBundlesWriteWhatItsDocsSay(t *testing.T)
 		if ns.Status.Phase == "Terminating" {
 			continue
 		}
-		waitFor(t, "ConfigMap "+ns.Name+"/trust-manager-bundle holding the public roots at bundle.pem", func() bool {
+		poll.True(t, time.Minute, "ConfigMap "+ns.Name+"/trust-manager-bundle holding the public roots at bundle.pem", func() bool {
 			cm, err := client.CoreV1().ConfigMaps(ns.Name).Get(ctx, "trust-manager-bundle", metav1.GetOptions{})
 			if err != nil {
 				return false
@@ -220,7 +221,7 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 			}}}}
 	// trust-manager's schema (served by the CRD) validates it; the CRD may take a
 	// moment to be served.
-	waitFor(t, "the ClusterBundle accepted by trust-manager's CRD", func() bool {
+	poll.True(t, time.Minute, "the ClusterBundle accepted by trust-manager's CRD", func() bool {
 		_, err = clusterBundles.Create(ctx, cb, metav1.CreateOptions{})
 		return err == nil
 	})
@@ -257,7 +258,7 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 
 	client := kube(t, cp.AdminConfig())
 	labelledNamespace(t, client, name, map[string]string{"trust": name})
-	waitFor(t, "the converted ClusterBundle's ConfigMap written with both data keys", func() bool {
+	poll.True(t, time.Minute, "the converted ClusterBundle's ConfigMap written with both data keys", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(name).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false

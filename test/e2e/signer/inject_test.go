@@ -21,6 +21,7 @@ import (
 
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // An existing ConfigMap annotated to ask for a bundle gets it as the key its
@@ -53,9 +54,9 @@ func TestInject_AnnotatedConfigMapGetsTheBundleAndKeepsOtherKeys(t *testing.T) {
 		got, err := bundle.AnchorIDs([]byte(cm.Data["ca.crt"]))
 		return err == nil && slices.Equal(got, ids(anchors...))
 	}
-	waitFor(t, "the annotated ConfigMap holding A beside the app's key", func() bool { return holds(rootA) })
+	poll.True(t, time.Minute, "the annotated ConfigMap holding A beside the app's key", func() bool { return holds(rootA) })
 	setNativeBundle(t, client, "inject-"+run, rootA, rootB)
-	waitFor(t, "the annotated ConfigMap holding A and B", func() bool { return holds(rootA, rootB) })
+	poll.True(t, time.Minute, "the annotated ConfigMap holding A and B", func() bool { return holds(rootA, rootB) })
 	waitEventOn(t, client, ns, "app-trust", "TrustInjected", "Wrote keys ca.crt from bundle inject-"+run)
 
 	// A key another tool owns.
@@ -145,7 +146,7 @@ func TestInject_APIServiceAndCRDConversionGetTheirCABundle(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = dyn.Resource(o.gvr).Delete(context.Background(), u.GetName(), metav1.DeleteOptions{}) })
-		waitFor(t, u.GetKind()+"'s caBundle holding the bundle", func() bool {
+		poll.True(t, time.Minute, u.GetKind()+"'s caBundle holding the bundle", func() bool {
 			got, err := dyn.Resource(o.gvr).Get(ctx, u.GetName(), metav1.GetOptions{})
 			if err != nil {
 				return false
@@ -210,7 +211,7 @@ func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
 	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "modest", Annotations: annotations}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the modest ConfigMap beside them filled", func() bool {
+	poll.True(t, time.Minute, "the modest ConfigMap beside them filled", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "modest", metav1.GetOptions{})
 		return err == nil && cm.Data["ca.crt"] == string(root.CertPEM())
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // A rotation waits for what annotation injection fills from the signer's bundle, as
@@ -43,7 +44,7 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
 	rotation := signerRotation(t, cli, signer, &r)
-	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
+	poll.True(t, time.Minute, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 	oldCA := r.CurrentCA
 
 	sources := fmt.Sprintf(`[{"signerName": %q, "path": "ca.pem", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}}]`, signer)
@@ -103,11 +104,11 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 		}
 		return n == 2 && cm.Labels[v1alpha1.InjectedIndexLabel] == "true"
 	}
-	waitFor(t, "the index listing the ConfigMap and the webhook configuration, holding the current CA", func() bool { return listed(oldCA) })
+	poll.True(t, time.Minute, "the index listing the ConfigMap and the webhook configuration, holding the current CA", func() bool { return listed(oldCA) })
 
 	running.Stop(10 * time.Second)
 	requestRotation(t, cp, namespace, signer)
-	waitFor(t, "the new CA waiting for the annotated objects and their reader", func() bool {
+	poll.True(t, time.Minute, "the new CA waiting for the annotated objects and their reader", func() bool {
 		return rotation() == 3 && r.Phase == "Waiting" && len(r.Objects) == 2
 	})
 	newCA := r.NewCA
@@ -139,7 +140,7 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	if _, err := admin.CoreV1().ConfigMaps(namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rotation naming the object that does not read", func() bool {
+	poll.True(t, time.Minute, "rotation naming the object that does not read", func() bool {
 		return rotation() == 3 && len(r.Unobserved) == 1 && strings.Contains(r.Unobserved[0], "ConfigMap forged")
 	})
 	if len(r.Objects) != 2 || r.Expected != 1 {
@@ -147,12 +148,12 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 	}
 
 	controller()
-	waitFor(t, "the index listing both objects holding the new CA", func() bool { return listed(newCA) })
+	poll.True(t, time.Minute, "the index listing both objects holding the new CA", func() bool { return listed(newCA) })
 	if rotation(); r.Phase != "Waiting" || r.CurrentCA != oldCA {
 		t.Fatalf("the new CA signs while the pod reading the ConfigMap is not seen holding it: %+v", r)
 	}
 	reportConfigMapReader(t, cp, pod, oldCA, newCA)
-	waitFor(t, "the new CA signing once the objects and their reader hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
+	poll.True(t, time.Minute, "the new CA signing once the objects and their reader hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
 	waitEvent(t, cp, namespace, signer, "RotationProceeded", "all 1 pods selecting")
 	if out, _ := cli.Run(t, "who-trusts", newCA, "-A", "-o", "json"); !strings.Contains(out, "app-trust") || !strings.Contains(out, hook) {
 		t.Errorf("who-trusts the new CA names neither the ConfigMap nor the webhook configuration:\n%s", out)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -15,6 +16,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // kubectl trustsync completes from the cluster, with the user's kubeconfig, what each
@@ -30,7 +32,7 @@ func TestPlugin_CompletesFromTheClusterAndPrintsAsKubectlDoes(t *testing.T) {
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
 	rotation := signerRotation(t, cli, signer, &r)
-	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
+	poll.True(t, time.Minute, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 
 	if err := cp.InstallFederationCRD(ctx); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // observedSigner runs a signer of its own (its own namespace, Lease and CA) with
@@ -54,7 +55,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 		out, code := cli.Run(t, "rotation", observedSigner, "-o", "json")
 		return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Phase == "Stable"
 	}
-	waitFor(t, "the signer's live bundle, Stable", stable)
+	poll.True(t, time.Minute, "the signer's live bundle, Stable", stable)
 	oldCA := r.CurrentCA
 
 	// Two pods select the bundle through the kubelet's projection, on two nodes whose
@@ -85,7 +86,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	hold("never-holds", oldCA)
 
 	requestRotation(t, cp, observedNamespace, observedSigner)
-	waitFor(t, "a new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" })
+	poll.True(t, time.Minute, "a new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" })
 	newCA := r.NewCA
 	if r.Holding != 0 || r.Expected != 2 || len(r.Stragglers) != 2 {
 		t.Errorf("rotation right after the new CA was published: %+v", r)
@@ -95,7 +96,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	}
 
 	hold("holds-soon", oldCA, newCA)
-	waitFor(t, "one pod of two holding the new CA", func() bool { r = rotation(3); return r.Holding == 1 })
+	poll.True(t, time.Minute, "one pod of two holding the new CA", func() bool { r = rotation(3); return r.Holding == 1 })
 	if len(r.Stragglers) != 1 || r.Stragglers[0].Pod != "never-holds" || r.Stragglers[0].Reason != "Behind" {
 		t.Errorf("stragglers with one pod behind: %+v", r.Stragglers)
 	}
@@ -116,7 +117,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	}
 
 	hold("never-holds", oldCA, newCA)
-	waitFor(t, "the new CA signing once both pods hold it", func() bool { return stable() && r.CurrentCA == newCA })
+	poll.True(t, time.Minute, "the new CA signing once both pods hold it", func() bool { return stable() && r.CurrentCA == newCA })
 	if issuer := issuedBy(t, cp); issuer != newCA {
 		t.Errorf("a certificate issued once every pod holds the new CA comes from %s, not the new CA %s", issuer, newCA)
 	}
@@ -124,11 +125,11 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 
 	// A second rotation that one pod never catches up with.
 	requestRotation(t, cp, observedNamespace, observedSigner)
-	waitFor(t, "a second new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" && r.NewCA != newCA })
+	poll.True(t, time.Minute, "a second new CA waiting", func() bool { r = rotation(3); return r.Phase == "Waiting" && r.NewCA != newCA })
 	third := r.NewCA
 	hold("holds-soon", newCA, third)
 	published := time.Now()
-	waitFor(t, "the rotation proceeding after its maximum wait", func() bool { return stable() && r.CurrentCA == third })
+	poll.True(t, time.Minute, "the rotation proceeding after its maximum wait", func() bool { return stable() && r.CurrentCA == third })
 	if waited := time.Since(published); waited < observedMaxWait/2 {
 		t.Errorf("the rotation proceeded %s after the last report, before its maximum wait of %s", waited, observedMaxWait)
 	}
@@ -150,7 +151,7 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	cli := controlplane.NewPlugin(t, cp)
 	var r plugin.Rotation
 	rotation := signerRotation(t, cli, signer, &r)
-	waitFor(t, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
+	poll.True(t, time.Minute, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 
 	label := map[string]string{"objects-test": "signer-roots"}
 	labelledNamespace(t, admin, "objects-a", label)
@@ -167,7 +168,7 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	waitReason(t, cp, target, "WriteFailed")
 
 	requestRotation(t, cp, namespace, signer)
-	waitFor(t, "the new CA waiting, written by the target where it can be", func() bool {
+	poll.True(t, time.Minute, "the new CA waiting, written by the target where it can be", func() bool {
 		return rotation() == 3 && r.Phase == "Waiting" && len(r.Objects) == 1 && r.Objects[0].Holding == 1
 	})
 	if o := r.Objects[0]; o.Kind != "ConfigMap" || o.Name != target || o.Writer != "TrustTarget "+target || o.Expected != 2 || !strings.Contains(o.Detail, "objects-b") {
@@ -187,7 +188,7 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	if err := admin.CoreV1().ConfigMaps("objects-b").Delete(ctx, target, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new CA signing once both namespaces' ConfigMaps hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
+	poll.True(t, time.Minute, "the new CA signing once both namespaces' ConfigMaps hold it", func() bool { return rotation() == 0 && r.Phase == "Stable" && r.CurrentCA == newCA })
 	waitEvent(t, cp, namespace, signer, "RotationProceeded", "and so do the 2 objects TrustTargets write from it")
 }
 
@@ -315,14 +316,6 @@ func issuedBy(t *testing.T, cp *controlplane.ControlPlane) string {
 	return ""
 }
 
-// waitFor polls ok for a minute.
-func waitFor(t testing.TB, what string, ok func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) { return ok(), nil }); err != nil {
-		t.Fatalf("never saw %s: %v", what, err)
-	}
-}
-
 // caSecret is the name of signer's CA Secret, as the signer names it by default.
 func caSecret(signer string) string { return "trustsync-ca-" + strings.ReplaceAll(signer, "/", "-") }
 
@@ -331,7 +324,7 @@ func caSecret(signer string) string { return "trustsync-ca-" + strings.ReplaceAl
 func waitEvent(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, reason, want string) {
 	t.Helper()
 	var seen []string
-	waitFor(t, "Event "+reason+" saying "+want, func() bool {
+	poll.True(t, time.Minute, "Event "+reason+" saying "+want, func() bool {
 		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + caSecret(signer)})
 		if err != nil {
 			return false

@@ -22,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // restartController stops the shared controller and starts it again alike, as a
@@ -33,7 +34,7 @@ func restartController(t *testing.T, cp *controlplane.ControlPlane) {
 		t.Fatal(err)
 	}
 	controllers[cp] = p
-	waitFor(t, "the restarted controller's TrustTarget controller running", func() bool {
+	poll.True(t, time.Minute, "the restarted controller's TrustTarget controller running", func() bool {
 		return strings.Contains(p.Tail(), "TrustTarget controller running")
 	})
 }
@@ -73,7 +74,7 @@ func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"roots", "annotated"} {
-		waitFor(t, name+" holding both keys", func() bool {
+		poll.True(t, time.Minute, name+" holding both keys", func() bool {
 			a, _ := keyOf(t, client, ns, name, "one.crt")
 			b, _ := keyOf(t, client, ns, name, "two.crt")
 			return a == string(one.CertPEM()) && b == string(two.CertPEM())
@@ -89,7 +90,7 @@ func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
 	// written, the reconcile that could have dropped two.crt has run.
 	setNativeBundle(t, client, "restart-one-"+run, oneNext)
 	for _, name := range []string{"roots", "annotated"} {
-		waitFor(t, name+" holding the edited one.crt", func() bool {
+		poll.True(t, time.Minute, name+" holding the edited one.crt", func() bool {
 			a, _ := keyOf(t, client, ns, name, "one.crt")
 			return a == string(oneNext.CertPEM())
 		})
@@ -180,7 +181,7 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 		t.Errorf("the writer does not name the other claimant: %q", readyMessage(st))
 	}
 	setNativeBundle(t, client, "claims-"+run, root, next)
-	waitFor(t, "the writer's key following the edit", func() bool {
+	poll.True(t, time.Minute, "the writer's key following the edit", func() bool {
 		v, _ := keyOf(t, client, ns, "shared", "first.crt")
 		return v == string(root.CertPEM())+string(next.CertPEM()) || strings.Count(v, "BEGIN CERTIFICATE") == 2
 	})
@@ -195,7 +196,7 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 	if err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource).Delete(ctx, first, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second claimant writing the ConfigMap", func() bool {
+	poll.True(t, time.Minute, "the second claimant writing the ConfigMap", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "shared", metav1.GetOptions{})
 		_, firstKey := cm.Data["first.crt"]
 		return err == nil && cm.Labels[v1alpha1.TargetLabel] == second && cm.Data["second.crt"] != "" && !firstKey
@@ -210,7 +211,7 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 		"trustsync.io/inject": "true", "trustsync.io/bundle-name": "claims-" + run, "trustsync.io/path": "annotated.crt"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the annotated ConfigMap filled", func() bool { v, _ := keyOf(t, client, ns, "annotated", "annotated.crt"); return v != "" })
+	poll.True(t, time.Minute, "the annotated ConfigMap filled", func() bool { v, _ := keyOf(t, client, ns, "annotated", "annotated.crt"); return v != "" })
 	target("claims-third-"+run, "third.crt", "annotated")
 	if st := waitReason(t, cp, "claims-third-"+run, "Conflict"); !strings.Contains(readyMessage(st), "annotated trustsync.io/inject") {
 		t.Errorf("the target does not say the object is the annotation's: %q", readyMessage(st))
@@ -257,7 +258,7 @@ func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "created-" + run}}},
 	})
 	for _, ns := range []string{users, made} {
-		waitFor(t, ns+" filled", func() bool { v, _ := keyOf(t, client, ns, "roots", "ca.crt"); return v != "" })
+		poll.True(t, time.Minute, ns+" filled", func() bool { v, _ := keyOf(t, client, ns, "roots", "ca.crt"); return v != "" })
 	}
 	if cm, _ := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[v1alpha1.CreatedAnnotation] != "true" {
 		t.Errorf("the ConfigMap the target made is not marked so: %v", cm.Annotations)
@@ -275,11 +276,11 @@ func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the target's own ConfigMap deleted", func() bool {
+	poll.True(t, time.Minute, "the target's own ConfigMap deleted", func() bool {
 		_, err := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	})
-	waitFor(t, "the user's ConfigMap emptied of the target's key and label", func() bool {
+	poll.True(t, time.Minute, "the user's ConfigMap emptied of the target's key and label", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(users).Get(ctx, "roots", metav1.GetOptions{})
 		return err == nil && len(cm.Data) == 0 && cm.Labels[v1alpha1.TargetLabel] == ""
 	})
@@ -361,7 +362,7 @@ func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string,
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "every target reconciled again", func() bool { _, r := targetWrites(t, controllers[cp]); return r >= before+float64(n) })
+	poll.True(t, time.Minute, "every target reconciled again", func() bool { _, r := targetWrites(t, controllers[cp]); return r >= before+float64(n) })
 	w, _ := targetWrites(t, controllers[cp])
 	return w
 }
@@ -399,7 +400,7 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 			return true
 		}
 	}
-	waitFor(t, "every target synced", synced(nNamespaces))
+	poll.True(t, time.Minute, "every target synced", synced(nNamespaces))
 	settled := func() float64 { return reconcileAll(t, cp, fmt.Sprintf("writes-%s-00", run), nTargets) }
 	idle := settled()
 	if again := settled(); again != idle {
@@ -407,14 +408,14 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	}
 
 	labelledNamespace(t, client, fmt.Sprintf("writes-%s-new", run), label)
-	waitFor(t, "the new namespace filled", synced(nNamespaces+1))
+	poll.True(t, time.Minute, "the new namespace filled", synced(nNamespaces+1))
 	afterNamespace := settled()
 	if got := afterNamespace - idle; got != nTargets {
 		t.Errorf("a new namespace cost %v writes; want %d, one per target selecting it", got, nTargets)
 	}
 
 	setNativeBundle(t, client, fmt.Sprintf("writes-%s-0", run), root, next)
-	waitFor(t, "the edit written in every namespace", func() bool {
+	poll.True(t, time.Minute, "the edit written in every namespace", func() bool {
 		for i := range nNamespaces {
 			if v, _ := keyOf(t, client, fmt.Sprintf("writes-%s-%02d", run, i), "roots-0", "ca.crt"); strings.Count(v, "BEGIN CERTIFICATE") != 2 {
 				return false
@@ -432,7 +433,7 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	if err := client.CoreV1().Namespaces().Delete(context.Background(), fmt.Sprintf("writes-%s-new", run), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the going namespace no longer counted", func() bool {
+	poll.True(t, time.Minute, "the going namespace no longer counted", func() bool {
 		for i := range nTargets {
 			if targetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i)).Namespaces != nNamespaces {
 				return false

@@ -22,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/truststore"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // createTarget creates a TrustTarget with spec; it is deleted
@@ -203,7 +204,7 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	t.Logf("the edit reached all 50 namespaces %.2fs after the update call began (polling included)", time.Since(edited).Seconds())
 
 	labelledNamespace(t, client, ns(50), map[string]string{"trust": "corp-" + run})
-	waitFor(t, "the new namespace filled", func() bool { return holds(ns(50), rootA, rootB) })
+	poll.True(t, time.Minute, "the new namespace filled", func() bool { return holds(ns(50), rootA, rootB) })
 
 	relabel := func(name string) {
 		n, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
@@ -217,11 +218,11 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	}
 	relabel(ns(1))
 	relabel(ns(0))
-	waitFor(t, "the relabelled namespace's ConfigMap gone", func() bool {
+	poll.True(t, time.Minute, "the relabelled namespace's ConfigMap gone", func() bool {
 		_, err := client.CoreV1().ConfigMaps(ns(1)).Get(ctx, "corp-roots", metav1.GetOptions{})
 		return err != nil
 	})
-	waitFor(t, "the shared ConfigMap left with the other tool's key alone", func() bool {
+	poll.True(t, time.Minute, "the shared ConfigMap left with the other tool's key alone", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(ns(0)).Get(ctx, "corp-roots", metav1.GetOptions{})
 		return err == nil && len(cm.Data) == 1 && cm.Data["other.txt"] == "another tool's" && len(cm.BinaryData) == 0 && cm.Labels[v1alpha1.TargetLabel] == ""
 	})

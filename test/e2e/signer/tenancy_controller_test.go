@@ -20,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // enforcingController swaps the plane's controller for one started with
@@ -104,12 +105,12 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	restart := enforcingController(t, cp)
 
 	// Every policy's status: how many namespaces it selects, what does not resolve.
-	waitFor(t, "team-a's status: one namespace, every grant resolved", func() bool {
+	poll.True(t, time.Minute, "team-a's status: one namespace, every grant resolved", func() bool {
 		st := policyStatus(t, cp, "team-a-"+run)
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 		return st.Namespaces == 1 && c != nil && c.Reason == v1alpha1.ReasonResolved
 	})
-	waitFor(t, "team-b's status naming the bundle that does not exist", func() bool {
+	poll.True(t, time.Minute, "team-b's status naming the bundle that does not exist", func() bool {
 		st := policyStatus(t, cp, "team-b-"+run)
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 		return c != nil && c.Reason == v1alpha1.ReasonUnresolved && c.Status == metav1.ConditionTrue &&
@@ -152,7 +153,7 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 		Annotations: map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": string(sources)}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the annotated ConfigMap holding its granted bundle", func() bool { return holds(other, "app-trust", "b.pem", caB) })
+	poll.True(t, time.Minute, "the annotated ConfigMap holding its granted bundle", func() bool { return holds(other, "app-trust", "b.pem", caB) })
 	waitEventOn(t, client, other, "app-trust", "TrustInjectNotGranted", fmt.Sprintf("left out: not granted to namespace %s: a.pem (namespace %s may not trust bundle %s", other, other, corpA))
 	if cm, _ := client.CoreV1().ConfigMaps(other).Get(ctx, "app-trust", metav1.GetOptions{}); cm != nil && cm.Data["a.pem"] != "" {
 		t.Errorf("the annotated ConfigMap got the bundle its namespace is not granted")
@@ -165,7 +166,7 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 		Annotations: map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": corpA, "trustsync.io/path": "ca.pem"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the restarted controller filling a new object", func() bool { return holds(granted, "after-restart", "ca.pem", caA) })
+	poll.True(t, time.Minute, "the restarted controller filling a new object", func() bool { return holds(granted, "after-restart", "ca.pem", caA) })
 	if !holds(granted, "tenancy-roots", "ca.pem", caA) || !holds(other, "app-trust", "b.pem", caB) {
 		t.Error("a restart took away what the namespaces are granted")
 	}
@@ -179,7 +180,7 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	if st.NotGranted != 2 || st.Namespaces != 0 {
 		t.Errorf("status after the grant was withdrawn %+v; want both namespaces not granted", st)
 	}
-	waitFor(t, "the withdrawn namespace's ConfigMap without corp-a", func() bool { return !holds(granted, "tenancy-roots", "ca.pem", caA) })
+	poll.True(t, time.Minute, "the withdrawn namespace's ConfigMap without corp-a", func() bool { return !holds(granted, "tenancy-roots", "ca.pem", caA) })
 	if !holds(other, "app-trust", "b.pem", caB) {
 		t.Error("the other namespace lost the bundle it is still granted")
 	}

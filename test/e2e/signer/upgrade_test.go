@@ -15,6 +15,7 @@ import (
 
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // signerRunsTargets is the last commit whose trustsync-signer ran the TrustTarget and
@@ -85,12 +86,12 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"roots", "annotated"} {
-		waitFor(t, "the previous signer writing "+name, func() bool {
+		poll.True(t, time.Minute, "the previous signer writing "+name, func() bool {
 			v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt")
 			return v == string(one.CertPEM())
 		})
 	}
-	waitFor(t, "the previous signer writing two.crt", func() bool {
+	poll.True(t, time.Minute, "the previous signer writing two.crt", func() bool {
 		v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt")
 		return v == string(two.CertPEM())
 	})
@@ -117,7 +118,7 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer controller.Stop(10 * time.Second)
-	waitFor(t, "the controller reconciling the target and the annotated ConfigMap", func() bool {
+	poll.True(t, time.Minute, "the controller reconciling the target and the annotated ConfigMap", func() bool {
 		metrics, err := metricsOf(controller)
 		return err == nil && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="targets"}`) && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="inject"}`)
 	})
@@ -137,7 +138,7 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 	}
 	setNativeBundle(t, client, "upgrade-one", next)
 	for _, name := range []string{"roots", "annotated"} {
-		waitFor(t, "the controller writing the edit into "+name, func() bool {
+		poll.True(t, time.Minute, "the controller writing the edit into "+name, func() bool {
 			v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt")
 			return v == string(next.CertPEM())
 		})
