@@ -3,11 +3,10 @@
 package main
 
 import (
-	"os"
+	"context"
 
 	"github.com/spf13/pflag"
 
-	"github.com/trustsync/trustsync/cmd/internal/cli"
 	"github.com/trustsync/trustsync/cmd/internal/lease"
 	"github.com/trustsync/trustsync/controller"
 )
@@ -25,14 +24,7 @@ See docs/targets.md and docs/federation.md.`
 
 func main() {
 	opts := controller.NewOptions()
-	fs := pflag.NewFlagSet("trustsync-controller", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	election := lease.NewFlags()
-	election.AddFlags(fs, controller.LeaderElectUsage)
-	cli.Parse(fs, about, os.Args[1:])
-	campaign, err := election.Campaign()
-	if err != nil {
-		cli.Exit(err)
-	}
-	cli.Exit(controller.Run(cli.SignalContext(), opts, campaign))
+	lease.Run("trustsync-controller", about, controller.LeaderElectUsage, opts.AddFlags, func(ctx context.Context, _ *pflag.FlagSet, campaign lease.Campaign) error {
+		return controller.Run(ctx, opts, campaign)
+	})
 }

@@ -2,11 +2,10 @@
 package main
 
 import (
-	"os"
+	"context"
 
 	"github.com/spf13/pflag"
 
-	"github.com/trustsync/trustsync/cmd/internal/cli"
 	"github.com/trustsync/trustsync/cmd/internal/lease"
 	"github.com/trustsync/trustsync/signer"
 )
@@ -22,14 +21,7 @@ Only the holder of the Lease acts. See docs/signer.md.`
 
 func main() {
 	opts := signer.NewOptions()
-	fs := pflag.NewFlagSet("trustsync-signer", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	election := lease.NewFlags()
-	election.AddFlags(fs, signer.LeaderElectUsage)
-	cli.Parse(fs, about, os.Args[1:])
-	campaign, err := election.Campaign()
-	if err != nil {
-		cli.Exit(err)
-	}
-	cli.Exit(signer.Run(cli.SignalContext(), opts, fs, campaign))
+	lease.Run("trustsync-signer", about, signer.LeaderElectUsage, opts.AddFlags, func(ctx context.Context, fs *pflag.FlagSet, campaign lease.Campaign) error {
+		return signer.Run(ctx, opts, fs, campaign)
+	})
 }

@@ -2,11 +2,10 @@
 package main
 
 import (
-	"os"
+	"context"
 
 	"github.com/spf13/pflag"
 
-	"github.com/trustsync/trustsync/cmd/internal/cli"
 	"github.com/trustsync/trustsync/cmd/internal/lease"
 	"github.com/trustsync/trustsync/webhook"
 )
@@ -23,14 +22,7 @@ Routes: /validate/clustertrustbundles, /validate/certificatesigningrequests,
 
 func main() {
 	opts := webhook.NewOptions()
-	fs := pflag.NewFlagSet("trustsync-webhook", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	election := lease.NewFlags()
-	election.AddFlags(fs, webhook.LeaderElectUsage)
-	cli.Parse(fs, about, os.Args[1:])
-	campaign, err := election.Campaign()
-	if err != nil {
-		cli.Exit(err)
-	}
-	cli.Exit(webhook.Run(cli.SignalContext(), opts, campaign))
+	lease.Run("trustsync-webhook", about, webhook.LeaderElectUsage, opts.AddFlags, func(ctx context.Context, _ *pflag.FlagSet, campaign lease.Campaign) error {
+		return webhook.Run(ctx, opts, campaign)
+	})
 }

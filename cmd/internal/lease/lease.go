@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/trustsync/trustsync/cmd/internal/cli"
 )
 
 // Flags are the leader-election flags, named and defaulted as Kubernetes components
@@ -113,4 +115,22 @@ func (f *Flags) campaign(ctx context.Context, cfg *rest.Config, namespace, name 
 		return nil
 	}
 	return fmt.Errorf("lost the Lease %s/%s", namespace, name)
+}
+
+// Run is the main of a binary whose replicas take turns over a Lease (the webhook's
+// self-managed TLS, the signer, the controller): its flags, added by addFlags, and the
+// election's, described by leaderElectUsage, parsed as cli parses them; the campaign
+// they describe (nil with --leader-elect=false), timings that cannot work refused
+// before anything starts; then run until SIGTERM, and the exit cli makes of its error.
+func Run(name, about, leaderElectUsage string, addFlags func(*pflag.FlagSet), run func(ctx context.Context, fs *pflag.FlagSet, campaign Campaign) error) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	addFlags(fs)
+	election := NewFlags()
+	election.AddFlags(fs, leaderElectUsage)
+	cli.Parse(fs, about, os.Args[1:])
+	campaign, err := election.Campaign()
+	if err != nil {
+		cli.Exit(err)
+	}
+	cli.Exit(run(cli.SignalContext(), fs, campaign))
 }
