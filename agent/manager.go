@@ -145,30 +145,37 @@ func (m *Manager) Publish(ctx context.Context, req csi.PublishRequest) (err erro
 	if err := m.store.Create(rec); err != nil {
 		return csi.Internal("cannot keep volume %s: %v", req.VolumeID, err)
 	}
+	// From here, a publish that fails leaves nothing: no record, no token, no
+	// pipeline. One deferred clean-up, so that no new way to fail can forget it.
+	var v *volume
+	published := false
+	defer func() {
+		if published {
+			return
+		}
+		if v != nil {
+			v.stop()
+		}
+		m.forget(rec)
+	}()
 	if token != "" {
 		if err := m.store.SetToken(req.VolumeID, token); err != nil {
-			m.forget(rec)
 			return csi.Internal("cannot keep the pod's token: %v", err)
 		}
 	}
-	v, err := m.newVolume(rec, spec, plan)
-	if err != nil {
-		m.forget(rec)
+	if v, err = m.newVolume(rec, spec, plan); err != nil {
 		return csi.InvalidArgument("%v", err)
 	}
 	firstCtx, cancel := context.WithTimeout(ctx, m.cfg.FirstSyncTimeout)
 	err = v.first(firstCtx, m.cfg.FirstSyncTimeout.String()+" (the agent's --first-sync-timeout)")
 	cancel()
 	if err != nil {
-		v.stop()
-		m.forget(rec)
 		return csi.Unavailable("pod %s: %v", pod, err)
 	}
 	if err := m.mount(rec); err != nil {
-		v.stop()
-		m.forget(rec)
 		return csi.Internal("cannot mount the files at %s: %v", req.TargetPath, err)
 	}
+	published = true
 	m.start(v)
 	klog.InfoS("Published volume", "pod", klog.KRef(pod.Namespace, pod.Name), "volumeID", req.VolumeID, "paths", len(v.plan.Paths()), "took", time.Since(start))
 	return nil
