@@ -46,6 +46,9 @@ type Options struct {
 	// InjectedIndex is NAMESPACE/NAME of the ConfigMap listing the annotated objects
 	// filled, for the node agents and the signer; empty publishes none.
 	InjectedIndex string
+	// SidecarEventsClusterRole, when set, is the ClusterRole bound in every namespace
+	// the injector serves to that namespace's ServiceAccounts (sidecarevents).
+	SidecarEventsClusterRole string
 	// TenancyEnforced writes a TrustTarget only into the namespaces granted every
 	// source, and an annotated object only with the sources its namespace is
 	// granted; Namespace is exempt.
@@ -71,6 +74,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Federation, "federation", o.Federation, "Import the bundles of the peer trust domains FederatedTrustDomains name (where their CRD is served) into ClusterTrustBundles of signer trustsync.io/federated.")
 	fs.StringVar(&o.FleetNamespace, "fleet-cluster-profile-namespace", o.FleetNamespace, "Join the fleet whose ClusterProfiles (multicluster.x-k8s.io, the cluster inventory API) are in this namespace: one FederatedTrustDomain per profile whose status properties carry trustsync.io/trust-domain and trustsync.io/bundle-endpoint-url, removed when the profile goes. Empty: no fleet.")
 	fs.StringSliceVar(&o.OwnTrustDomains, "fleet-own-trust-domains", o.OwnTrustDomains, "This cluster's own trust domains: the fleet's profiles naming one are this cluster, and are not imported.")
+	fs.StringVar(&o.SidecarEventsClusterRole, "sidecar-events-cluster-role", o.SidecarEventsClusterRole, "A ClusterRole letting sidecars record Events; when set, every namespace the injector serves gets a RoleBinding of that name binding it to the namespace's own ServiceAccounts (group system:serviceaccounts:<namespace>), so a sidecar may write Events in its own namespace only. Empty: none are kept.")
 	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Write a TrustTarget only into the namespaces its TrustPolicies grant every one of its sources (status.notGrantedNamespaces names the rest), and fill an annotated ConfigMap or Secret only with the sources its namespace is granted (a Warning Event, TrustInjectNotGranted, names the rest); a grant withdrawn takes what was written away. --namespace is exempt. TrustPolicy statuses are written either way.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap listing the objects annotation injection fills and the anchors each holds, from which the node agents observe the pods reading them and the signer's rotations count them (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"). Empty publishes none: those objects' readers go unobserved.")
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -27,6 +28,7 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/controller/federation"
 	"github.com/trustsync/trustsync/controller/policystatus"
+	"github.com/trustsync/trustsync/controller/sidecarevents"
 	"github.com/trustsync/trustsync/controller/targets"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi"
@@ -242,6 +244,12 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 			go c.Run(ctx, 2)
 		}
 	}
+	if o.SidecarEventsClusterRole != "" {
+		namespaces := informers.NewSharedInformerFactory(client, resync)
+		binder := sidecarevents.New(client, namespaces, o.SidecarEventsClusterRole, o.Namespace)
+		namespaces.Start(ctx.Done())
+		go binder.Run(ctx)
+	}
 	federating := false
 	if o.Federation {
 		if federating, err = runFederation(ctx, o, client, dyn, recorder, m.federation); err != nil {
@@ -250,7 +258,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	ready.Store(true)
 	defer ready.Store(false)
-	klog.InfoS("Controllers running", "tenancyEnforced", tenancy.Grants != nil, "targets", o.Targets, "secrets", o.Secrets, "secretNames", o.SecretNames, "caBundles", o.CABundles, "federation", federating)
+	klog.InfoS("Controllers running", "tenancyEnforced", tenancy.Grants != nil, "targets", o.Targets, "secrets", o.Secrets, "secretNames", o.SecretNames, "caBundles", o.CABundles, "federation", federating, "sidecarEventsClusterRole", o.SidecarEventsClusterRole)
 	<-ctx.Done()
 	return nil
 }

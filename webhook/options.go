@@ -39,9 +39,9 @@ type Options struct {
 	SidecarImagePullSecrets []string
 	DefaultSidecarMode      string
 	Namespace               string
-	// SidecarEventsClusterRole, when set, is the ClusterRole bound in every served
-	// namespace to that namespace's ServiceAccounts (eventsBinder).
-	SidecarEventsClusterRole string
+	// movedSidecarEventsRole is --sidecar-events-cluster-role, which moved to
+	// trustsync-controller; given, it is refused, saying where.
+	movedSidecarEventsRole string
 	// TenancyEnforced refuses pods asking for trust their namespace's TrustPolicies
 	// do not grant (Namespace is exempt).
 	TenancyEnforced bool
@@ -119,7 +119,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DefaultSidecarMode, "default-sidecar-mode", o.DefaultSidecarMode, "How the sidecar runs when a pod does not say (trustsync.io/sidecar-mode): native (an init container with restartPolicy Always; Kubernetes 1.29+) or legacy (an init container plus a regular container).")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "The webhook's own namespace, whose pods are never injected (default: $POD_NAMESPACE).")
 	fs.BoolVar(&o.TenancyEnforced, "tenancy-enforced", o.TenancyEnforced, "Refuse a pod that asks for a bundle or a signer its namespace's TrustPolicies do not grant, whichever way it asks (trustsync annotations, projected clusterTrustBundle or podCertificate volumes, inline csi.trustsync.io volumes); --namespace is exempt. The TrustPolicies and namespaces are watched, not read per review.")
-	fs.StringVar(&o.SidecarEventsClusterRole, "sidecar-events-cluster-role", o.SidecarEventsClusterRole, "A ClusterRole letting sidecars record Events; when set, every namespace the injector serves gets a RoleBinding of that name binding it to the namespace's own ServiceAccounts (group system:serviceaccounts:<namespace>), so a sidecar may write Events in its own namespace only. Empty: none are kept.")
+	fs.StringVar(&o.movedSidecarEventsRole, "sidecar-events-cluster-role", "", "Moved to trustsync-controller.")
+	_ = fs.MarkHidden("sidecar-events-cluster-role")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "How long in-flight admission reviews may take to finish once the server stops accepting them.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "How long to keep accepting admission reviews after SIGTERM, with /readyz failing, so the API server has stopped sending to this replica before it stops listening (as kube-apiserver's --shutdown-delay-duration).")
 	fs.Int64Var(&o.ReviewBytesInFlight, "max-review-bytes-in-flight", o.ReviewBytesInFlight, "The admission review bytes decoded at once; a review whose body is in waits for room, so memory stays bounded however many arrive together (bodies still arriving are bounded at twice this, charged by the bytes they sent). A review costs about five times its size while decoded; at least 6291456 (one review of the largest size).")
@@ -131,6 +132,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate reports flag combinations that cannot work.
 func (o *Options) Validate() error {
 	var errs []error
+	if o.movedSidecarEventsRole != "" {
+		errs = append(errs, errors.New("--sidecar-events-cluster-role moved to trustsync-controller, so that the webhook, which any pod can reach, holds no right to create RoleBindings (the chart's sidecarRBAC.events sets it there): remove it from the webhook's arguments"))
+	}
 	if err := o.Flags.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -23,6 +23,10 @@ func TestOptions_RefuseWhatWouldBreakInjectedPods(t *testing.T) {
 			wantErr: `--sidecar-image-pull-policy "Sometimes" is not one of`},
 		{name: "an unknown sidecar mode is refused", args: []string{"--default-sidecar-mode=sidecar"},
 			wantErr: `--default-sidecar-mode "sidecar" is not one of`},
+		{name: "the sidecar Event bindings are refused, naming where they moved", args: []string{"--sidecar-events-cluster-role=trustsync-sidecar-events"},
+			wantErr: "--sidecar-events-cluster-role moved to trustsync-controller"},
+		{name: "a rate limit no client should run with is refused", args: []string{"--kube-api-qps=0"},
+			wantErr: "--kube-api-qps (0) and --kube-api-burst (30) must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions()

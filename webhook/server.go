@@ -242,9 +242,6 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 
 	factory := informers.NewSharedInformerFactory(client, 0)
 	namespaces, synced := namespaceAnnotations(factory, client)
-	if o.SidecarEventsClusterRole != "" {
-		go newEventsBinder(client, factory, o.SidecarEventsClusterRole, o.Namespace).run(ctx)
-	}
 	csiDrivers := factory.Storage().V1().CSIDrivers()
 	csiDriversSynced := csiDrivers.Informer().HasSynced
 	nodeAgent := func() bool {

@@ -462,7 +462,7 @@ func chartArg(t *testing.T, manifest []byte, flag string) string {
 			return value
 		}
 	}
-	t.Fatalf("the chart gives the webhook no %s", flag)
+	t.Fatalf("the chart gives no component %s", flag)
 	return ""
 }
 
@@ -566,8 +566,7 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 		_ = os.WriteFile(policy, []byte(cm.Data["policy.yaml"]), 0o600)
 		p := startFor(t, parent, "webhook", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-webhook"), "--namespace="+ns,
 			"--self-managed-tls", "--tls-secret-name=trustsync-webhook-tls", "--service-name=trustsync-webhook", "--webhook-configuration-name=trustsync",
-			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-bind-address=", "--policy="+policy,
-			"--sidecar-events-cluster-role="+chartArg(t, manifest, "--sidecar-events-cluster-role"))
+			"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port), "--health-bind-address=", "--policy="+policy)
 		eventually(t, "the webhook set its CA in both configurations", p, func(ctx context.Context) (bool, error) {
 			secret, err := client.CoreV1().Secrets(ns).Get(ctx, "trustsync-webhook-tls", metav1.GetOptions{})
 			if err != nil {
@@ -617,9 +616,14 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		// The webhook, as its ServiceAccount, binds the sidecar's Event role in each
-		// namespace it serves, to that namespace's ServiceAccounts.
-		eventually(t, "the webhook bound the Event role in both tenants' namespaces", nil, func(ctx context.Context) (bool, error) {
+		// The controller, as its ServiceAccount and with the chart's flag, binds the
+		// sidecar's Event role in each namespace the injector serves, to that
+		// namespace's ServiceAccounts. (Without the Lease, so that the controller the
+		// TrustTarget test starts later takes it at once.)
+		p := startFor(t, t, "controller", "--kubeconfig="+serviceAccountKubeconfig(t, cp, ns, "trustsync-controller"), "--namespace="+ns,
+			"--health-bind-address=", "--leader-elect=false", "--targets=false", "--federation=false",
+			"--sidecar-events-cluster-role="+chartArg(t, manifest, "--sidecar-events-cluster-role"))
+		eventually(t, "the controller bound the Event role in both tenants' namespaces", p, func(ctx context.Context) (bool, error) {
 			for _, name := range []string{"tenant-a", "tenant-b"} {
 				rb, err := client.RbacV1().RoleBindings(name).Get(ctx, "trustsync-sidecar-events", metav1.GetOptions{})
 				if err != nil || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "system:serviceaccounts:"+name {
@@ -658,18 +662,27 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 				t.Errorf("can %s %s %s in %q (as tenant-a's default ServiceAccount): %v, want %v", tc.verb, tc.resource, tc.name, tc.namespace, sar.Status.Allowed, tc.want)
 			}
 		}
-		// The webhook may bind that one role and no other: not cluster-admin.
-		cfg, err := cp.ServiceAccountConfig(ctx, ns, "trustsync-webhook")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = kubernetes.NewForConfigOrDie(cfg).RbacV1().RoleBindings("tenant-a").Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:tenant-a"}},
-		}, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) {
-			t.Errorf("the webhook's ServiceAccount binding cluster-admin: err = %v, want Forbidden", err)
+		// The controller may bind that one role and no other (not cluster-admin); the
+		// webhook, which any pod can reach, may bind none.
+		for _, tc := range []struct {
+			serviceAccount, role string
+		}{
+			{"trustsync-controller", "cluster-admin"},
+			{"trustsync-webhook", "cluster-admin"},
+			{"trustsync-webhook", "trustsync-sidecar-events"},
+		} {
+			cfg, err := cp.ServiceAccountConfig(ctx, ns, tc.serviceAccount)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = kubernetes.NewForConfigOrDie(cfg).RbacV1().RoleBindings("tenant-a").Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tc.role},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:tenant-a"}},
+			}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s binding %s: err = %v, want Forbidden", tc.serviceAccount, tc.role, err)
+			}
 		}
 	})
 

@@ -181,6 +181,7 @@ func TestChart_RefusesValuesThatCannotWorkSayingWhatToSet(t *testing.T) {
 		{"an agent namespace that is no namespace name", "agent.namespace=Trust_Agent", "/agent/namespace"},
 		{"authorized Secret names where no Secret is allowed", "targets.authorizedSecrets={trust-roots}", "targets.authorizedSecrets narrows the Secrets targets.secrets allows: set targets.secrets: true too"},
 		{"an authorized Secret name no Secret can have", "targets.secrets=true,targets.authorizedSecrets={Trust_Roots}", "/targets/authorizedSecrets/0"},
+		{"the sidecars' Event bindings without the controller that keeps them", "targets.enabled=false", "sidecarRBAC.events needs trustsync-controller (targets.enabled), which binds the sidecars' Event role in each namespace: set targets.enabled: true, or sidecarRBAC.events: false"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := renderSet(t, tc.set)

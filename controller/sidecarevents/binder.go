@@ -1,4 +1,7 @@
-package webhook
+// Package sidecarevents keeps, in every namespace the injector serves, the RoleBinding
+// that lets that namespace's sidecars record Events about their pods there and
+// nowhere else.
+package sidecarevents
 
 import (
 	"context"
@@ -11,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -24,19 +26,21 @@ import (
 	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
-// eventsBinder lets each namespace's sidecars record Events about their pods in that
+// Binder lets each namespace's sidecars record Events about their pods in that
 // namespace and nowhere else. RBAC cannot bind a role to "a ServiceAccount, in its own
 // namespace" for every ServiceAccount at once: a ClusterRoleBinding to the group
 // system:serviceaccounts would let any tenant forge Events in kube-system or another
-// team's namespace. So the webhook keeps, in every namespace its injector serves, a
+// team's namespace. So the controller keeps, in every namespace its injector serves, a
 // RoleBinding of the sidecar's events ClusterRole to that namespace's group
 // (system:serviceaccounts:<namespace>), as the namespace appears; the namespace's
 // deletion takes the binding with it, and the ClusterRole's (an owner reference) takes
 // them all when the chart is uninstalled.
 //
-// Every replica runs it: its writes are idempotent (create, AlreadyExists is done), so
-// it needs no Lease.
-type eventsBinder struct {
+// It is the controller's, not the webhook's: the webhook, which any pod can reach,
+// then holds no right to create RoleBindings or bind a role. It runs while the
+// controller holds its Lease; its writes are idempotent either way (create,
+// AlreadyExists is done).
+type Binder struct {
 	client kubernetes.Interface
 	// role names both the ClusterRole and the RoleBinding kept in each namespace.
 	role string
@@ -49,24 +53,26 @@ type eventsBinder struct {
 	start      func(stop <-chan struct{})
 }
 
-// managedByLabel marks the bindings the webhook keeps.
+// managedByLabel marks the bindings trustsync keeps.
 const managedByLabel = "app.kubernetes.io/managed-by"
 
-// newEventsBinder watches namespaces through factory (shared with the injector's
-// namespace defaults) and, with a watch of its own, only the bindings named role.
-func newEventsBinder(client kubernetes.Interface, factory informers.SharedInformerFactory, role, ownNamespace string) *eventsBinder {
+// New keeps the bindings of role, the ClusterRole letting sidecars record Events (and
+// the name of every binding); ownNamespace, trustsync's, gets none, as the injector
+// serves none of its pods. It watches namespaces through factory, started by its
+// owner, and, with a watch of its own, only the bindings named role.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, role, ownNamespace string) *Binder {
 	bindingsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		// RBAC authorizes a list or watch by name against resourceNames, so the
-		// webhook needs no right to read other bindings.
+		// controller needs no right to read other bindings.
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", role).String()
 	}))
 	nsInformer := factory.Core().V1().Namespaces()
 	rbInformer := bindingsFactory.Rbac().V1().RoleBindings()
-	b := &eventsBinder{
+	b := &Binder{
 		client: client, role: role, injector: injector.Config{Namespace: ownNamespace},
 		namespaces: nsInformer.Lister(), bindings: rbInformer.Lister(),
 		synced: []cache.InformerSynced{nsInformer.Informer().HasSynced, rbInformer.Informer().HasSynced},
-		queue:  queue.New[string]("sidecar-events-bindings"),
+		queue:  queue.New[string]("trustsync_sidecar_events_bindings"),
 	}
 	enqueue := func(obj any) {
 		if o, ok := obj.(metav1.Object); ok {
@@ -89,44 +95,30 @@ func newEventsBinder(client kubernetes.Interface, factory informers.SharedInform
 	return b
 }
 
-// run reconciles until ctx is done; the namespace informer's factory is started by
-// its owner.
-func (b *eventsBinder) run(ctx context.Context) {
+// Run reconciles until ctx is done; factory is started by its owner.
+func (b *Binder) Run(ctx context.Context) {
 	defer b.queue.ShutDown()
 	b.start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), b.synced...) {
 		return
 	}
 	klog.InfoS("Keeping sidecar Event bindings in every served namespace", "clusterRole", b.role)
-	go wait.UntilWithContext(ctx, func(ctx context.Context) {
-		for b.next(ctx) {
+	queue.Work(ctx, b.queue, 1, "namespace", func(ctx context.Context, ns string) (time.Duration, error) {
+		if err := b.reconcile(ctx, ns); err != nil {
+			return 0, fmt.Errorf("cannot keep the sidecar Event binding in namespace %s: %w", ns, err)
 		}
-	}, time.Second)
+		return 0, nil
+	})
 	<-ctx.Done()
 }
 
-func (b *eventsBinder) next(ctx context.Context) bool {
-	ns, quit := b.queue.Get()
-	if quit {
-		return false
-	}
-	defer b.queue.Done(ns)
-	if err := b.reconcile(ctx, ns); err != nil {
-		klog.ErrorS(err, "Cannot keep the sidecar Event binding; retrying", "namespace", ns)
-		b.queue.AddRateLimited(ns)
-		return true
-	}
-	b.queue.Forget(ns)
-	return true
-}
-
 // served reports whether the injector may put sidecars into pods of namespace ns.
-func (b *eventsBinder) served(ns *corev1.Namespace) bool {
+func (b *Binder) served(ns *corev1.Namespace) bool {
 	return b.injector.NamespaceSkipped(ns.Name) == "" && ns.Status.Phase != corev1.NamespaceTerminating
 }
 
 // reconcile makes namespace ns hold exactly the binding it should.
-func (b *eventsBinder) reconcile(ctx context.Context, ns string) error {
+func (b *Binder) reconcile(ctx context.Context, ns string) error {
 	namespace, err := b.namespaces.Get(ns)
 	if apierrors.IsNotFound(err) {
 		return nil // its bindings go with it
@@ -185,11 +177,11 @@ func ownedByRole(o metav1.Object, role string) bool {
 }
 
 // binding is the RoleBinding namespace ns should hold.
-func (b *eventsBinder) binding(ns string) *rbacv1.RoleBinding {
+func (b *Binder) binding(ns string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: b.role, Namespace: ns,
-			Labels: map[string]string{managedByLabel: "trustsync-webhook"},
+			Labels: map[string]string{managedByLabel: "trustsync-controller"},
 		},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + ns}},
@@ -198,7 +190,7 @@ func (b *eventsBinder) binding(ns string) *rbacv1.RoleBinding {
 
 // clusterRoleOwner makes the ClusterRole the owner of every binding, so that deleting
 // it (helm uninstall) lets the garbage collector remove them.
-func (b *eventsBinder) clusterRoleOwner(ctx context.Context) (*metav1.OwnerReference, error) {
+func (b *Binder) clusterRoleOwner(ctx context.Context) (*metav1.OwnerReference, error) {
 	role, err := b.client.RbacV1().ClusterRoles().Get(ctx, b.role, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("cannot read ClusterRole %q, the sidecar's Event role that --sidecar-events-cluster-role names (the chart installs it with sidecarRBAC.events): %w", b.role, err)

@@ -1,4 +1,4 @@
-package webhook
+package sidecarevents
 
 import (
 	"context"
@@ -17,8 +17,8 @@ import (
 
 const eventsRole = "trustsync-sidecar-events"
 
-// newTestBinder is an eventsBinder over a fake API holding objs, its caches filled.
-func newTestBinder(t *testing.T, objs ...any) (*eventsBinder, *fake.Clientset) {
+// newTestBinder is a Binder over a fake API holding objs, its caches filled.
+func newTestBinder(t *testing.T, objs ...any) (*Binder, *fake.Clientset) {
 	t.Helper()
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: eventsRole, UID: types.UID("role-uid")}}
 	client := fake.NewClientset(role)
@@ -35,7 +35,7 @@ func newTestBinder(t *testing.T, objs ...any) (*eventsBinder, *fake.Clientset) {
 		}
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
-	b := newEventsBinder(client, factory, eventsRole, "trustsync-system")
+	b := New(client, factory, eventsRole, "trustsync-system")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	factory.Start(ctx.Done())
@@ -61,7 +61,7 @@ func TestEventsBinder_EachNamespacesServiceAccountsMayWriteEventsThereAlone(t *t
 	}{
 		{name: "a served namespace gets a binding for its own group", ns: namespace("tenant-a"), wantBound: true},
 		{name: "kube-system gets none: the injector never serves it", ns: namespace("kube-system")},
-		{name: "the webhook's own namespace gets none", ns: namespace("trustsync-system")},
+		{name: "trustsync's own namespace gets none", ns: namespace("trustsync-system")},
 		{name: "a terminating namespace gets none", ns: &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenant-a"}, Status: corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating}}},
 		{name: "a binding widened to every ServiceAccount is narrowed back", ns: namespace("tenant-a"), wantBound: true,
 			existing: &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: eventsRole, Namespace: "tenant-a"}, RoleRef: roleRef,
