@@ -219,7 +219,9 @@ func (c *Controller) namespaceChanged(o, n any) {
 }
 
 // reconcile writes target name's object into every selected namespace and takes it
-// out of the others.
+// out of the others, in flat steps: a target gone gives everything back; a spec that
+// cannot be written says why; the sources rendered; every selected namespace written;
+// the rest released; the status says how it went.
 func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
 	c.cfg.Metrics.reconciled("targets")
 	obj, exists, err := c.targets.GetStore().GetByKey(name)
@@ -232,27 +234,9 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.permitsSecret))
 	}
 	u := obj.(*unstructured.Unstructured)
-	t, err := v1alpha1.TrustTargetFromUnstructured(u)
-	if err != nil {
-		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonInvalidSpec, err.Error(), false)
-	}
-	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
-	if err != nil {
-		c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonInvalidSpec, err.Error())
-		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonInvalidSpec, err.Error(), false)
-	}
-	kind, object := spec.Kind, spec.Name
-	if kind == v1alpha1.KindSecret {
-		if !c.cfg.Secrets {
-			msg := "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors"
-			c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonSecretsNotAllowed, msg)
-			return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonSecretsNotAllowed, msg, false)
-		}
-		if !c.permitsSecret(object) {
-			msg := secretNotAuthorized(object, c.cfg.SecretNames)
-			c.cfg.Events.Event(u, corev1.EventTypeWarning, v1alpha1.ReasonSecretNotAuthorized, msg)
-			return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, v1alpha1.ReasonSecretNotAuthorized, msg, false)
-		}
+	t, spec, refused := c.admit(u)
+	if refused != nil {
+		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, *refused)
 	}
 	st, err := c.state.get(ctx, name, specKey(t.Spec), spec.Sources)
 	if err != nil {
@@ -261,93 +245,161 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !st.set.HasSynced() {
 		return time.Second, nil
 	}
-	if st.last == nil {
-		// After a restart (or a spec change) there is no earlier rendering: the
-		// objects written before hold the last good content, and a source that
-		// fails now must keep it, not take its key away.
-		if live := c.anyWritten(kind, name, object); live != nil {
-			st.seed(live.files(st.plan.Paths()))
-		}
-	}
-	r := st.render()
-
-	selector := spec.Namespaces
-	all, err := c.namespaces.List(labels.Everything())
+	r := c.render(st, name, spec)
+	claimed := claims(c.targets.GetStore().List(), c.permitsSecret)
+	out, err := c.writeSelected(ctx, st, t, spec, r, claimed)
 	if err != nil {
 		return 0, err
 	}
-	claimed := claims(c.targets.GetStore().List(), c.permitsSecret)
-	status := v1alpha1.TrustTargetStatus{Anchors: r.AnchorIDs()}
-	selected := map[string]bool{}
-	var shared []string // what this target writes and another claims too
-	failed, conflicted := 0, 0
+	if err := c.releaseAll(ctx, name, func(k, namespace, obj string) bool {
+		return k == spec.Kind && obj == spec.Name && out.selected[namespace]
+	}, claimed); err != nil {
+		return 0, err
+	}
+	return 0, c.setStatus(ctx, u, out.status, out.ready(spec, r.Err()))
+}
+
+// ready is a Ready condition's outcome: its reason and message, and whether it is
+// True.
+type ready struct {
+	reason, message string
+	ok              bool
+}
+
+// admit parses u and checks that it may be written here; refused says why not (an
+// Event is recorded with it).
+func (c *Controller) admit(u *unstructured.Unstructured) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *ready) {
+	t, err := v1alpha1.TrustTargetFromUnstructured(u)
+	if err != nil {
+		return nil, nil, &ready{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
+	}
+	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
+	refuse := func(reason, msg string) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *ready) {
+		c.cfg.Events.Event(u, corev1.EventTypeWarning, reason, msg)
+		return nil, nil, &ready{reason: reason, message: msg}
+	}
+	switch {
+	case err != nil:
+		return refuse(v1alpha1.ReasonInvalidSpec, err.Error())
+	case spec.Kind == v1alpha1.KindSecret && !c.cfg.Secrets:
+		return refuse(v1alpha1.ReasonSecretsNotAllowed, "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors")
+	case spec.Kind == v1alpha1.KindSecret && !c.permitsSecret(spec.Name):
+		return refuse(v1alpha1.ReasonSecretNotAuthorized, secretNotAuthorized(spec.Name, c.cfg.SecretNames))
+	}
+	return t, spec, nil
+}
+
+// render renders the target's sources as the watches hold them. After a restart (or
+// a spec change) there is no earlier rendering: the objects written before hold the
+// last good content, and a source that fails now must keep it, not take its key away.
+func (c *Controller) render(st *watched, target string, spec *v1alpha1.ParsedTrustTargetSpec) *render.Rendering {
+	if st.last == nil {
+		if live := c.anyWritten(spec.Kind, target, spec.Name); live != nil {
+			st.seed(live.files(st.plan.Paths()))
+		}
+	}
+	return st.render()
+}
+
+// tally is one reconcile's writes: the status they make, the namespaces
+// selected (whose objects are kept), and how the others failed.
+type tally struct {
+	status   v1alpha1.TrustTargetStatus
+	selected map[string]bool
+	// shared names what this target writes that another claims too.
+	shared             []string
+	failed, conflicted int
+}
+
+// writeSelected brings the target's object up to date in every namespace it selects
+// and is granted. An error is one that must leave everything as it is (the grants
+// cannot be told): nothing is released on it.
+func (c *Controller) writeSelected(ctx context.Context, st *watched, t *v1alpha1.TrustTarget, spec *v1alpha1.ParsedTrustTargetSpec, r *render.Rendering, claimed []claim) (*tally, error) {
+	all, err := c.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := &tally{status: v1alpha1.TrustTargetStatus{Anchors: r.AnchorIDs()}, selected: map[string]bool{}}
 	for _, ns := range all {
-		if ns.Status.Phase == corev1.NamespaceTerminating || !selector.Matches(labels.Set(ns.Labels)) {
+		if ns.Status.Phase == corev1.NamespaceTerminating || !spec.Namespaces.Matches(labels.Set(ns.Labels)) {
 			continue
 		}
 		_, refused, err := c.cfg.Tenancy.split(ctx, ns.Name, t.Spec.Sources)
 		if err != nil {
-			return 0, err // nothing released while the grants cannot be told
+			return nil, err
 		}
 		if refused != nil {
-			// Not written, and what was written before is released below: a
-			// grant withdrawn takes the anchors away.
-			status.NotGranted++
-			if len(status.NotGrantedNamespaces) < 10 {
-				status.NotGrantedNamespaces = append(status.NotGrantedNamespaces, v1alpha1.NamespaceFailure{Namespace: ns.Name, Message: refused.Error()})
-			}
+			// Not written, and what was written before is released: a grant
+			// withdrawn takes the anchors away.
+			out.notGranted(ns.Name, refused)
 			continue
 		}
-		selected[ns.Name] = true
-		status.Namespaces++
-		written, note, err := c.write(ctx, st, ns, kind, object, name, t.Spec.Sources, r, claimed)
-		if note != "" {
-			shared = append(shared, note)
-		}
-		switch {
-		case err != nil:
-			failed++
-			if errors.As(err, new(*conflictError)) {
-				conflicted++
-			}
-			if len(status.Failures) < 10 {
-				status.Failures = append(status.Failures, v1alpha1.NamespaceFailure{Namespace: ns.Name, Message: err.Error()})
-			}
-		case written:
-			status.Synced++
-		}
+		out.selected[ns.Name] = true
+		written, note, err := c.write(ctx, st, ns, spec.Kind, spec.Name, t.Name, t.Spec.Sources, r, claimed)
+		out.wrote(ns.Name, written, note, err)
 	}
-	if err := c.releaseAll(ctx, name, func(k, namespace, obj string) bool { return k == kind && obj == object && selected[namespace] }, claimed); err != nil {
-		return 0, err
-	}
+	return out, nil
+}
 
-	reason, msg, ok := v1alpha1.ReasonSynced, fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", kind, object, status.Synced, status.Namespaces), true
+// maxNamed is how many namespaces a status names of those that failed, or were not
+// granted.
+const maxNamed = 10
+
+func (out *tally) notGranted(namespace string, why error) {
+	out.status.NotGranted++
+	if len(out.status.NotGrantedNamespaces) < maxNamed {
+		out.status.NotGrantedNamespaces = append(out.status.NotGrantedNamespaces, v1alpha1.NamespaceFailure{Namespace: namespace, Message: why.Error()})
+	}
+}
+
+func (out *tally) wrote(namespace string, written bool, note string, err error) {
+	out.status.Namespaces++
+	if note != "" {
+		out.shared = append(out.shared, note)
+	}
 	switch {
-	case r.Err() != nil && status.Synced == 0 && failed == 0 && status.Namespaces > 0:
-		reason, msg, ok = v1alpha1.ReasonSourceMissing, "nothing written: "+r.Err().Error(), false
-	case r.Err() != nil:
-		reason, msg, ok = v1alpha1.ReasonSourceMissing, msg+"; kept the last good content of: "+r.Err().Error(), false
+	case err != nil:
+		out.failed++
+		if errors.As(err, new(*conflictError)) {
+			out.conflicted++
+		}
+		if len(out.status.Failures) < maxNamed {
+			out.status.Failures = append(out.status.Failures, v1alpha1.NamespaceFailure{Namespace: namespace, Message: err.Error()})
+		}
+	case written:
+		out.status.Synced++
+	}
+}
+
+// ready is the Ready condition a reconcile that wrote out ends with; renderErr is
+// why a source failed, if one did (its last good content is kept).
+func (out *tally) ready(spec *v1alpha1.ParsedTrustTargetSpec, renderErr error) ready {
+	status := out.status
+	res := ready{reason: v1alpha1.ReasonSynced, message: fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", spec.Kind, spec.Name, status.Synced, status.Namespaces), ok: true}
+	switch {
+	case renderErr != nil && status.Synced == 0 && out.failed == 0 && status.Namespaces > 0:
+		res = ready{reason: v1alpha1.ReasonSourceMissing, message: "nothing written: " + renderErr.Error()}
+	case renderErr != nil:
+		res = ready{reason: v1alpha1.ReasonSourceMissing, message: res.message + "; kept the last good content of: " + renderErr.Error()}
 	case status.Namespaces == 0 && status.NotGranted > 0:
 		first := status.NotGrantedNamespaces[0]
-		reason, msg, ok = v1alpha1.ReasonNotGranted, fmt.Sprintf("nothing written: none of the %d namespaces selected is granted every source (TrustPolicies), first %s: %s", status.NotGranted, first.Namespace, first.Message), false
+		res = ready{reason: v1alpha1.ReasonNotGranted, message: fmt.Sprintf("nothing written: none of the %d namespaces selected is granted every source (TrustPolicies), first %s: %s", status.NotGranted, first.Namespace, first.Message)}
 	case status.Namespaces == 0:
-		reason, msg = v1alpha1.ReasonNoNamespaces, "the namespace selector matches no namespace"
-	case len(shared) > 0 || conflicted > 0:
-		first := status.Failures
-		reason, ok = v1alpha1.ReasonConflict, false
-		if len(shared) > 0 {
-			msg = fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", msg, shared[0], len(shared))
-		} else {
-			msg = fmt.Sprintf("%s; %d namespaces not written, first %s: %s", msg, failed, first[0].Namespace, first[0].Message)
-		}
-	case failed > 0:
-		reason, msg, ok = v1alpha1.ReasonWriteFailed, fmt.Sprintf("%s; %d namespaces failed, first %s: %s", msg, failed, status.Failures[0].Namespace, status.Failures[0].Message), false
+		res = ready{reason: v1alpha1.ReasonNoNamespaces, message: "the namespace selector matches no namespace", ok: true}
+	case len(out.shared) > 0:
+		res = ready{reason: v1alpha1.ReasonConflict, message: fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", res.message, out.shared[0], len(out.shared))}
+	case out.conflicted > 0:
+		first := status.Failures[0]
+		res = ready{reason: v1alpha1.ReasonConflict, message: fmt.Sprintf("%s; %d namespaces not written, first %s: %s", res.message, out.failed, first.Namespace, first.Message)}
+	case out.failed > 0:
+		first := status.Failures[0]
+		res = ready{reason: v1alpha1.ReasonWriteFailed, message: fmt.Sprintf("%s; %d namespaces failed, first %s: %s", res.message, out.failed, first.Namespace, first.Message)}
 	}
-	if ok && status.NotGranted > 0 {
+	if res.ok && status.NotGranted > 0 {
 		first := status.NotGrantedNamespaces[0]
-		msg = fmt.Sprintf("%s; %d more selected are not granted every source and are not written (status.notGrantedNamespaces), first %s: %s", msg, status.NotGranted, first.Namespace, first.Message)
+		res.message = fmt.Sprintf("%s; %d more selected are not granted every source and are not written (status.notGrantedNamespaces), first %s: %s", res.message, status.NotGranted, first.Namespace, first.Message)
 	}
-	return 0, c.setStatus(ctx, u, status, reason, msg, ok)
+	return res
 }
 
 // conflictError is an object this target does not write because another claims it.
@@ -749,24 +801,25 @@ func ignoreNotFound(err error) error {
 
 // setStatus records the status and the Ready condition, and an Event when Ready
 // changed.
-func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status v1alpha1.TrustTargetStatus, reason, message string, ready bool) error {
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status v1alpha1.TrustTargetStatus, r ready) error {
+	reason, message, ok := r.reason, r.message, r.ok
 	old, _ := v1alpha1.TrustTargetFromUnstructured(u)
 	status.ObservedGeneration = u.GetGeneration()
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: u.GetGeneration()}
-	if ready {
+	if ok {
 		cond.Status = metav1.ConditionTrue
 	}
 	if old != nil {
 		status.Conditions = slices.Clone(old.Status.Conditions)
 	}
 	changed := meta.SetStatusCondition(&status.Conditions, cond)
-	c.cfg.Metrics.targetReady(u.GetName(), ready)
+	c.cfg.Metrics.targetReady(u.GetName(), ok)
 	if old != nil && equalStatus(old.Status, status) {
 		return nil
 	}
 	if changed {
 		typ := corev1.EventTypeNormal
-		if !ready && reason != v1alpha1.ReasonNoNamespaces {
+		if !ok && reason != v1alpha1.ReasonNoNamespaces {
 			typ = corev1.EventTypeWarning
 		}
 		c.cfg.Events.Event(u, typ, reason, message)
