@@ -3,6 +3,8 @@ package controlplane
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -115,6 +117,17 @@ func (p *Process) Wait() error {
 
 // Pid returns the process id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Metrics is what the process serves on /metrics now, at its HealthAddr.
+func (p *Process) Metrics() (string, error) {
+	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
 
 // Tail returns the end of the process's log, for error messages.
 func (p *Process) Tail() string { return tail(p.LogPath, 4000) }

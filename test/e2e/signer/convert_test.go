@@ -257,7 +257,7 @@ func TestConvert_ClusterBundlesAsTrustManagersCRDHasThemConvertFieldByField(t *t
 	applyConverted(t, cp, out)
 
 	client := kube(t, cp.AdminConfig())
-	labelledNamespace(t, client, name, map[string]string{"trust": name})
+	controlplane.LabelledNamespace(t, client, name, map[string]string{"trust": name})
 	poll.True(t, time.Minute, "the converted ClusterBundle's ConfigMap written with both data keys", func() bool {
 		cm, err := client.CoreV1().ConfigMaps(name).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

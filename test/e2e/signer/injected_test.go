@@ -49,7 +49,7 @@ func TestSigner_ARotationWaitsForTheAnnotatedObjectsFilledFromItsBundle(t *testi
 
 	sources := fmt.Sprintf(`[{"signerName": %q, "path": "ca.pem", "labelSelector": {"matchLabels": {"kubernetes.io/cluster-trust-bundle-version": "live"}}}]`, signer)
 	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": sources}
-	labelledNamespace(t, admin, appNS, nil)
+	controlplane.LabelledNamespace(t, admin, appNS, nil)
 	if err := cp.CreateServiceAccount(ctx, appNS, "default"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package signer tests trustsync-signer end to end: the real binary, with leader
 // election, against a real kube-apiserver, signing CSRs that ServiceAccounts create;
-// and beside it trustsync-controller, which keeps TrustTargets and annotated objects
-// current from the bundles the signer publishes.
+// beside it runs trustsync-controller, whose objects a rotation waits for (the
+// controller's own behaviour is test/e2e/controller's).
 package signer
 
 import (

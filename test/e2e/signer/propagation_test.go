@@ -154,18 +154,18 @@ func TestSigner_ARotationWaitsForTheObjectsATrustTargetWrites(t *testing.T) {
 	poll.True(t, time.Minute, "the signer's live bundle, Stable", func() bool { return rotation() == 0 && r.Phase == "Stable" })
 
 	label := map[string]string{"objects-test": "signer-roots"}
-	labelledNamespace(t, admin, "objects-a", label)
-	labelledNamespace(t, admin, "objects-b", label)
+	controlplane.LabelledNamespace(t, admin, "objects-a", label)
+	controlplane.LabelledNamespace(t, admin, "objects-b", label)
 	if _, err := admin.CoreV1().ConfigMaps("objects-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: target},
 		Data: map[string]string{"ca.pem": "another tool's ca.pem"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
 		t.Fatal(err)
 	}
-	createTarget(t, cp, target, map[string]any{
+	controlplane.CreateTarget(t, cp, target, map[string]any{
 		"sources": []any{map[string]any{"signerName": signer, "path": "ca.pem",
 			"labelSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/cluster-trust-bundle-version": "live"}}}},
 		"target": map[string]any{"configMap": map[string]any{"name": target}, "namespaceSelector": map[string]any{"matchLabels": label}},
 	})
-	waitReason(t, cp, target, "WriteFailed")
+	controlplane.WaitTargetReason(t, cp, target, "WriteFailed")
 
 	requestRotation(t, cp, namespace, signer)
 	poll.True(t, time.Minute, "the new CA waiting, written by the target where it can be", func() bool {

@@ -64,10 +64,10 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 	}
 	client := kube(t, cp.AdminConfig())
 	one, two, next := fixtures.CA("upgrade one"), fixtures.CA("upgrade two"), fixtures.CA("upgrade next")
-	nativeBundle(t, client, "upgrade-one", one)
-	nativeBundle(t, client, "upgrade-two", two)
-	labelledNamespace(t, client, "upgrade-apps", map[string]string{"trust": "upgrade"})
-	createTarget(t, cp, "upgrade", map[string]any{
+	controlplane.NativeBundle(t, client, "upgrade-one", one)
+	controlplane.NativeBundle(t, client, "upgrade-two", two)
+	controlplane.LabelledNamespace(t, client, "upgrade-apps", map[string]string{"trust": "upgrade"})
+	controlplane.CreateTarget(t, cp, "upgrade", map[string]any{
 		"sources": []any{map[string]any{"name": "upgrade-one", "path": "one.crt"}, map[string]any{"name": "upgrade-two", "path": "two.crt"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "upgrade"}}},
 	})
@@ -87,18 +87,18 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 	}
 	for _, name := range []string{"roots", "annotated"} {
 		poll.True(t, time.Minute, "the previous signer writing "+name, func() bool {
-			v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt")
+			v, _ := controlplane.ConfigMapKey(t, client, "upgrade-apps", name, "one.crt")
 			return v == string(one.CertPEM())
 		})
 	}
 	poll.True(t, time.Minute, "the previous signer writing two.crt", func() bool {
-		v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt")
+		v, _ := controlplane.ConfigMapKey(t, client, "upgrade-apps", "roots", "two.crt")
 		return v == string(two.CertPEM())
 	})
 	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "upgrade-two", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReason(t, cp, "upgrade", "SourceMissing")
+	controlplane.WaitTargetReason(t, cp, "upgrade", "SourceMissing")
 	before := map[string]*corev1.ConfigMap{}
 	for _, name := range []string{"roots", "annotated"} {
 		if before[name], err = client.CoreV1().ConfigMaps("upgrade-apps").Get(ctx, name, metav1.GetOptions{}); err != nil {
@@ -119,7 +119,7 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 	}
 	defer controller.Stop(10 * time.Second)
 	poll.True(t, time.Minute, "the controller reconciling the target and the annotated ConfigMap", func() bool {
-		metrics, err := metricsOf(controller)
+		metrics, err := controller.Metrics()
 		return err == nil && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="targets"}`) && strings.Contains(metrics, `trustsync_targets_reconciles_total{controller="inject"}`)
 	})
 	for name, was := range before {
@@ -133,17 +133,17 @@ func TestUpgrade_TheControllerAdoptsWhatTheSignerWrote(t *testing.T) {
 			t.Errorf("%s was written again though nothing changed: %v -> %v", name, was.Data, now.Data)
 		}
 	}
-	if v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt"); v != string(two.CertPEM()) {
+	if v, _ := controlplane.ConfigMapKey(t, client, "upgrade-apps", "roots", "two.crt"); v != string(two.CertPEM()) {
 		t.Errorf("two.crt, whose bundle is gone, lost its last good content in the upgrade: %q", v)
 	}
-	setNativeBundle(t, client, "upgrade-one", next)
+	controlplane.SetNativeBundle(t, client, "upgrade-one", next)
 	for _, name := range []string{"roots", "annotated"} {
 		poll.True(t, time.Minute, "the controller writing the edit into "+name, func() bool {
-			v, _ := keyOf(t, client, "upgrade-apps", name, "one.crt")
+			v, _ := controlplane.ConfigMapKey(t, client, "upgrade-apps", name, "one.crt")
 			return v == string(next.CertPEM())
 		})
 	}
-	if v, _ := keyOf(t, client, "upgrade-apps", "roots", "two.crt"); v != string(two.CertPEM()) {
+	if v, _ := controlplane.ConfigMapKey(t, client, "upgrade-apps", "roots", "two.crt"); v != string(two.CertPEM()) {
 		t.Errorf("two.crt lost its last good content with the first edit after the upgrade: %q", v)
 	}
 	if strings.Contains(signer.Tail(), "TrustTarget") {

@@ -1,4 +1,4 @@
-package signer
+package controller
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 	root := fixtures.CA("bench targets")
 	anchors := []*fixtures.Cert{root}
 	for i := range nTargets {
-		nativeBundle(b, client, fmt.Sprintf("bench-%s-%d", run, i), root)
+		controlplane.NativeBundle(b, client, fmt.Sprintf("bench-%s-%d", run, i), root)
 	}
 	// Namespaces are made ten at a time: the admin's client, not the controller, is
 	// what waits here.
@@ -44,13 +45,13 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			labelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), label)
+			controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), label)
 		}()
 	}
 	wg.Wait()
 	start := time.Now()
 	for i := range nTargets {
-		createTarget(b, cp, fmt.Sprintf("bench-%s-%d", run, i), map[string]any{
+		controlplane.CreateTarget(b, cp, fmt.Sprintf("bench-%s-%d", run, i), map[string]any{
 			"sources": []any{map[string]any{"name": fmt.Sprintf("bench-%s-%d", run, i), "path": "ca.crt"}},
 			"target":  map[string]any{"configMap": map[string]any{"name": fmt.Sprintf("roots-%d", i)}, "namespaceSelector": map[string]any{"matchLabels": label}},
 		})
@@ -58,7 +59,7 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 	namespaces := nNamespaces
 	synced := func() bool {
 		for i := range nTargets {
-			st := targetStatus(b, cp, fmt.Sprintf("bench-%s-%d", run, i))
+			st := controlplane.TargetStatus(b, cp, fmt.Sprintf("bench-%s-%d", run, i))
 			if st.Namespaces != namespaces || st.Synced != namespaces {
 				return false
 			}
@@ -76,7 +77,7 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 	for i := range b.N {
 		before := poke()
 		t0 := time.Now()
-		labelledNamespace(b, client, fmt.Sprintf("bench-%s-new-%d", run, i), label)
+		controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-new-%d", run, i), label)
 		namespaces++
 		waitLong(b, "the new namespace filled by every target", 5*time.Minute, synced)
 		nsTime = append(nsTime, time.Since(t0).Seconds())
@@ -86,7 +87,7 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 		next := fixtures.CA(fmt.Sprintf("bench targets %d", i))
 		anchors = append(anchors, next)
 		t0 = time.Now()
-		setNativeBundle(b, client, fmt.Sprintf("bench-%s-0", run), anchors...)
+		controlplane.SetNativeBundle(b, client, fmt.Sprintf("bench-%s-0", run), anchors...)
 		waitLong(b, "the edit in every namespace", 10*time.Minute, func() bool {
 			nsList, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=roots-0"})
 			if err != nil {

@@ -1,10 +1,8 @@
-package signer
+package controller
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,17 +37,6 @@ func restartController(t *testing.T, cp *controlplane.ControlPlane) {
 	})
 }
 
-// pem is the content of a ConfigMap's key, "" without it.
-func keyOf(t testing.TB, client kubernetes.Interface, namespace, name, key string) (string, bool) {
-	t.Helper()
-	cm, err := client.CoreV1().ConfigMaps(namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		return "", false
-	}
-	v, ok := cm.Data[key]
-	return v, ok
-}
-
 // A source that fails keeps its key's last good content, also across a restart of
 // the controller: after a restart there is no earlier rendering, and the object
 // itself is read back rather than the key dropped. The same holds for an annotated
@@ -60,11 +47,11 @@ func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	one, two, oneNext := fixtures.CA("restart one"), fixtures.CA("restart two"), fixtures.CA("restart one, next")
-	nativeBundle(t, client, "restart-one-"+run, one)
-	nativeBundle(t, client, "restart-two-"+run, two)
+	controlplane.NativeBundle(t, client, "restart-one-"+run, one)
+	controlplane.NativeBundle(t, client, "restart-two-"+run, two)
 	ns := "restart-" + run
-	labelledNamespace(t, client, ns, map[string]string{"trust": "restart-" + run})
-	createTarget(t, cp, "restart-"+run, map[string]any{
+	controlplane.LabelledNamespace(t, client, ns, map[string]string{"trust": "restart-" + run})
+	controlplane.CreateTarget(t, cp, "restart-"+run, map[string]any{
 		"sources": []any{map[string]any{"name": "restart-one-" + run, "path": "one.crt"}, map[string]any{"name": "restart-two-" + run, "path": "two.crt"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "restart-" + run}}},
 	})
@@ -75,32 +62,32 @@ func TestTargets_ARestartWhileASourceIsMissingKeepsItsKey(t *testing.T) {
 	}
 	for _, name := range []string{"roots", "annotated"} {
 		poll.True(t, time.Minute, name+" holding both keys", func() bool {
-			a, _ := keyOf(t, client, ns, name, "one.crt")
-			b, _ := keyOf(t, client, ns, name, "two.crt")
+			a, _ := controlplane.ConfigMapKey(t, client, ns, name, "one.crt")
+			b, _ := controlplane.ConfigMapKey(t, client, ns, name, "two.crt")
 			return a == string(one.CertPEM()) && b == string(two.CertPEM())
 		})
 	}
 	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "restart-two-"+run, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitReason(t, cp, "restart-"+run, "SourceMissing")
+	controlplane.WaitTargetReason(t, cp, "restart-"+run, "SourceMissing")
 
 	restartController(t, cp)
 	// An edit of the other source is reconciled by the new process: once it is
 	// written, the reconcile that could have dropped two.crt has run.
-	setNativeBundle(t, client, "restart-one-"+run, oneNext)
+	controlplane.SetNativeBundle(t, client, "restart-one-"+run, oneNext)
 	for _, name := range []string{"roots", "annotated"} {
 		poll.True(t, time.Minute, name+" holding the edited one.crt", func() bool {
-			a, _ := keyOf(t, client, ns, name, "one.crt")
+			a, _ := controlplane.ConfigMapKey(t, client, ns, name, "one.crt")
 			return a == string(oneNext.CertPEM())
 		})
-		if b, ok := keyOf(t, client, ns, name, "two.crt"); !ok || b != string(two.CertPEM()) {
+		if b, ok := controlplane.ConfigMapKey(t, client, ns, name, "two.crt"); !ok || b != string(two.CertPEM()) {
 			t.Errorf("%s lost two.crt's last good content across the restart: has=%v %q", name, ok, b)
 		}
 	}
-	st := waitReason(t, cp, "restart-"+run, "SourceMissing")
-	if !strings.Contains(readyMessage(st), "kept the last good content of: two.crt") {
-		t.Errorf("Ready does not say two.crt was kept: %q", readyMessage(st))
+	st := controlplane.WaitTargetReason(t, cp, "restart-"+run, "SourceMissing")
+	if !strings.Contains(controlplane.ReadyMessage(st), "kept the last good content of: two.crt") {
+		t.Errorf("Ready does not say two.crt was kept: %q", controlplane.ReadyMessage(st))
 	}
 }
 
@@ -160,29 +147,29 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	root, next := fixtures.CA("claims"), fixtures.CA("claims next")
-	nativeBundle(t, client, "claims-"+run, root)
+	controlplane.NativeBundle(t, client, "claims-"+run, root)
 	ns := "claims-" + run
-	labelledNamespace(t, client, ns, map[string]string{"trust": "claims-" + run})
+	controlplane.LabelledNamespace(t, client, ns, map[string]string{"trust": "claims-" + run})
 	history := watchConfigMap(t, client, ns, "shared")
 	target := func(name, key, object string) {
-		createTarget(t, cp, name, map[string]any{
+		controlplane.CreateTarget(t, cp, name, map[string]any{
 			"sources": []any{map[string]any{"name": "claims-" + run, "path": key}},
 			"target":  map[string]any{"configMap": map[string]any{"name": object}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "claims-" + run}}},
 		})
 	}
 	first, second := "claims-first-"+run, "claims-second-"+run
 	target(first, "first.crt", "shared")
-	waitReason(t, cp, first, "Synced")
+	controlplane.WaitTargetReason(t, cp, first, "Synced")
 	target(second, "second.crt", "shared")
-	if st := waitReason(t, cp, second, "Conflict"); !strings.Contains(readyMessage(st), "written by TrustTarget "+first) {
-		t.Errorf("the second claimant does not name the writer: %q", readyMessage(st))
+	if st := controlplane.WaitTargetReason(t, cp, second, "Conflict"); !strings.Contains(controlplane.ReadyMessage(st), "written by TrustTarget "+first) {
+		t.Errorf("the second claimant does not name the writer: %q", controlplane.ReadyMessage(st))
 	}
-	if st := waitReason(t, cp, first, "Conflict"); !strings.Contains(readyMessage(st), "TrustTarget "+second+" also names ConfigMap "+ns+"/shared") {
-		t.Errorf("the writer does not name the other claimant: %q", readyMessage(st))
+	if st := controlplane.WaitTargetReason(t, cp, first, "Conflict"); !strings.Contains(controlplane.ReadyMessage(st), "TrustTarget "+second+" also names ConfigMap "+ns+"/shared") {
+		t.Errorf("the writer does not name the other claimant: %q", controlplane.ReadyMessage(st))
 	}
-	setNativeBundle(t, client, "claims-"+run, root, next)
+	controlplane.SetNativeBundle(t, client, "claims-"+run, root, next)
 	poll.True(t, time.Minute, "the writer's key following the edit", func() bool {
-		v, _ := keyOf(t, client, ns, "shared", "first.crt")
+		v, _ := controlplane.ConfigMapKey(t, client, ns, "shared", "first.crt")
 		return v == string(root.CertPEM())+string(next.CertPEM()) || strings.Count(v, "BEGIN CERTIFICATE") == 2
 	})
 	if took, _ := history.anyVersion(func(cm *corev1.ConfigMap) bool {
@@ -201,7 +188,7 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 		_, firstKey := cm.Data["first.crt"]
 		return err == nil && cm.Labels[v1alpha1.TargetLabel] == second && cm.Data["second.crt"] != "" && !firstKey
 	})
-	waitReason(t, cp, second, "Synced")
+	controlplane.WaitTargetReason(t, cp, second, "Synced")
 	if _, deleted := history.anyVersion(func(*corev1.ConfigMap) bool { return false }); deleted > 0 {
 		t.Errorf("the ConfigMap another target still claimed was deleted %d times", deleted)
 	}
@@ -211,12 +198,15 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 		"trustsync.io/inject": "true", "trustsync.io/bundle-name": "claims-" + run, "trustsync.io/path": "annotated.crt"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.True(t, time.Minute, "the annotated ConfigMap filled", func() bool { v, _ := keyOf(t, client, ns, "annotated", "annotated.crt"); return v != "" })
+	poll.True(t, time.Minute, "the annotated ConfigMap filled", func() bool {
+		v, _ := controlplane.ConfigMapKey(t, client, ns, "annotated", "annotated.crt")
+		return v != ""
+	})
 	target("claims-third-"+run, "third.crt", "annotated")
-	if st := waitReason(t, cp, "claims-third-"+run, "Conflict"); !strings.Contains(readyMessage(st), "annotated trustsync.io/inject") {
-		t.Errorf("the target does not say the object is the annotation's: %q", readyMessage(st))
+	if st := controlplane.WaitTargetReason(t, cp, "claims-third-"+run, "Conflict"); !strings.Contains(controlplane.ReadyMessage(st), "annotated trustsync.io/inject") {
+		t.Errorf("the target does not say the object is the annotation's: %q", controlplane.ReadyMessage(st))
 	}
-	if _, has := keyOf(t, client, ns, "annotated", "third.crt"); has {
+	if _, has := controlplane.ConfigMapKey(t, client, ns, "annotated", "third.crt"); has {
 		t.Error("the target wrote into an annotated ConfigMap")
 	}
 	// And the annotation on a target's ConfigMap is refused on the object.
@@ -229,10 +219,10 @@ func TestTargets_TwoClaimsOnOneObjectNeverAlternateAndDeleteNothing(t *testing.T
 		t.Fatal(err)
 	}
 	waitEventOn(t, client, ns, "shared", "TrustInjectConflict", "TrustTarget "+second+" writes this ConfigMap")
-	if st := waitReason(t, cp, second, "Conflict"); !strings.Contains(readyMessage(st), "also annotated trustsync.io/inject") {
-		t.Errorf("the target does not say its object is annotated too: %q", readyMessage(st))
+	if st := controlplane.WaitTargetReason(t, cp, second, "Conflict"); !strings.Contains(controlplane.ReadyMessage(st), "also annotated trustsync.io/inject") {
+		t.Errorf("the target does not say its object is annotated too: %q", controlplane.ReadyMessage(st))
 	}
-	if _, has := keyOf(t, client, ns, "shared", "injected.crt"); has {
+	if _, has := controlplane.ConfigMapKey(t, client, ns, "shared", "injected.crt"); has {
 		t.Error("the annotation was acted on in a ConfigMap a target writes")
 	}
 }
@@ -246,19 +236,19 @@ func TestTargets_DeleteOnlyWhatTheyCreated(t *testing.T) {
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	root := fixtures.CA("created")
-	nativeBundle(t, client, "created-"+run, root)
+	controlplane.NativeBundle(t, client, "created-"+run, root)
 	users, made := "created-users-"+run, "created-made-"+run
-	labelledNamespace(t, client, users, map[string]string{"trust": "created-" + run})
-	labelledNamespace(t, client, made, map[string]string{"trust": "created-" + run})
+	controlplane.LabelledNamespace(t, client, users, map[string]string{"trust": "created-" + run})
+	controlplane.LabelledNamespace(t, client, made, map[string]string{"trust": "created-" + run})
 	if _, err := client.CoreV1().ConfigMaps(users).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "roots"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	createTarget(t, cp, "created-"+run, map[string]any{
+	controlplane.CreateTarget(t, cp, "created-"+run, map[string]any{
 		"sources": []any{map[string]any{"name": "created-" + run, "path": "ca.crt"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "created-" + run}}},
 	})
 	for _, ns := range []string{users, made} {
-		poll.True(t, time.Minute, ns+" filled", func() bool { v, _ := keyOf(t, client, ns, "roots", "ca.crt"); return v != "" })
+		poll.True(t, time.Minute, ns+" filled", func() bool { v, _ := controlplane.ConfigMapKey(t, client, ns, "roots", "ca.crt"); return v != "" })
 	}
 	if cm, _ := client.CoreV1().ConfigMaps(made).Get(ctx, "roots", metav1.GetOptions{}); cm.Annotations[v1alpha1.CreatedAnnotation] != "true" {
 		t.Errorf("the ConfigMap the target made is not marked so: %v", cm.Annotations)
@@ -313,21 +303,10 @@ func TestTargets_ANameLongerThanALabelValueIsRefused(t *testing.T) {
 	}
 }
 
-// metricsOf is what a component serves on /metrics now.
-func metricsOf(p *controlplane.Process) (string, error) {
-	resp, err := http.Get("http://" + p.HealthAddr + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return string(body), err
-}
-
 // targetWrites is what the TrustTarget controller sent and reconciled.
 func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles float64) {
 	t.Helper()
-	metrics, err := metricsOf(p)
+	metrics, err := p.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,14 +356,14 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	const nTargets, nNamespaces = 3, 12
 	root, next := fixtures.CA("writes"), fixtures.CA("writes next")
 	for i := range nTargets {
-		nativeBundle(t, client, fmt.Sprintf("writes-%s-%d", run, i), root)
+		controlplane.NativeBundle(t, client, fmt.Sprintf("writes-%s-%d", run, i), root)
 	}
 	label := map[string]string{"trust": "writes-" + run}
 	for i := range nNamespaces {
-		labelledNamespace(t, client, fmt.Sprintf("writes-%s-%02d", run, i), label)
+		controlplane.LabelledNamespace(t, client, fmt.Sprintf("writes-%s-%02d", run, i), label)
 	}
 	for i := range nTargets {
-		createTarget(t, cp, fmt.Sprintf("writes-%s-%d", run, i), map[string]any{
+		controlplane.CreateTarget(t, cp, fmt.Sprintf("writes-%s-%d", run, i), map[string]any{
 			"sources": []any{map[string]any{"name": fmt.Sprintf("writes-%s-%d", run, i), "path": "ca.crt"}},
 			"target":  map[string]any{"configMap": map[string]any{"name": fmt.Sprintf("roots-%d", i)}, "namespaceSelector": map[string]any{"matchLabels": label}},
 		})
@@ -392,7 +371,7 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	synced := func(namespaces int) func() bool {
 		return func() bool {
 			for i := range nTargets {
-				st := targetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i))
+				st := controlplane.TargetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i))
 				if st.Namespaces != namespaces || st.Synced != namespaces {
 					return false
 				}
@@ -407,17 +386,17 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 		t.Errorf("reconciling targets with nothing to change sent %v writes; want 0", again-idle)
 	}
 
-	labelledNamespace(t, client, fmt.Sprintf("writes-%s-new", run), label)
+	controlplane.LabelledNamespace(t, client, fmt.Sprintf("writes-%s-new", run), label)
 	poll.True(t, time.Minute, "the new namespace filled", synced(nNamespaces+1))
 	afterNamespace := settled()
 	if got := afterNamespace - idle; got != nTargets {
 		t.Errorf("a new namespace cost %v writes; want %d, one per target selecting it", got, nTargets)
 	}
 
-	setNativeBundle(t, client, fmt.Sprintf("writes-%s-0", run), root, next)
+	controlplane.SetNativeBundle(t, client, fmt.Sprintf("writes-%s-0", run), root, next)
 	poll.True(t, time.Minute, "the edit written in every namespace", func() bool {
 		for i := range nNamespaces {
-			if v, _ := keyOf(t, client, fmt.Sprintf("writes-%s-%02d", run, i), "roots-0", "ca.crt"); strings.Count(v, "BEGIN CERTIFICATE") != 2 {
+			if v, _ := controlplane.ConfigMapKey(t, client, fmt.Sprintf("writes-%s-%02d", run, i), "roots-0", "ca.crt"); strings.Count(v, "BEGIN CERTIFICATE") != 2 {
 				return false
 			}
 		}
@@ -435,7 +414,7 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	}
 	poll.True(t, time.Minute, "the going namespace no longer counted", func() bool {
 		for i := range nTargets {
-			if targetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i)).Namespaces != nNamespaces {
+			if controlplane.TargetStatus(t, cp, fmt.Sprintf("writes-%s-%d", run, i)).Namespaces != nNamespaces {
 				return false
 			}
 		}

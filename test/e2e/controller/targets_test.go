@@ -1,4 +1,4 @@
-package signer
+package controller
 
 import (
 	"context"
@@ -8,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
@@ -24,98 +22,6 @@ import (
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/test/poll"
 )
-
-// createTarget creates a TrustTarget with spec; it is deleted
-// when the test ends.
-func createTarget(t testing.TB, cp *controlplane.ControlPlane, name string, spec map[string]any) {
-	t.Helper()
-	c := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource)
-	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "trustsync.io/v1alpha1", "kind": v1alpha1.TrustTargetKind,
-		"metadata": map[string]any{"name": name}, "spec": spec}}
-	if _, err := c.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-}
-
-// targetStatus is the target's status now.
-func targetStatus(t testing.TB, cp *controlplane.ControlPlane, name string) v1alpha1.TrustTargetStatus {
-	t.Helper()
-	u, err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustTargetResource).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tt, err := v1alpha1.TrustTargetFromUnstructured(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tt.Status
-}
-
-// waitReason waits until the target's Ready condition has reason, and returns the status.
-func waitReason(t *testing.T, cp *controlplane.ControlPlane, name, reason string) v1alpha1.TrustTargetStatus {
-	t.Helper()
-	var st v1alpha1.TrustTargetStatus
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		st = targetStatus(t, cp, name)
-		for _, c := range st.Conditions {
-			if c.Type == v1alpha1.ConditionReady && c.Reason == reason {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("TrustTarget %s never said %s: %+v", name, reason, st)
-	}
-	return st
-}
-
-func readyMessage(st v1alpha1.TrustTargetStatus) string {
-	for _, c := range st.Conditions {
-		if c.Type == v1alpha1.ConditionReady {
-			return c.Message
-		}
-	}
-	return ""
-}
-
-// nativeBundle creates a native bundle holding anchors, deleted when the test ends.
-func nativeBundle(t testing.TB, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
-	t.Helper()
-	if _, err := client.CertificatesV1().ClusterTrustBundles().Create(context.Background(), &certificatesv1.ClusterTrustBundle{
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(anchors...)}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-}
-
-func setNativeBundle(t testing.TB, client kubernetes.Interface, name string, anchors ...*fixtures.Cert) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		b, err := client.CertificatesV1().ClusterTrustBundles().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		b.Spec.TrustBundle = fixtures.Bundle(anchors...)
-		_, err = client.CertificatesV1().ClusterTrustBundles().Update(ctx, b, metav1.UpdateOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// labelledNamespace creates a namespace with labels; it is deleted when the test ends.
-func labelledNamespace(t testing.TB, client kubernetes.Interface, name string, labels map[string]string) {
-	t.Helper()
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-}
 
 // ids are the anchors' IDs, sorted, as a trust file's are.
 func ids(anchors ...*fixtures.Cert) []string {
@@ -137,20 +43,20 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
 	rootA, rootB := fixtures.CA("targets A"), fixtures.CA("targets B")
-	nativeBundle(t, client, "targets-corp", rootA)
+	controlplane.NativeBundle(t, client, "targets-corp", rootA)
 	run := fmt.Sprint(time.Now().Unix() % 100000)
 	ns := func(i int) string { return fmt.Sprintf("tt-%s-%02d", run, i) }
 	for i := range 50 {
-		labelledNamespace(t, client, ns(i), map[string]string{"trust": "corp-" + run})
+		controlplane.LabelledNamespace(t, client, ns(i), map[string]string{"trust": "corp-" + run})
 	}
-	labelledNamespace(t, client, ns(99), nil)
+	controlplane.LabelledNamespace(t, client, ns(99), nil)
 	// Another tool's key in the first namespace's ConfigMap, written before the target.
 	if _, err := client.CoreV1().ConfigMaps(ns(0)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "corp-roots"},
 		Data: map[string]string{"other.txt": "another tool's"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
 		t.Fatal(err)
 	}
 
-	createTarget(t, cp, "corp-"+run, map[string]any{
+	controlplane.CreateTarget(t, cp, "corp-"+run, map[string]any{
 		"sources": []any{
 			map[string]any{"name": "targets-corp", "path": "ca.crt"},
 			map[string]any{"name": "targets-corp", "path": "truststore.p12", "format": "pkcs12"},
@@ -183,12 +89,12 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 			return true, nil
 		})
 		if err != nil {
-			t.Fatalf("not every selected namespace holds %s; %s; status %+v", what, lastSeen, targetStatus(t, cp, "corp-"+run))
+			t.Fatalf("not every selected namespace holds %s; %s; status %+v", what, lastSeen, controlplane.TargetStatus(t, cp, "corp-"+run))
 		}
 		return time.Since(start)
 	}
 	waitAllNamespaces("A", rootA)
-	st := waitReason(t, cp, "corp-"+run, "Synced")
+	st := controlplane.WaitTargetReason(t, cp, "corp-"+run, "Synced")
 	if st.Namespaces < 50 || st.Synced != st.Namespaces {
 		t.Errorf("status after filling 50 namespaces: %+v", st)
 	}
@@ -199,11 +105,11 @@ func TestTargets_FillEverySelectedNamespaceAndFollowEveryChange(t *testing.T) {
 	}
 
 	edited := time.Now()
-	setNativeBundle(t, client, "targets-corp", rootA, rootB)
+	controlplane.SetNativeBundle(t, client, "targets-corp", rootA, rootB)
 	waitAllNamespaces("A and B", rootA, rootB)
 	t.Logf("the edit reached all 50 namespaces %.2fs after the update call began (polling included)", time.Since(edited).Seconds())
 
-	labelledNamespace(t, client, ns(50), map[string]string{"trust": "corp-" + run})
+	controlplane.LabelledNamespace(t, client, ns(50), map[string]string{"trust": "corp-" + run})
 	poll.True(t, time.Minute, "the new namespace filled", func() bool { return holds(ns(50), rootA, rootB) })
 
 	relabel := func(name string) {
@@ -238,20 +144,20 @@ func TestTargets_RefuseWhatTheyCannotDoAndLoseNothing(t *testing.T) {
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().Unix() % 100000)
 	root := fixtures.CA("targets refuse")
-	nativeBundle(t, client, "targets-refuse-"+run, root)
+	controlplane.NativeBundle(t, client, "targets-refuse-"+run, root)
 	owned := "tt-owned-" + run
-	labelledNamespace(t, client, owned, map[string]string{"trust": "refuse-" + run})
+	controlplane.LabelledNamespace(t, client, owned, map[string]string{"trust": "refuse-" + run})
 	if _, err := client.CoreV1().ConfigMaps(owned).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "roots"},
 		Data: map[string]string{"ca.crt": "another tool's ca.crt"}}, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
 		t.Fatal(err)
 	}
-	createTarget(t, cp, "owned-"+run, map[string]any{
+	controlplane.CreateTarget(t, cp, "owned-"+run, map[string]any{
 		"sources": []any{map[string]any{"name": "targets-refuse-" + run, "path": "ca.crt"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "refuse-" + run}}},
 	})
-	st := waitReason(t, cp, "owned-"+run, "WriteFailed")
-	if !strings.Contains(readyMessage(st), "another manager owns a field") || !strings.Contains(readyMessage(st), "another-tool") {
-		t.Errorf("the conflict is not named: %q", readyMessage(st))
+	st := controlplane.WaitTargetReason(t, cp, "owned-"+run, "WriteFailed")
+	if !strings.Contains(controlplane.ReadyMessage(st), "another manager owns a field") || !strings.Contains(controlplane.ReadyMessage(st), "another-tool") {
+		t.Errorf("the conflict is not named: %q", controlplane.ReadyMessage(st))
 	}
 	if cm, _ := client.CoreV1().ConfigMaps(owned).Get(ctx, "roots", metav1.GetOptions{}); cm.Data["ca.crt"] != "another tool's ca.crt" {
 		t.Errorf("the other tool's key was overwritten: %q", cm.Data["ca.crt"])
@@ -259,18 +165,18 @@ func TestTargets_RefuseWhatTheyCannotDoAndLoseNothing(t *testing.T) {
 
 	// A source that disappears: the last good content stays.
 	kept := "tt-kept-" + run
-	labelledNamespace(t, client, kept, map[string]string{"trust": "kept-" + run})
-	createTarget(t, cp, "kept-"+run, map[string]any{
+	controlplane.LabelledNamespace(t, client, kept, map[string]string{"trust": "kept-" + run})
+	controlplane.CreateTarget(t, cp, "kept-"+run, map[string]any{
 		"sources": []any{map[string]any{"name": "targets-refuse-" + run, "path": "ca.crt"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"trust": "kept-" + run}}},
 	})
-	waitReason(t, cp, "kept-"+run, "Synced")
+	controlplane.WaitTargetReason(t, cp, "kept-"+run, "Synced")
 	if err := client.CertificatesV1().ClusterTrustBundles().Delete(ctx, "targets-refuse-"+run, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st = waitReason(t, cp, "kept-"+run, "SourceMissing")
-	if !strings.Contains(readyMessage(st), "targets-refuse-"+run) {
-		t.Errorf("the missing bundle is not named: %q", readyMessage(st))
+	st = controlplane.WaitTargetReason(t, cp, "kept-"+run, "SourceMissing")
+	if !strings.Contains(controlplane.ReadyMessage(st), "targets-refuse-"+run) {
+		t.Errorf("the missing bundle is not named: %q", controlplane.ReadyMessage(st))
 	}
 	if cm, err := client.CoreV1().ConfigMaps(kept).Get(ctx, "roots", metav1.GetOptions{}); err != nil || cm.Data["ca.crt"] != string(root.CertPEM()) {
 		t.Errorf("the last good content was lost when its bundle went: %v, %q", err, cm.Data["ca.crt"])
@@ -304,9 +210,9 @@ func TestTargets_RefuseWhatTheyCannotDoAndLoseNothing(t *testing.T) {
 			"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"nothing": "matches"}}}}},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
-			createTarget(t, cp, tc.name+"-"+run, tc.spec)
-			if st := waitReason(t, cp, tc.name+"-"+run, tc.reason); !strings.Contains(readyMessage(st), tc.want) {
-				t.Errorf("Ready says %q; want it to say %q", readyMessage(st), tc.want)
+			controlplane.CreateTarget(t, cp, tc.name+"-"+run, tc.spec)
+			if st := controlplane.WaitTargetReason(t, cp, tc.name+"-"+run, tc.reason); !strings.Contains(controlplane.ReadyMessage(st), tc.want) {
+				t.Errorf("Ready says %q; want it to say %q", controlplane.ReadyMessage(st), tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package signer
+package controller
 
 import (
 	"context"
@@ -29,7 +29,7 @@ import (
 func enforcingController(t *testing.T, cp *controlplane.ControlPlane) (restart func()) {
 	t.Helper()
 	controllers[cp].Stop(10 * time.Second)
-	p, err := cp.StartController("--namespace="+signerNamespace, "--tenancy-enforced")
+	p, err := cp.StartController("--namespace="+controllerNamespace, "--tenancy-enforced")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func enforcingController(t *testing.T, cp *controlplane.ControlPlane) (restart f
 			t.Logf("enforcing controller log:\n%s", p.Tail())
 		}
 		p.Stop(10 * time.Second)
-		usual, err := cp.StartController("--namespace=" + signerNamespace)
+		usual, err := cp.StartController("--namespace=" + controllerNamespace)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,10 +93,10 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	granted, other := "ten-a-"+run, "ten-b-"+run
 	corpA, corpB := "corp-a-"+run, "corp-b-"+run
 	caA, caB := fixtures.CA("tenancy A"), fixtures.CA("tenancy B")
-	nativeBundle(t, client, corpA, caA)
-	nativeBundle(t, client, corpB, caB)
-	labelledNamespace(t, client, granted, map[string]string{"team": "a-" + run, "tenancy-run": run})
-	labelledNamespace(t, client, other, map[string]string{"team": "b-" + run, "tenancy-run": run})
+	controlplane.NativeBundle(t, client, corpA, caA)
+	controlplane.NativeBundle(t, client, corpB, caB)
+	controlplane.LabelledNamespace(t, client, granted, map[string]string{"team": "a-" + run, "tenancy-run": run})
+	controlplane.LabelledNamespace(t, client, other, map[string]string{"team": "b-" + run, "tenancy-run": run})
 	team := func(name string) map[string]any {
 		return map[string]any{"matchLabels": map[string]any{"team": name + "-" + run}}
 	}
@@ -119,16 +119,16 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 
 	// A TrustTarget of corp-a selecting both namespaces writes only the granted one.
 	target := "tenancy-" + run
-	createTarget(t, cp, target, map[string]any{
+	controlplane.CreateTarget(t, cp, target, map[string]any{
 		"sources": []any{map[string]any{"name": corpA, "path": "ca.pem"}},
 		"target":  map[string]any{"configMap": map[string]any{"name": "tenancy-roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{"tenancy-run": run}}},
 	})
-	st := waitReason(t, cp, target, v1alpha1.ReasonSynced)
+	st := controlplane.WaitTargetReason(t, cp, target, v1alpha1.ReasonSynced)
 	if st.Namespaces != 1 || st.Synced != 1 || st.NotGranted != 1 || len(st.NotGrantedNamespaces) != 1 || st.NotGrantedNamespaces[0].Namespace != other ||
 		!strings.Contains(st.NotGrantedNamespaces[0].Message, fmt.Sprintf("namespace %s may not trust bundle %s: no TrustPolicy grants it; kubectl trustsync grants -n %s", other, corpA, other)) {
 		t.Fatalf("status %+v; want %s written and %s named as not granted", st, granted, other)
 	}
-	if msg := readyMessage(st); !strings.Contains(msg, "1 more selected are not granted every source") {
+	if msg := controlplane.ReadyMessage(st); !strings.Contains(msg, "1 more selected are not granted every source") {
 		t.Errorf("Ready message %q does not say a namespace was left out", msg)
 	}
 	holds := func(ns, name, key string, anchors ...*fixtures.Cert) bool {
@@ -176,7 +176,7 @@ func TestController_TenancyWritesOnlyWhatANamespaceIsGranted(t *testing.T) {
 	if err := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource).Delete(ctx, "team-a-"+run, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	st = waitReason(t, cp, target, v1alpha1.ReasonNotGranted)
+	st = controlplane.WaitTargetReason(t, cp, target, v1alpha1.ReasonNotGranted)
 	if st.NotGranted != 2 || st.Namespaces != 0 {
 		t.Errorf("status after the grant was withdrawn %+v; want both namespaces not granted", st)
 	}

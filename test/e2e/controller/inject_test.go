@@ -1,4 +1,4 @@
-package signer
+package controller
 
 import (
 	"context"
@@ -38,8 +38,8 @@ func TestInject_AnnotatedConfigMapGetsTheBundleAndKeepsOtherKeys(t *testing.T) {
 	})
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	rootA, rootB := fixtures.CA("inject A"), fixtures.CA("inject B")
-	nativeBundle(t, client, "inject-"+run, rootA)
-	labelledNamespace(t, client, "inject-"+run, nil)
+	controlplane.NativeBundle(t, client, "inject-"+run, rootA)
+	controlplane.LabelledNamespace(t, client, "inject-"+run, nil)
 	ns := "inject-" + run
 	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "inject-" + run, "trustsync.io/path": "ca.crt"}
 	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-trust", Annotations: annotations},
@@ -55,7 +55,7 @@ func TestInject_AnnotatedConfigMapGetsTheBundleAndKeepsOtherKeys(t *testing.T) {
 		return err == nil && slices.Equal(got, ids(anchors...))
 	}
 	poll.True(t, time.Minute, "the annotated ConfigMap holding A beside the app's key", func() bool { return holds(rootA) })
-	setNativeBundle(t, client, "inject-"+run, rootA, rootB)
+	controlplane.SetNativeBundle(t, client, "inject-"+run, rootA, rootB)
 	poll.True(t, time.Minute, "the annotated ConfigMap holding A and B", func() bool { return holds(rootA, rootB) })
 	waitEventOn(t, client, ns, "app-trust", "TrustInjected", "Wrote keys ca.crt from bundle inject-"+run)
 
@@ -81,9 +81,9 @@ func TestInject_WebhookCABundleFollowsTheBundleThroughARotation(t *testing.T) {
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	oldCA, newCA := fixtures.CA("webhook CA old"), fixtures.CA("webhook CA new")
 	bundle := "webhook-ca-" + run
-	nativeBundle(t, client, bundle, oldCA)
-	labelledNamespace(t, client, "webhooked-"+run, nil)
-	controlplane.WebhookCABundleRotation(t, client, bundle, "webhooked-"+run, oldCA, newCA, func(anchors ...*fixtures.Cert) { setNativeBundle(t, client, bundle, anchors...) })
+	controlplane.NativeBundle(t, client, bundle, oldCA)
+	controlplane.LabelledNamespace(t, client, "webhooked-"+run, nil)
+	controlplane.WebhookCABundleRotation(t, client, bundle, "webhooked-"+run, oldCA, newCA, func(anchors ...*fixtures.Cert) { controlplane.SetNativeBundle(t, client, bundle, anchors...) })
 }
 
 // waitEventOn waits for an Event of reason on namespace/name whose message contains want.
@@ -118,7 +118,7 @@ func TestInject_APIServiceAndCRDConversionGetTheirCABundle(t *testing.T) {
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	ca := fixtures.CA("apiservice CA")
 	bundleName := "api-ca-" + run
-	nativeBundle(t, client, bundleName, ca)
+	controlplane.NativeBundle(t, client, bundleName, ca)
 	annotations := map[string]any{"trustsync.io/inject": "true", "trustsync.io/bundle-name": bundleName}
 	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig())
 	group := "inject" + run + ".example.com"
@@ -169,9 +169,9 @@ func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
 	client := kube(t, cp.AdminConfig())
 	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	ns := "greedy-" + run
-	labelledNamespace(t, client, ns, nil)
+	controlplane.LabelledNamespace(t, client, ns, nil)
 	root := fixtures.CA("greedy neighbour")
-	nativeBundle(t, client, "greedy-"+run, root)
+	controlplane.NativeBundle(t, client, "greedy-"+run, root)
 	pid := controllers[cp].Pid()
 	before, err := controlplane.ProcStatusKiB(pid, "VmRSS:")
 	if err != nil {
