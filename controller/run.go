@@ -27,6 +27,8 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/controller/federation"
+	"github.com/trustsync/trustsync/controller/inject"
+	"github.com/trustsync/trustsync/controller/objects"
 	"github.com/trustsync/trustsync/controller/policystatus"
 	"github.com/trustsync/trustsync/controller/sidecarevents"
 	"github.com/trustsync/trustsync/controller/targets"
@@ -79,7 +81,7 @@ func Run(ctx context.Context, o *Options, campaign Campaign) error {
 
 // Metrics are what trustsync-controller exports.
 type Metrics struct {
-	targets    *targets.Metrics
+	targets    *objects.Metrics
 	federation *federation.Metrics
 	// leader is 1 while this replica holds the Lease.
 	leader prometheus.Gauge
@@ -90,7 +92,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	leader := prometheus.NewGauge(prometheus.GaugeOpts{Name: "trustsync_controller_leader", Help: "1 while this replica holds the controllers' Lease."})
 	reg.MustRegister(leader)
-	return &Metrics{targets: targets.NewMetrics(reg), federation: federation.NewMetrics(reg), leader: leader}
+	return &Metrics{targets: objects.NewMetrics(reg), federation: federation.NewMetrics(reg), leader: leader}
 }
 
 // serves says whether the API server serves resource, waiting out an outage: an
@@ -209,20 +211,20 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	if err != nil {
 		return err
 	}
-	var tenancy targets.Tenancy
+	var tenancy objects.Tenancy
 	if grants != nil && o.TenancyEnforced {
 		// Nothing is written before the grants are known: a write from none would
 		// take away what every tenant was granted.
 		if !cache.WaitForCacheSync(ctx.Done(), grants.HasSynced) {
 			return nil
 		}
-		tenancy = targets.Tenancy{Grants: grants.For, Bundles: grants.Bundle}
+		tenancy = objects.Tenancy{Grants: grants.For, Bundles: grants.Bundle}
 	}
 	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
 	// injection finds the objects that ask, the targets whether an object exists.
 	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
 	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
-	in := targets.NewFiller(targets.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
+	in := inject.NewFiller(inject.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
 		Secrets: o.Secrets, SecretNames: o.SecretNames, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index, Tenancy: tenancy})
 	if tenancy.Grants != nil {
 		grants.OnGrantsChange(in.EnqueueAll)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/controller/objects"
 )
 
 // claim is one TrustTarget's claim on an object name: the ConfigMap (or Secret)
@@ -17,7 +18,7 @@ import (
 type claim struct {
 	target   string
 	created  time.Time
-	kind     string
+	kind     objects.Kind
 	object   string
 	selector labels.Selector
 }
@@ -33,7 +34,7 @@ func claimOf(u *unstructured.Unstructured, secrets func(name string) bool) (clai
 	if err != nil || (spec.Kind == v1alpha1.KindSecret && !secrets(spec.Name)) {
 		return claim{}, false
 	}
-	return claim{target: t.Name, created: t.CreationTimestamp.Time, kind: spec.Kind, object: spec.Name, selector: spec.Namespaces}, true
+	return claim{target: t.Name, created: t.CreationTimestamp.Time, kind: objects.KindNamed(spec.Kind), object: spec.Name, selector: spec.Namespaces}, true
 }
 
 // claims are every TrustTarget's claims, oldest first (then by name): the order in
@@ -60,7 +61,7 @@ func claims(store []any, secrets func(name string) bool) []claim {
 // claim it too. One object has one writer, settled the same way by every
 // reconcile so that two targets never take turns: the target whose label the object
 // carries while it still claims it, else the oldest claimant. "" when none claims it.
-func writer(all []claim, ns *corev1.Namespace, kind, object, labelled string) (string, []string) {
+func writer(all []claim, ns *corev1.Namespace, kind objects.Kind, object, labelled string) (string, []string) {
 	var claimants []string
 	for _, cl := range all {
 		if cl.kind == kind && cl.object == object && cl.selector.Matches(labels.Set(ns.Labels)) {

@@ -1,8 +1,11 @@
+// Package targets is the TrustTarget controller: each target's object written into
+// every namespace it selects and is granted, only what changed applied, the rest
+// released, and a Ready condition that says how it went. One object has one writer:
+// the first target to claim it (claims.go); the object writer is controller/objects.
 package targets
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/controller/objects"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi/queue"
@@ -56,13 +60,13 @@ type Config struct {
 	SecretNames []string
 	Metadata    metadata.Interface
 	Resync      time.Duration
-	Metrics     *Metrics
+	Metrics     *objects.Metrics
 	// ObjectMeta, when set, is the metadata-only informer factory the injection
 	// watches every ConfigMap (and Secret) through: the controller reads from it
 	// whether an object it has not written exists, instead of asking the API server.
 	ObjectMeta metadatainformer.SharedInformerFactory
 	// Tenancy, when enforced, skips the namespaces not granted every source.
-	Tenancy Tenancy
+	Tenancy objects.Tenancy
 }
 
 // Controller keeps every TrustTarget's objects current.
@@ -72,20 +76,20 @@ type Controller struct {
 	targets    cache.SharedIndexInformer
 	namespaces corelisters.NamespaceLister
 	configMaps corelisters.ConfigMapLister
-	secrets    secretListers // none: Secrets are not allowed
+	secrets    objects.SecretListers // none: Secrets are not allowed
 	synced     []cache.InformerSynced
 	start      func(context.Context)
 	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
-	metadata map[string]cache.GenericLister
+	metadata map[objects.Kind]cache.GenericLister
 
-	state *tended // per target, between reconciles
+	state *objects.Tended // per target, between reconciles
 }
 
 // New sets up the informers; Run starts them.
 func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg,
 		queue: queue.New[string]("trustsync_targets")}
-	c.state = newTended(cfg.Registry, func(name string) { c.queue.Add(name) })
+	c.state = objects.NewTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
@@ -119,7 +123,7 @@ func New(cfg Config) *Controller {
 	// Only what the controller wrote: the objects carrying its label.
 	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel }))
 	byTarget := func(obj any) {
-		if m, err := metaOf(obj); err == nil {
+		if m, err := objects.MetaOf(obj); err == nil {
 			c.queue.Add(m.GetLabels()[v1alpha1.TargetLabel])
 		}
 	}
@@ -130,22 +134,22 @@ func New(cfg Config) *Controller {
 	c.synced = []cache.InformerSynced{c.targets.HasSynced, ns.Informer().HasSynced, cms.Informer().HasSynced}
 	var starts []func(<-chan struct{})
 	if cfg.Secrets {
-		listers, infs, more := writtenSecrets(cfg.Client, cfg.Resync, cfg.SecretNames, func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel })
+		listers, infs, more := objects.WrittenSecrets(cfg.Client, cfg.Resync, cfg.SecretNames, func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel })
 		c.secrets, starts = listers, append(starts, more...)
 		for _, inf := range infs {
 			_, _ = inf.AddEventHandler(handler)
 			c.synced = append(c.synced, inf.HasSynced)
 		}
 	}
-	c.metadata = map[string]cache.GenericLister{}
+	c.metadata = map[objects.Kind]cache.GenericLister{}
 	if cfg.ObjectMeta != nil {
-		kinds := map[string][]informers.GenericInformer{"ConfigMap": {cfg.ObjectMeta.ForResource(kindConfigMap.gvr)}}
+		kinds := map[objects.Kind][]informers.GenericInformer{objects.ConfigMap: {cfg.ObjectMeta.ForResource(objects.ConfigMap.Resource)}}
 		if cfg.Secrets {
-			infs, more := secretMetadata(cfg.ObjectMeta, cfg.Metadata, cfg.Resync, cfg.SecretNames)
-			kinds["Secret"], starts = infs, append(starts, more...)
+			infs, more := objects.SecretMetadata(cfg.ObjectMeta, cfg.Metadata, cfg.Resync, cfg.SecretNames)
+			kinds[objects.Secret], starts = infs, append(starts, more...)
 		}
 		for kind, infs := range kinds {
-			var listers genericListers
+			var listers objects.GenericListers
 			for _, informer := range infs {
 				listers = append(listers, informer.Lister())
 				c.synced = append(c.synced, informer.Informer().HasSynced)
@@ -185,7 +189,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	klog.InfoS("TrustTarget controller running", "secrets", c.cfg.Secrets)
 	queue.Work(ctx, c.queue, workers, v1alpha1.TrustTargetKind, c.reconcile)
 	<-ctx.Done()
-	c.state.closeAll()
+	c.state.CloseAll()
 }
 
 func metaPair(o, n any) (metav1.Object, metav1.Object, error) {
@@ -223,14 +227,14 @@ func (c *Controller) namespaceChanged(o, n any) {
 // cannot be written says why; the sources rendered; every selected namespace written;
 // the rest released; the status says how it went.
 func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration, error) {
-	c.cfg.Metrics.reconciled("targets")
+	c.cfg.Metrics.Reconciled("targets")
 	obj, exists, err := c.targets.GetStore().GetByKey(name)
 	if err != nil {
 		return 0, err
 	}
 	if !exists {
-		c.state.forget(name)
-		c.cfg.Metrics.targetGone(name)
+		c.state.Forget(name)
+		c.cfg.Metrics.TargetGone(name)
 		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.permitsSecret))
 	}
 	u := obj.(*unstructured.Unstructured)
@@ -238,11 +242,11 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if refused != nil {
 		return 0, c.setStatus(ctx, u, v1alpha1.TrustTargetStatus{}, *refused)
 	}
-	st, err := c.state.get(ctx, name, specKey(t.Spec), spec.Sources)
+	st, err := c.state.Get(ctx, name, objects.SpecKey(t.Spec), spec.Sources)
 	if err != nil {
 		return 0, err
 	}
-	if !st.set.HasSynced() {
+	if !st.Set.HasSynced() {
 		return time.Second, nil
 	}
 	r := c.render(st, name, spec)
@@ -251,8 +255,8 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if err != nil {
 		return 0, err
 	}
-	if err := c.releaseAll(ctx, name, func(k, namespace, obj string) bool {
-		return k == spec.Kind && obj == spec.Name && out.selected[namespace]
+	if err := c.releaseAll(ctx, name, func(k objects.Kind, namespace, obj string) bool {
+		return k == objects.KindNamed(spec.Kind) && obj == spec.Name && out.selected[namespace]
 	}, claimed); err != nil {
 		return 0, err
 	}
@@ -284,7 +288,7 @@ func (c *Controller) admit(u *unstructured.Unstructured) (*v1alpha1.TrustTarget,
 	case spec.Kind == v1alpha1.KindSecret && !c.cfg.Secrets:
 		return refuse(v1alpha1.ReasonSecretsNotAllowed, "Secret targets are not allowed here: writing Secrets means the controller may read and write every Secret of every namespace; the chart grants it with targets.secrets: true (docs/targets.md). Use a configMap target for public trust anchors")
 	case spec.Kind == v1alpha1.KindSecret && !c.permitsSecret(spec.Name):
-		return refuse(v1alpha1.ReasonSecretNotAuthorized, secretNotAuthorized(spec.Name, c.cfg.SecretNames))
+		return refuse(v1alpha1.ReasonSecretNotAuthorized, objects.SecretNotAuthorized(spec.Name, c.cfg.SecretNames))
 	}
 	return t, spec, nil
 }
@@ -292,13 +296,13 @@ func (c *Controller) admit(u *unstructured.Unstructured) (*v1alpha1.TrustTarget,
 // render renders the target's sources as the watches hold them. After a restart (or
 // a spec change) there is no earlier rendering: the objects written before hold the
 // last good content, and a source that fails now must keep it, not take its key away.
-func (c *Controller) render(st *watched, target string, spec *v1alpha1.ParsedTrustTargetSpec) *render.Rendering {
-	if st.last == nil {
-		if live := c.anyWritten(spec.Kind, target, spec.Name); live != nil {
-			st.seed(live.files(st.plan.Paths()))
+func (c *Controller) render(st *objects.Watched, target string, spec *v1alpha1.ParsedTrustTargetSpec) *render.Rendering {
+	if st.Last == nil {
+		if live := c.anyWritten(objects.KindNamed(spec.Kind), target, spec.Name); live != nil {
+			st.Seed(live.Files(st.Plan.Paths()))
 		}
 	}
-	return st.render()
+	return st.Render()
 }
 
 // tally is one reconcile's writes: the status they make, the namespaces
@@ -314,7 +318,7 @@ type tally struct {
 // writeSelected brings the target's object up to date in every namespace it selects
 // and is granted. An error is one that must leave everything as it is (the grants
 // cannot be told): nothing is released on it.
-func (c *Controller) writeSelected(ctx context.Context, st *watched, t *v1alpha1.TrustTarget, spec *v1alpha1.ParsedTrustTargetSpec, r *render.Rendering, claimed []claim) (*tally, error) {
+func (c *Controller) writeSelected(ctx context.Context, st *objects.Watched, t *v1alpha1.TrustTarget, spec *v1alpha1.ParsedTrustTargetSpec, r *render.Rendering, claimed []claim) (*tally, error) {
 	all, err := c.namespaces.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -324,7 +328,7 @@ func (c *Controller) writeSelected(ctx context.Context, st *watched, t *v1alpha1
 		if ns.Status.Phase == corev1.NamespaceTerminating || !spec.Namespaces.Matches(labels.Set(ns.Labels)) {
 			continue
 		}
-		_, refused, err := c.cfg.Tenancy.split(ctx, ns.Name, t.Spec.Sources)
+		_, refused, err := c.cfg.Tenancy.Split(ctx, ns.Name, t.Spec.Sources)
 		if err != nil {
 			return nil, err
 		}
@@ -335,7 +339,7 @@ func (c *Controller) writeSelected(ctx context.Context, st *watched, t *v1alpha1
 			continue
 		}
 		out.selected[ns.Name] = true
-		written, note, err := c.write(ctx, st, ns, spec.Kind, spec.Name, t.Name, t.Spec.Sources, r, claimed)
+		written, note, err := c.write(ctx, st, ns, objects.KindNamed(spec.Kind), spec.Name, t.Name, t.Spec.Sources, r, claimed)
 		out.wrote(ns.Name, written, note, err)
 	}
 	return out, nil
@@ -410,11 +414,11 @@ func (e *conflictError) Error() string { return e.msg }
 // write brings target's object in namespace ns up to date, and says whether it holds
 // the current content. note names another claimant of an object this target writes;
 // an object another target (or an annotation) writes is left to it: an error.
-func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespace, kind, object, target string, sources []v1alpha1.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
+func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.Namespace, kind objects.Kind, object, target string, sources []v1alpha1.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
 	live := c.written(kind, ns.Name, object)
 	labelled := ""
 	if live != nil {
-		labelled = live.meta.GetLabels()[v1alpha1.TargetLabel]
+		labelled = live.Meta.GetLabels()[v1alpha1.TargetLabel]
 	}
 	w, others := writer(claimed, ns, kind, object, labelled)
 	if w != target {
@@ -424,20 +428,20 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 		note = fmt.Sprintf("TrustTarget %s also names %s %s/%s", strings.Join(others, ", "), kind, ns.Name, object)
 	}
 
-	data, binary := payload(sources, r)
-	if err := tooLarge(data, binary); err != nil {
+	data, binary := objects.Payload(sources, r)
+	if err := objects.TooLarge(data, binary); err != nil {
 		return false, note, err
 	}
-	d := desired{data: data, binary: binary, labels: map[string]string{v1alpha1.TargetLabel: target}}
-	last := st.applied[ns.Name]
-	if live != nil && live.meta.GetResourceVersion() == last.after {
+	d := objects.Desired{Data: data, Binary: binary, Labels: map[string]string{v1alpha1.TargetLabel: target}}
+	last := st.Applied[ns.Name]
+	if live != nil && live.Meta.GetResourceVersion() == last.After {
 		// The informer has seen this controller's last write: what it holds is the
 		// truth again (a later deletion is one, and is written anew).
-		delete(st.applied, ns.Name)
-		last = appliedState{}
+		delete(st.Applied, ns.Name)
+		last = objects.Applied{}
 	}
 	if live == nil {
-		if last.digest != "" && last.before == "" && last.digest == d.digest() {
+		if last.Digest != "" && last.Before == "" && last.Digest == d.Digest() {
 			return true, note, nil // created by this controller; the cache has yet to see it
 		}
 		fetched, err := c.unlabelled(ctx, kind, ns.Name, object, r.Err() != nil)
@@ -447,27 +451,27 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 		live = fetched
 	}
 	if live == nil {
-		d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
+		d.Annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
 	} else {
-		if _, asks := live.meta.GetAnnotations()[v1alpha1.AnnotationInject]; asks {
+		if _, asks := live.Meta.GetAnnotations()[v1alpha1.AnnotationInject]; asks {
 			if labelled != target {
 				return false, note, &conflictError{fmt.Sprintf("%s %s/%s is annotated %s and filled by the annotations it carries; one object has one writer: remove the annotation, or name another object", kind, ns.Name, object, v1alpha1.AnnotationInject)}
 			}
 			note = fmt.Sprintf("%s %s/%s is also annotated %s, which is ignored while this target writes it", kind, ns.Name, object, v1alpha1.AnnotationInject)
 		}
-		if createdByTargets(live.meta) {
-			d.annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
+		if createdByTargets(live.Meta) {
+			d.Annotations = map[string]string{v1alpha1.CreatedAnnotation: "true"}
 		}
-		keepHeld(sources, r, live, d.data, d.binary)
+		objects.KeepHeld(sources, r, live, d.Data, d.Binary)
 	}
-	if len(d.data)+len(d.binary) == 0 {
+	if len(d.Data)+len(d.Binary) == 0 {
 		return false, note, nil // nothing to write yet: the status says why
 	}
-	if live != nil && live.holds(d, FieldManager) {
+	if live != nil && live.Holds(d, FieldManager) {
 		return true, note, nil
 	}
-	digest := d.digest()
-	if live != nil && last.digest == digest && last.before == live.meta.GetResourceVersion() {
+	digest := d.Digest()
+	if live != nil && last.Digest == digest && last.Before == live.Meta.GetResourceVersion() {
 		return true, note, nil // the informer has yet to see this controller's write
 	}
 	rv, err := c.apply(ctx, kind, ns.Name, object, d)
@@ -476,68 +480,20 @@ func (c *Controller) write(ctx context.Context, st *watched, ns *corev1.Namespac
 	}
 	before := ""
 	if live != nil {
-		before = live.meta.GetResourceVersion()
+		before = live.Meta.GetResourceVersion()
 	}
-	st.applied[ns.Name] = appliedState{digest: digest, before: before, after: rv}
+	st.Applied[ns.Name] = objects.Applied{Digest: digest, Before: before, After: rv}
 	return true, note, nil
-}
-
-// payload splits a rendering's files into text keys (PEM) and binary keys
-// (truststores).
-func payload(sources []v1alpha1.Source, r *render.Rendering) (data map[string]string, binary map[string][]byte) {
-	data, binary = map[string]string{}, map[string][]byte{}
-	// Keys holding the same anchors share one string, as their renderings share
-	// one encoding: 32 keys of the public roots are one copy, not 32.
-	texts := map[[sha256.Size]byte]string{}
-	for _, src := range sources {
-		f, ok := r.Files[src.Path]
-		if !ok {
-			continue
-		}
-		if src.FileFormat() != v1alpha1.FormatPEM {
-			binary[src.Path] = f.Data
-			continue
-		}
-		p, known := r.Paths[src.Path]
-		text, seen := texts[p.Set]
-		if !known || !p.Known || !seen {
-			text = string(f.Data)
-			if known && p.Known {
-				texts[p.Set] = text
-			}
-		}
-		data[src.Path] = text
-	}
-	return data, binary
-}
-
-// MaxObjectBytes is the most a ConfigMap's or Secret's data may hold: the API server
-// refuses a larger one ("Request entity too large"), so trustsync never sends it.
-const MaxObjectBytes = 1 << 20
-
-// tooLarge says why data and binary cannot be written as one object, if they cannot.
-func tooLarge(data map[string]string, binary map[string][]byte) error {
-	n := 0
-	for k, v := range data {
-		n += len(k) + len(v)
-	}
-	for k, v := range binary {
-		n += len(k) + len(v)
-	}
-	if n <= MaxObjectBytes {
-		return nil
-	}
-	return fmt.Errorf("the %d keys would hold %d bytes, more than one object holds (%d): name fewer sources, or have sources share a key (the public roots alone are about 200 KB)", len(data)+len(binary), n, MaxObjectBytes)
 }
 
 // enqueueWriters queues the targets that write an object of kind named as obj is,
 // where obj is not one the controller wrote (those come through their label).
-func (c *Controller) enqueueWriters(kind string, obj any) {
-	m, err := metaOf(obj)
+func (c *Controller) enqueueWriters(kind objects.Kind, obj any) {
+	m, err := objects.MetaOf(obj)
 	if err != nil || m.GetLabels()[v1alpha1.TargetLabel] != "" {
 		return
 	}
-	field := map[string]string{v1alpha1.KindConfigMap: "configMap", v1alpha1.KindSecret: "secret"}[kind]
+	field := map[string]string{v1alpha1.KindConfigMap: "configMap", v1alpha1.KindSecret: "secret"}[kind.Name]
 	for _, t := range c.targets.GetStore().List() {
 		u, ok := t.(*unstructured.Unstructured)
 		if !ok {
@@ -551,26 +507,26 @@ func (c *Controller) enqueueWriters(kind string, obj any) {
 
 // permitsSecret says whether the Secret name may be written.
 func (c *Controller) permitsSecret(name string) bool {
-	return permitsSecret(c.cfg.Secrets, c.cfg.SecretNames, name)
+	return objects.PermitsSecret(c.cfg.Secrets, c.cfg.SecretNames, name)
 }
 
 // written is the object of kind in namespace as the informer holds it, if it carries
 // the target label (the controller sees only what it wrote).
-func (c *Controller) written(kind, namespace, name string) *object {
+func (c *Controller) written(kind objects.Kind, namespace, name string) *objects.Object {
 	var obj any
 	var err error
-	if kind == "Secret" {
+	if kind == objects.Secret {
 		if len(c.secrets) == 0 {
 			return nil
 		}
-		obj, err = c.secrets.get(namespace, name)
+		obj, err = c.secrets.Get(namespace, name)
 	} else {
 		obj, err = c.configMaps.ConfigMaps(namespace).Get(name)
 	}
 	if err != nil {
 		return nil
 	}
-	o, _ := objectOf(obj)
+	o, _ := objects.ObjectOf(obj)
 	return &o
 }
 
@@ -578,7 +534,7 @@ func (c *Controller) written(kind, namespace, name string) *object {
 // label): nil when it does not exist. Every object's metadata is at hand (the
 // metadata informer the injection shares), so only an object whose keys a failing
 // source may need (whole) is read from the API server.
-func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name string, whole bool) (*object, error) {
+func (c *Controller) unlabelled(ctx context.Context, kind objects.Kind, namespace, name string, whole bool) (*objects.Object, error) {
 	if lister := c.metadata[kind]; lister != nil && !whole {
 		obj, err := lister.ByNamespace(namespace).Get(name)
 		if apierrors.IsNotFound(err) {
@@ -591,9 +547,9 @@ func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name strin
 		if !ok {
 			return nil, fmt.Errorf("the metadata informer held a %T", obj)
 		}
-		return &object{meta: m, secret: kind == "Secret"}, nil
+		return &objects.Object{Meta: m, Secret: kind == objects.Secret}, nil
 	}
-	o, err := getObject(ctx, c.cfg.Client, kind == "Secret", namespace, name)
+	o, err := objects.GetObject(ctx, c.cfg.Client, kind, namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -601,24 +557,24 @@ func (c *Controller) unlabelled(ctx context.Context, kind, namespace, name strin
 }
 
 // writtenBy is every object carrying target's label, as the informers hold them.
-func (c *Controller) writtenBy(target string) ([]object, error) {
+func (c *Controller) writtenBy(target string) ([]objects.Object, error) {
 	sel := labels.SelectorFromSet(labels.Set{v1alpha1.TargetLabel: target})
-	var found []object
+	var found []objects.Object
 	cms, err := c.configMaps.List(sel)
 	if err != nil {
 		return nil, err
 	}
 	for _, cm := range cms {
-		o, _ := objectOf(cm)
+		o, _ := objects.ObjectOf(cm)
 		found = append(found, o)
 	}
 	if len(c.secrets) > 0 {
-		secs, err := c.secrets.list(sel)
+		secs, err := c.secrets.List(sel)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range secs {
-			o, _ := objectOf(s)
+			o, _ := objects.ObjectOf(s)
 			found = append(found, o)
 		}
 	}
@@ -627,10 +583,10 @@ func (c *Controller) writtenBy(target string) ([]object, error) {
 
 // anyWritten is one of target's objects of kind and name, the base of its first
 // rendering.
-func (c *Controller) anyWritten(kind, target, name string) *object {
+func (c *Controller) anyWritten(kind objects.Kind, target, name string) *objects.Object {
 	found, _ := c.writtenBy(target)
 	for _, o := range found {
-		if o.kind() == kind && o.meta.GetName() == name {
+		if o.Kind() == kind && o.Meta.GetName() == name {
 			return &o
 		}
 	}
@@ -640,17 +596,17 @@ func (c *Controller) anyWritten(kind, target, name string) *object {
 // createdByTargets reports whether a TrustTarget created the object: it carries
 // CreatedAnnotation, set by the targets' field manager.
 func createdByTargets(m metav1.Object) bool {
-	return m.GetAnnotations()[v1alpha1.CreatedAnnotation] == "true" && ownedBy(m, FieldManager).annotations[v1alpha1.CreatedAnnotation]
+	return m.GetAnnotations()[v1alpha1.CreatedAnnotation] == "true" && objects.OwnedBy(m, FieldManager).Annotations[v1alpha1.CreatedAnnotation]
 }
 
 // apply writes d into namespace's object with server-side apply, without force: a key
 // another manager owns is a conflict, reported, never taken. It returns the object's
 // new resourceVersion.
-func (c *Controller) apply(ctx context.Context, kind, namespace, object string, d desired) (string, error) {
-	c.cfg.Metrics.wrote("targets", kind, "apply")
-	rv, err := applyData(ctx, c.cfg.Client, kind == "Secret", namespace, object, FieldManager, d)
+func (c *Controller) apply(ctx context.Context, kind objects.Kind, namespace, object string, d objects.Desired) (string, error) {
+	c.cfg.Metrics.Wrote("targets", kind, "apply")
+	rv, err := objects.Apply(ctx, c.cfg.Client, kind, namespace, object, FieldManager, d)
 	if apierrors.IsConflict(err) {
-		return "", fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, conflictDetail(err))
+		return "", fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, objects.ConflictDetail(err))
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)
@@ -658,91 +614,27 @@ func (c *Controller) apply(ctx context.Context, kind, namespace, object string, 
 	return rv, nil
 }
 
-// applyData applies d to a ConfigMap, or a Secret, as manager, without force: PEM as
-// text data, truststores as binary (a Secret's are all bytes).
-func applyData(ctx context.Context, client kubernetes.Interface, secret bool, namespace, name, manager string, d desired) (string, error) {
-	opts := metav1.ApplyOptions{FieldManager: manager}
-	if secret {
-		cfg := applycorev1.Secret(name, namespace).WithData(binaryOf(d.data, d.binary))
-		if len(d.labels) > 0 {
-			cfg.WithLabels(d.labels)
-		}
-		if len(d.annotations) > 0 {
-			cfg.WithAnnotations(d.annotations)
-		}
-		s, err := client.CoreV1().Secrets(namespace).Apply(ctx, cfg, opts)
-		if err != nil {
-			return "", err
-		}
-		return s.ResourceVersion, nil
-	}
-	cfg := applycorev1.ConfigMap(name, namespace)
-	if len(d.labels) > 0 {
-		cfg.WithLabels(d.labels)
-	}
-	if len(d.annotations) > 0 {
-		cfg.WithAnnotations(d.annotations)
-	}
-	if len(d.data) > 0 {
-		cfg.WithData(d.data)
-	}
-	if len(d.binary) > 0 {
-		cfg.WithBinaryData(d.binary)
-	}
-	cm, err := client.CoreV1().ConfigMaps(namespace).Apply(ctx, cfg, opts)
-	if err != nil {
-		return "", err
-	}
-	return cm.ResourceVersion, nil
-}
-
-func binaryOf(data map[string]string, binary map[string][]byte) map[string][]byte {
-	out := maps.Clone(binary)
-	if out == nil {
-		out = map[string][]byte{}
-	}
-	for k, v := range data {
-		out[k] = []byte(v)
-	}
-	return out
-}
-
-// conflictDetail is the API server's list of conflicting fields and their managers.
-func conflictDetail(err error) string {
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Details != nil {
-		var parts []string
-		for _, cause := range status.Status().Details.Causes {
-			parts = append(parts, cause.Message)
-		}
-		if len(parts) > 0 {
-			return strings.Join(parts, "; ")
-		}
-	}
-	return err.Error()
-}
-
 // releaseAll takes target's keys and label out of every object it wrote that keep
 // does not keep (all of them when keep is nil). An object another target claims
 // passes to it whole (that target's next apply replaces the keys): nothing is
 // released or deleted under it.
-func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind, namespace, name string) bool, claimed []claim) error {
+func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind objects.Kind, namespace, name string) bool, claimed []claim) error {
 	found, err := c.writtenBy(target)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, o := range found {
-		kind := o.kind()
-		if keep != nil && keep(kind, o.meta.GetNamespace(), o.meta.GetName()) {
+		kind := o.Kind()
+		if keep != nil && keep(kind, o.Meta.GetNamespace(), o.Meta.GetName()) {
 			continue
 		}
-		ns, err := c.namespaces.Get(o.meta.GetNamespace())
+		ns, err := c.namespaces.Get(o.Meta.GetNamespace())
 		if apierrors.IsNotFound(err) || err == nil && (ns.Status.Phase == corev1.NamespaceTerminating || ns.DeletionTimestamp != nil) {
 			continue // going: the namespace controller deletes the object; releasing it would be two writes for nothing
 		}
 		if err == nil {
-			if w, _ := writer(claimed, ns, kind, o.meta.GetName(), ""); w != "" && w != target {
+			if w, _ := writer(claimed, ns, kind, o.Meta.GetName(), ""); w != "" && w != target {
 				c.queue.Add(w)
 				continue
 			}
@@ -755,23 +647,23 @@ func (c *Controller) releaseAll(ctx context.Context, target string, keep func(ki
 // release applies an empty configuration: the API server removes every field only
 // this manager owned; then an object the targets created, with nothing left in it,
 // goes. An object someone else made stays, however empty.
-func (c *Controller) release(ctx context.Context, kind string, o object) error {
-	namespace, name := o.meta.GetNamespace(), o.meta.GetName()
-	created := createdByTargets(o.meta)
+func (c *Controller) release(ctx context.Context, kind objects.Kind, o objects.Object) error {
+	namespace, name := o.Meta.GetNamespace(), o.Meta.GetName()
+	created := createdByTargets(o.Meta)
 	opts := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
-	c.cfg.Metrics.wrote("targets", kind, "apply")
+	c.cfg.Metrics.Wrote("targets", kind, "apply")
 	var left int
 	var rv string
-	if kind == "Secret" {
+	if kind == objects.Secret {
 		s, err := c.cfg.Client.CoreV1().Secrets(namespace).Apply(ctx, applycorev1.Secret(name, namespace), opts)
 		if err != nil {
-			return ignoreNotFound(err)
+			return objects.IgnoreNotFound(err)
 		}
 		left, rv = len(s.Data)+len(s.StringData)+len(s.Labels)+len(s.Annotations), s.ResourceVersion
 	} else {
 		cm, err := c.cfg.Client.CoreV1().ConfigMaps(namespace).Apply(ctx, applycorev1.ConfigMap(name, namespace), opts)
 		if err != nil {
-			return ignoreNotFound(err)
+			return objects.IgnoreNotFound(err)
 		}
 		left, rv = len(cm.Data)+len(cm.BinaryData)+len(cm.Labels)+len(cm.Annotations), cm.ResourceVersion
 	}
@@ -779,9 +671,9 @@ func (c *Controller) release(ctx context.Context, kind string, o object) error {
 		return nil
 	}
 	del := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}}
-	c.cfg.Metrics.wrote("targets", kind, "delete")
+	c.cfg.Metrics.Wrote("targets", kind, "delete")
 	var err error
-	if kind == "Secret" {
+	if kind == objects.Secret {
 		err = c.cfg.Client.CoreV1().Secrets(namespace).Delete(ctx, name, del)
 	} else {
 		err = c.cfg.Client.CoreV1().ConfigMaps(namespace).Delete(ctx, name, del)
@@ -789,14 +681,7 @@ func (c *Controller) release(ctx context.Context, kind string, o object) error {
 	if apierrors.IsConflict(err) {
 		return nil // someone wrote to it meanwhile: it is theirs now
 	}
-	return ignoreNotFound(err)
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return objects.IgnoreNotFound(err)
 }
 
 // setStatus records the status and the Ready condition, and an Event when Ready
@@ -813,7 +698,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 		status.Conditions = slices.Clone(old.Status.Conditions)
 	}
 	changed := meta.SetStatusCondition(&status.Conditions, cond)
-	c.cfg.Metrics.targetReady(u.GetName(), ok)
+	c.cfg.Metrics.TargetReady(u.GetName(), ok)
 	if old != nil && equalStatus(old.Status, status) {
 		return nil
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	tsbundle "github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/controller/objects"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/tenancy/tenancytest"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -136,13 +137,13 @@ func start(t *testing.T, w world, cfg Config) *harness {
 		return false, nil, nil
 	})
 	cfg.Client, cfg.Dynamic, cfg.Registry, cfg.Events = kube, dyn, registry, h.events
-	cfg.Metrics = NewMetrics(prometheus.NewRegistry())
+	cfg.Metrics = objects.NewMetrics(prometheus.NewRegistry())
 	h.c = New(cfg)
 	h.c.start(ctx)
 	if !cache.WaitForCacheSync(ctx.Done(), h.c.synced...) {
 		t.Fatal("the informers did not sync")
 	}
-	t.Cleanup(h.c.state.closeAll)
+	t.Cleanup(h.c.state.CloseAll)
 	return h
 }
 
@@ -331,7 +332,7 @@ func TestReconcile_WritesEverySelectedNamespaceAndSaysWhyNot(t *testing.T) {
 					Bundles: []v1alpha1.BundleGrant{{Name: "corp"}}}})
 				grants.Labels["team-a"] = map[string]string{"team": "a"}
 				grants.Labels["team-b"] = map[string]string{"team": "b"}
-				return Config{Tenancy: Tenancy{Grants: grants.Lookup}}
+				return Config{Tenancy: objects.Tenancy{Grants: grants.Lookup}}
 			}(),
 			want:       map[string]string{"team-a": anchors(corpCA), "team-b": ""},
 			wantReason: v1alpha1.ReasonSynced, wantReady: true, wantMessage: "1 more selected are not granted every source and are not written (status.notGrantedNamespaces), first team-b",
@@ -344,7 +345,7 @@ func TestReconcile_WritesEverySelectedNamespaceAndSaysWhyNot(t *testing.T) {
 			cfg: func() Config {
 				grants := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{})
 				grants.Labels["team-b"] = map[string]string{"team": "b"}
-				return Config{Tenancy: Tenancy{Grants: grants.Lookup}}
+				return Config{Tenancy: objects.Tenancy{Grants: grants.Lookup}}
 			}(),
 			want:       map[string]string{"team-b": ""},
 			wantReason: v1alpha1.ReasonNotGranted, wantMessage: "nothing written: none of the 1 namespaces selected is granted every source (TrustPolicies), first team-b",

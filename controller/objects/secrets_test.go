@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"testing"
@@ -25,7 +25,7 @@ func TestPermitsSecret_OnlyTheNamesWhereNamed(t *testing.T) {
 		{"a name not listed", true, []string{"roots"}, "rootsx", false},
 		{"names without Secrets allowed", false, []string{"roots"}, "roots", false},
 	} {
-		if got := permitsSecret(tc.allowed, tc.names, tc.secret); got != tc.want {
+		if got := PermitsSecret(tc.allowed, tc.names, tc.secret); got != tc.want {
 			t.Errorf("%s: permitsSecret(%v, %v, %q) = %v", tc.name, tc.allowed, tc.names, tc.secret, got)
 		}
 	}
@@ -44,14 +44,14 @@ func TestSecretListers_ReadOneWatchPerNameAsOne(t *testing.T) {
 	secret := func(ns, name string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"t": "x"}}}
 	}
-	l := secretListers{watch(secret("a", "roots"), secret("b", "roots")), watch(secret("a", "other"))}
-	if s, err := l.get("a", "other"); err != nil || s.Name != "other" {
+	l := SecretListers{watch(secret("a", "roots"), secret("b", "roots")), watch(secret("a", "other"))}
+	if s, err := l.Get("a", "other"); err != nil || s.Name != "other" {
 		t.Errorf("get a/other: %v, %v", s, err)
 	}
-	if _, err := l.get("b", "other"); !apierrors.IsNotFound(err) {
+	if _, err := l.Get("b", "other"); !apierrors.IsNotFound(err) {
 		t.Errorf("get b/other: %v, want NotFound", err)
 	}
-	if all, err := l.list(labels.SelectorFromSet(labels.Set{"t": "x"})); err != nil || len(all) != 3 {
+	if all, err := l.List(labels.SelectorFromSet(labels.Set{"t": "x"})); err != nil || len(all) != 3 {
 		t.Errorf("list: %d, %v; want the 3 of both watches", len(all), err)
 	}
 
@@ -62,7 +62,7 @@ func TestSecretListers_ReadOneWatchPerNameAsOne(t *testing.T) {
 		}
 		return cache.NewGenericLister(idx, corev1.Resource("secrets"))
 	}
-	g := genericListers{metas(secret("a", "roots")), metas(secret("a", "other"))}
+	g := GenericListers{metas(secret("a", "roots")), metas(secret("a", "other"))}
 	if obj, err := g.ByNamespace("a").Get("other"); err != nil || obj.(*corev1.Secret).Name != "other" {
 		t.Errorf("ByNamespace(a).Get(other): %v, %v", obj, err)
 	}
@@ -76,7 +76,7 @@ func TestSecretListers_ReadOneWatchPerNameAsOne(t *testing.T) {
 	s1, s2 := cache.NewStore(cache.MetaNamespaceKeyFunc), cache.NewStore(cache.MetaNamespaceKeyFunc)
 	_ = s1.Add(secret("a", "roots"))
 	_ = s2.Add(secret("a", "other"))
-	st := stores{s1, s2}
+	st := Stores{s1, s2}
 	if _, ok, _ := st.GetByKey("a/other"); !ok {
 		t.Error("GetByKey(a/other) found nothing")
 	}

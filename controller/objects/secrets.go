@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"fmt"
@@ -27,13 +27,13 @@ import (
 // controllers read of Secrets is the union of those watches. A few names cost a few
 // watches; no name means one watch of every Secret, as before.
 
-// secretNotAuthorized is what a TrustTarget naming a Secret outside the names is told.
-func secretNotAuthorized(name string, names []string) string {
+// SecretNotAuthorized is what a TrustTarget naming a Secret outside the names is told.
+func SecretNotAuthorized(name string, names []string) string {
 	return fmt.Sprintf("Secret %q is not one this controller may write: it may write Secrets named %s in any namespace (the chart's targets.authorizedSecrets, docs/targets.md); add the name there, or use another", name, strings.Join(names, ", "))
 }
 
-// permitsSecret says whether a Secret of this name may be read and written.
-func permitsSecret(allowed bool, names []string, name string) bool {
+// PermitsSecret says whether a Secret of this name may be read and written.
+func PermitsSecret(allowed bool, names []string, name string) bool {
 	return allowed && (len(names) == 0 || slices.Contains(names, name))
 }
 
@@ -44,10 +44,10 @@ func byName(name string) func(*metav1.ListOptions) {
 	}
 }
 
-// writtenSecrets watches the Secrets carrying the target label, of the names given
+// WrittenSecrets watches the Secrets carrying the target label, of the names given
 // (every name when none is): the listers to read them, the informers to handle and
 // sync, and what starts them.
-func writtenSecrets(client kubernetes.Interface, resync time.Duration, names []string, labelled func(*metav1.ListOptions)) (secretListers, []cache.SharedIndexInformer, []func(<-chan struct{})) {
+func WrittenSecrets(client kubernetes.Interface, resync time.Duration, names []string, labelled func(*metav1.ListOptions)) (SecretListers, []cache.SharedIndexInformer, []func(<-chan struct{})) {
 	tweaks := []func(*metav1.ListOptions){labelled}
 	if len(names) > 0 {
 		tweaks = nil
@@ -56,7 +56,7 @@ func writtenSecrets(client kubernetes.Interface, resync time.Duration, names []s
 			tweaks = append(tweaks, func(o *metav1.ListOptions) { labelled(o); named(o) })
 		}
 	}
-	var listers secretListers
+	var listers SecretListers
 	var infs []cache.SharedIndexInformer
 	var starts []func(<-chan struct{})
 	for _, tweak := range tweaks {
@@ -69,27 +69,28 @@ func writtenSecrets(client kubernetes.Interface, resync time.Duration, names []s
 	return listers, infs, starts
 }
 
-// secretMetadata is the metadata-only watch of the Secrets of the names given: the
+// SecretMetadata is the metadata-only watch of the Secrets of the names given: the
 // shared factory's watch of every Secret when none is, else one watch per name (with
 // what starts them; the shared factory is started by its owner).
-func secretMetadata(shared metadatainformer.SharedInformerFactory, client metadata.Interface, resync time.Duration, names []string) ([]informers.GenericInformer, []func(<-chan struct{})) {
+func SecretMetadata(shared metadatainformer.SharedInformerFactory, client metadata.Interface, resync time.Duration, names []string) ([]informers.GenericInformer, []func(<-chan struct{})) {
 	if len(names) == 0 {
-		return []informers.GenericInformer{shared.ForResource(kindSecret.gvr)}, nil
+		return []informers.GenericInformer{shared.ForResource(Secret.Resource)}, nil
 	}
 	var infs []informers.GenericInformer
 	var starts []func(<-chan struct{})
 	for _, n := range names {
 		f := metadatainformer.NewFilteredSharedInformerFactory(client, resync, "", byName(n))
-		infs = append(infs, f.ForResource(kindSecret.gvr))
+		infs = append(infs, f.ForResource(Secret.Resource))
 		starts = append(starts, f.Start)
 	}
 	return infs, starts
 }
 
-// secretListers read the Secrets of several watches as one.
-type secretListers []corelisters.SecretLister
+// SecretListers read the Secrets of several watches as one.
+type SecretListers []corelisters.SecretLister
 
-func (l secretListers) get(namespace, name string) (*corev1.Secret, error) {
+// Get is the Secret of the first watch that holds it.
+func (l SecretListers) Get(namespace, name string) (*corev1.Secret, error) {
 	for _, one := range l {
 		if s, err := one.Secrets(namespace).Get(name); err == nil || !apierrors.IsNotFound(err) {
 			return s, err
@@ -98,7 +99,8 @@ func (l secretListers) get(namespace, name string) (*corev1.Secret, error) {
 	return nil, apierrors.NewNotFound(corev1.Resource("secrets"), name)
 }
 
-func (l secretListers) list(sel labels.Selector) ([]*corev1.Secret, error) {
+// List is the Secrets every watch holds, as one list.
+func (l SecretListers) List(sel labels.Selector) ([]*corev1.Secret, error) {
 	return union(l, func(one corelisters.SecretLister) ([]*corev1.Secret, error) { return one.List(sel) })
 }
 
@@ -115,22 +117,25 @@ func union[W, T any](watches []W, list func(W) ([]T, error)) ([]T, error) {
 	return out, nil
 }
 
-// genericListers read the objects of several watches of one kind as one lister.
-type genericListers []cache.GenericLister
+// GenericListers read the objects of several watches of one kind as one lister.
+type GenericListers []cache.GenericLister
 
-func (l genericListers) List(sel labels.Selector) ([]runtime.Object, error) {
+// List is what every lister holds, as one list.
+func (l GenericListers) List(sel labels.Selector) ([]runtime.Object, error) {
 	return union(l, func(one cache.GenericLister) ([]runtime.Object, error) { return one.List(sel) })
 }
 
-func (l genericListers) Get(name string) (runtime.Object, error) {
+// Get is the object of the first lister that holds it.
+func (l GenericListers) Get(name string) (runtime.Object, error) {
 	return l.first(func(one cache.GenericLister) (runtime.Object, error) { return one.Get(name) }, name)
 }
 
-func (l genericListers) ByNamespace(namespace string) cache.GenericNamespaceLister {
+// ByNamespace reads namespace through every lister, as one.
+func (l GenericListers) ByNamespace(namespace string) cache.GenericNamespaceLister {
 	return namespaced{l, namespace}
 }
 
-func (l genericListers) first(get func(cache.GenericLister) (runtime.Object, error), name string) (runtime.Object, error) {
+func (l GenericListers) first(get func(cache.GenericLister) (runtime.Object, error), name string) (runtime.Object, error) {
 	for _, one := range l {
 		if obj, err := get(one); err == nil || !apierrors.IsNotFound(err) {
 			return obj, err
@@ -140,7 +145,7 @@ func (l genericListers) first(get func(cache.GenericLister) (runtime.Object, err
 }
 
 type namespaced struct {
-	l         genericListers
+	l         GenericListers
 	namespace string
 }
 
@@ -152,16 +157,17 @@ func (n namespaced) Get(name string) (runtime.Object, error) {
 	return n.l.first(func(one cache.GenericLister) (runtime.Object, error) { return one.ByNamespace(n.namespace).Get(name) }, name)
 }
 
-// readStore is what the injection reads of an informer's store.
-type readStore interface {
+// ReadStore is what the injection reads of an informer's store.
+type ReadStore interface {
 	GetByKey(key string) (any, bool, error)
 	List() []any
 }
 
-// stores read several informers' stores as one.
-type stores []cache.Store
+// Stores read several informers' Stores as one.
+type Stores []cache.Store
 
-func (s stores) GetByKey(key string) (any, bool, error) {
+// GetByKey is the object of the first store that holds key.
+func (s Stores) GetByKey(key string) (any, bool, error) {
 	for _, one := range s {
 		if obj, ok, err := one.GetByKey(key); ok || err != nil {
 			return obj, ok, err
@@ -170,7 +176,8 @@ func (s stores) GetByKey(key string) (any, bool, error) {
 	return nil, false, nil
 }
 
-func (s stores) List() []any {
+// List is what every store holds, as one list.
+func (s Stores) List() []any {
 	var out []any
 	for _, one := range s {
 		out = append(out, one.List()...)

@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func TestTenancy_SplitKeepsTheSourcesANamespaceIsGranted(t *testing.T) {
 		{name: "without enforcement everything is kept", namespace: "ten-b", sources: []v1alpha1.Source{corpB}, wantGranted: []string{"b.pem"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			granted, refused, err := tc.tenancy.split(context.Background(), tc.namespace, tc.sources)
+			granted, refused, err := tc.tenancy.Split(context.Background(), tc.namespace, tc.sources)
 			if tc.wantCannotTell {
 				if err == nil || !strings.Contains(err.Error(), "cannot tell what namespace unknown is granted") {
 					t.Fatalf("err = %v, want it to say the grants cannot be told", err)

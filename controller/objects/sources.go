@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"context"
@@ -12,39 +12,39 @@ import (
 	"github.com/trustsync/trustsync/delivery/watch"
 )
 
-// watched is one object's sources: their render plan, the shared watches they read,
+// Watched is one object's sources: their render plan, the shared watches they read,
 // and the last rendering, the base of the next (a source that goes keeps its last
 // good content).
-type watched struct {
+type Watched struct {
 	spec string // what it was made for
-	plan *render.Plan
-	set  *watch.Set
-	last *render.Rendering
+	Plan *render.Plan
+	Set  *watch.Set
+	Last *render.Rendering
 	stop context.CancelFunc
-	// applied is what was last applied per namespace (a TrustTarget's objects), so
+	// Applied is what was last applied per namespace (a TrustTarget's objects), so
 	// that a reconcile running before the informer has seen its own write does not
 	// send it again.
-	applied map[string]appliedState
-	// written is the digest of what was last written (an annotated object's), so
+	Applied map[string]Applied
+	// Written is the digest of what was last written (an annotated object's), so
 	// that only a write of something new is news (an Event).
-	written string
+	Written string
 }
 
-// appliedState is one apply: what it wrote, the object's resourceVersion before
+// Applied is one apply: what it wrote, the object's resourceVersion before
 // ("" for one it created) and after.
-type appliedState struct {
-	digest, before, after string
+type Applied struct {
+	Digest, Before, After string
 }
 
-// seed makes files, what the written objects hold, the last rendering: the base of
+// Seed makes files, what the written objects hold, the last rendering: the base of
 // the next, for a controller that has none (just started, or the spec changed).
-func (w *watched) seed(files map[string]render.File) {
-	w.last = render.FromDisk(w.plan, files, render.Snapshot{})
+func (w *Watched) Seed(files map[string]render.File) {
+	w.Last = render.FromDisk(w.Plan, files, render.Snapshot{})
 }
 
 // watchSources acquires the watches sources read from registry; changed is called on
 // every change of them until close.
-func watchSources(ctx context.Context, registry *watch.Registry, spec string, sources []v1alpha1.Source, changed func()) (*watched, error) {
+func watchSources(ctx context.Context, registry *watch.Registry, spec string, sources []v1alpha1.Source, changed func()) (*Watched, error) {
 	plan, err := render.NewPlan(sources, "", false)
 	if err != nil {
 		return nil, err
@@ -64,24 +64,24 @@ func watchSources(ctx context.Context, registry *watch.Registry, spec string, so
 			}
 		}
 	}()
-	return &watched{spec: spec, plan: plan, set: set, stop: stop, applied: map[string]appliedState{}}, nil
+	return &Watched{spec: spec, Plan: plan, Set: set, stop: stop, Applied: map[string]Applied{}}, nil
 }
 
-func (w *watched) close() {
-	w.set.Close()
+func (w *Watched) close() {
+	w.Set.Close()
 	w.stop()
 }
 
-// render renders the sources as the watches hold them now.
-func (w *watched) render() *render.Rendering {
-	w.last = render.Render(w.plan, watch.SnapshotOf(w.plan, w.set, nil), w.last)
-	return w.last
+// Render renders the sources as the watches hold them now.
+func (w *Watched) Render() *render.Rendering {
+	w.Last = render.Render(w.Plan, watch.SnapshotOf(w.Plan, w.Set, nil), w.Last)
+	return w.Last
 }
 
-// specKey is what a watch was made for, in one rendering for a TrustTarget's spec and
+// SpecKey is what a watch was made for, in one rendering for a TrustTarget's spec and
 // an annotated object's sources: their JSON, which follows pointers (a %+v of a
 // pointer field would be its address, new at every decoding).
-func specKey(v any) string {
+func SpecKey(v any) string {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Sprintf("unencodable %T: %v", v, err)
@@ -89,24 +89,26 @@ func specKey(v any) string {
 	return string(raw)
 }
 
-// tended is the watches of every object a controller keeps, by key, each made anew
+// Tended is the watches of every object a controller keeps, by key, each made anew
 // when what it was made for (its spec) changes. A key is reconciled by one worker at
 // a time, so what a watched holds is that worker's; the map is shared.
-type tended struct {
+type Tended struct {
 	registry *watch.Registry
 	changed  func(key string)
 
 	mu sync.Mutex
-	by map[string]*watched
+	by map[string]*Watched
 }
 
-func newTended(registry *watch.Registry, changed func(key string)) *tended {
-	return &tended{registry: registry, changed: changed, by: map[string]*watched{}}
+// NewTended keeps watches from registry; changed is called with the key of one
+// whose sources changed.
+func NewTended(registry *watch.Registry, changed func(key string)) *Tended {
+	return &Tended{registry: registry, changed: changed, by: map[string]*Watched{}}
 }
 
-// get returns key's watches for sources, made for spec (specKey of what the object
+// Get returns key's watches for sources, made for spec (specKey of what the object
 // asks), made anew when spec changed.
-func (t *tended) get(ctx context.Context, key, spec string, sources []v1alpha1.Source) (*watched, error) {
+func (t *Tended) Get(ctx context.Context, key, spec string, sources []v1alpha1.Source) (*Watched, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st, ok := t.by[key]; ok && st.spec == spec {
@@ -124,15 +126,15 @@ func (t *tended) get(ctx context.Context, key, spec string, sources []v1alpha1.S
 	return st, nil
 }
 
-// lookup is key's watches, nil when it has none.
-func (t *tended) lookup(key string) *watched {
+// Lookup is key's watches, nil when it has none.
+func (t *Tended) Lookup(key string) *Watched {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.by[key]
 }
 
-// count is how many keys starting with prefix have watches.
-func (t *tended) count(prefix string) int {
+// Count is how many keys starting with prefix have watches.
+func (t *Tended) Count(prefix string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := 0
@@ -144,8 +146,8 @@ func (t *tended) count(prefix string) int {
 	return n
 }
 
-// forget closes key's watches.
-func (t *tended) forget(key string) {
+// Forget closes key's watches.
+func (t *Tended) Forget(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st, ok := t.by[key]; ok {
@@ -154,8 +156,8 @@ func (t *tended) forget(key string) {
 	}
 }
 
-// closeAll closes every watch, when the controller stops.
-func (t *tended) closeAll() {
+// CloseAll closes every watch, when the controller stops.
+func (t *Tended) CloseAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, st := range t.by {

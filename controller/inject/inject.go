@@ -1,10 +1,12 @@
-package targets
+// Package inject fills the objects annotated trustsync.io/inject: "true" (ConfigMaps,
+// Secrets where allowed, and the caBundle fields of webhook configurations,
+// APIServices and CRDs) with the sources their annotations name, kept current, and
+// lists what it filled in one index the node agents and the signer read.
+package inject
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/controller/objects"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/injector"
 	"github.com/trustsync/trustsync/kubeapi/queue"
@@ -43,27 +45,6 @@ const MaxInjectedPerNamespace = 256
 // Secret named by the sources' paths, or the caBundle fields.
 const InjectFieldManager = "trustsync-inject"
 
-// injectKind is one kind of object that may ask for trust by annotation.
-type injectKind struct {
-	gvr        schema.GroupVersionResource
-	kind       string
-	namespaced bool
-	// caBundle: the object gets its caBundle fields; otherwise keys of its data.
-	caBundle bool
-}
-
-var (
-	kindConfigMap = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), kind: "ConfigMap", namespaced: true}
-	kindSecret    = injectKind{gvr: corev1.SchemeGroupVersion.WithResource("secrets"), kind: "Secret", namespaced: true}
-	caBundleKinds = func() []injectKind {
-		var out []injectKind
-		for _, k := range v1alpha1.CABundleKinds {
-			out = append(out, injectKind{gvr: k.Resource, kind: k.Kind, caBundle: true})
-		}
-		return out
-	}()
-)
-
 // FillConfig is what the injection controller needs.
 type FillConfig struct {
 	Client   kubernetes.Interface
@@ -76,7 +57,7 @@ type FillConfig struct {
 	Secrets, CABundles bool
 	SecretNames        []string
 	Resync             time.Duration
-	Metrics            *Metrics
+	Metrics            *objects.Metrics
 	// ObjectMeta, when set, is the metadata-only informer factory to watch through
 	// (shared with the TrustTarget controller); otherwise the injector makes its own.
 	ObjectMeta metadatainformer.SharedInformerFactory
@@ -85,20 +66,20 @@ type FillConfig struct {
 	Index types.NamespacedName
 	// Tenancy, when enforced, fills an object with the sources its namespace is
 	// granted only.
-	Tenancy Tenancy
+	Tenancy objects.Tenancy
 }
 
 // Filler fills objects annotated trustsync.io/inject: "true" with the sources
 // their annotations name, kept current.
 type Filler struct {
 	cfg    FillConfig
-	kinds  map[string]injectKind
-	store  map[string]readStore
+	kinds  map[string]objects.Kind
+	store  map[string]objects.ReadStore
 	queue  workqueue.TypedRateLimitingInterface[string]
 	start  func(context.Context)
 	synced []cache.InformerSynced
 
-	state *tended
+	state *objects.Tended
 	index *injectedIndex // nil: none published
 
 	mu     sync.Mutex
@@ -108,18 +89,18 @@ type Filler struct {
 // NewFiller watches the metadata of every object of the allowed kinds (only their
 // annotations are needed to know which ask) and queues those that ask.
 func NewFiller(cfg FillConfig) *Filler {
-	in := &Filler{cfg: cfg, kinds: map[string]injectKind{}, store: map[string]readStore{}, warned: map[string]string{},
+	in := &Filler{cfg: cfg, kinds: map[string]objects.Kind{}, store: map[string]objects.ReadStore{}, warned: map[string]string{},
 		queue: queue.New[string]("trustsync_inject")}
-	in.state = newTended(cfg.Registry, func(key string) { in.queue.Add(key) })
+	in.state = objects.NewTended(cfg.Registry, func(key string) { in.queue.Add(key) })
 	if cfg.Index.Name != "" {
 		in.index = newInjectedIndex(cfg.Client, cfg.Index)
 	}
-	kinds := []injectKind{kindConfigMap}
+	kinds := []objects.Kind{objects.ConfigMap}
 	if cfg.Secrets {
-		kinds = append(kinds, kindSecret)
+		kinds = append(kinds, objects.Secret)
 	}
 	if cfg.CABundles {
-		kinds = append(kinds, caBundleKinds...)
+		kinds = append(kinds, objects.CABundleKinds...)
 	}
 	factory := cfg.ObjectMeta
 	if factory == nil {
@@ -128,34 +109,34 @@ func NewFiller(cfg FillConfig) *Filler {
 	var starts []func(<-chan struct{})
 	for _, k := range kinds {
 		var infs []informers.GenericInformer
-		if k == kindSecret {
+		if k == objects.Secret {
 			// Only the Secrets of the names allowed, where they are narrowed (the
 			// shared factory must not watch every Secret then: RBAC refuses it).
 			var more []func(<-chan struct{})
-			infs, more = secretMetadata(factory, cfg.Metadata, cfg.Resync, cfg.SecretNames)
+			infs, more = objects.SecretMetadata(factory, cfg.Metadata, cfg.Resync, cfg.SecretNames)
 			starts = append(starts, more...)
 		} else {
-			infs = []informers.GenericInformer{factory.ForResource(k.gvr)}
+			infs = []informers.GenericInformer{factory.ForResource(k.Resource)}
 		}
-		in.kinds[k.gvr.Resource] = k
-		var all stores
+		in.kinds[k.Resource.Resource] = k
+		var all objects.Stores
 		for _, gi := range infs {
 			informer := gi.Informer()
 			all = append(all, informer.GetStore())
 			enqueue := func(obj any) {
-				m, err := metaOf(obj)
+				m, err := objects.MetaOf(obj)
 				if err != nil {
 					return
 				}
 				_, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]
-				if asks || in.state.lookup(injectKey(k, m)) != nil {
+				if asks || in.state.Lookup(injectKey(k, m)) != nil {
 					in.queue.Add(injectKey(k, m))
 				}
 			}
 			_, _ = informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue})
 			in.synced = append(in.synced, informer.HasSynced)
 		}
-		in.store[k.gvr.Resource] = all
+		in.store[k.Resource.Resource] = all
 	}
 	in.start = func(ctx context.Context) {
 		factory.Start(ctx.Done())
@@ -166,22 +147,11 @@ func NewFiller(cfg FillConfig) *Filler {
 	return in
 }
 
-func metaOf(obj any) (metav1.Object, error) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	m, ok := obj.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("the informer delivered a %T, which has no object metadata; it is skipped", obj)
-	}
-	return m, nil
-}
-
-func injectKey(k injectKind, m metav1.Object) string {
+func injectKey(k objects.Kind, m metav1.Object) string {
 	if m.GetNamespace() == "" {
-		return k.gvr.Resource + "|" + m.GetName()
+		return k.Resource.Resource + "|" + m.GetName()
 	}
-	return k.gvr.Resource + "|" + m.GetNamespace() + "/" + m.GetName()
+	return k.Resource.Resource + "|" + m.GetNamespace() + "/" + m.GetName()
 }
 
 // EnqueueAll looks at every annotated object again: what a namespace is granted
@@ -189,7 +159,7 @@ func injectKey(k injectKind, m metav1.Object) string {
 func (in *Filler) EnqueueAll() {
 	for resource, store := range in.store {
 		for _, obj := range store.List() {
-			if m, err := metaOf(obj); err == nil {
+			if m, err := objects.MetaOf(obj); err == nil {
 				if _, asks := m.GetAnnotations()[v1alpha1.AnnotationInject]; asks {
 					in.queue.Add(injectKey(in.kinds[resource], m))
 				}
@@ -220,11 +190,11 @@ func (in *Filler) Run(ctx context.Context, workers int) {
 	klog.InfoS("Filling annotated objects", "kinds", len(in.kinds))
 	queue.Work(ctx, in.queue, workers, "annotated object", in.reconcile)
 	<-ctx.Done()
-	in.state.closeAll()
+	in.state.CloseAll()
 }
 
 func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, error) {
-	in.cfg.Metrics.reconciled("inject")
+	in.cfg.Metrics.Reconciled("inject")
 	resource, objKey, _ := strings.Cut(key, "|")
 	k := in.kinds[resource]
 	obj, exists, err := in.store[resource].GetByKey(objKey)
@@ -236,7 +206,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		return 0, nil
 	}
 	m := obj.(*metav1.PartialObjectMetadata)
-	ref := &corev1.ObjectReference{Kind: k.kind, APIVersion: k.gvr.GroupVersion().String(), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
+	ref := &corev1.ObjectReference{Kind: k.Name, APIVersion: k.Resource.GroupVersion().String(), Namespace: m.Namespace, Name: m.Name, UID: m.UID}
 	sources, asks, errs := injector.ObjectSources(m.Annotations)
 	if !asks {
 		in.forget(key) // no longer asks: what was written stays, untended
@@ -247,7 +217,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		in.warnOnce(key, ref, "TrustInjectInvalid", errs.ToAggregate().Error())
 		return 0, nil
 	}
-	sources, refused, err := in.cfg.Tenancy.split(ctx, m.Namespace, sources)
+	sources, refused, err := in.cfg.Tenancy.Split(ctx, m.Namespace, sources)
 	if err != nil {
 		return 0, err // nothing written, nothing taken away, until the grants are known
 	}
@@ -261,73 +231,73 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 			// A grant withdrawn takes the anchors away: the keys this controller
 			// applied are dropped (an apply of none), the object's other keys stay.
 			in.forget(key)
-			return 0, ignoreNotFound(in.applyKeys(ctx, k, m.Namespace, m.Name, map[string]string{}, nil))
+			return 0, objects.IgnoreNotFound(in.applyKeys(ctx, k, m.Namespace, m.Name, map[string]string{}, nil))
 		}
 	} else {
 		in.mu.Lock()
 		delete(in.warned, key+"#grants") // a later refusal is news again
 		in.mu.Unlock()
 	}
-	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.caBundle {
-		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.kind, v1alpha1.TargetLabel, v1alpha1.AnnotationInject))
+	if t := m.Labels[v1alpha1.TargetLabel]; t != "" && !k.CABundle {
+		in.warnOnce(key, ref, "TrustInjectConflict", fmt.Sprintf("TrustTarget %s writes this %s (label %s); one object has one writer, so its %s annotation is not acted on: remove the annotation, or have the TrustTarget name another object", t, k.Name, v1alpha1.TargetLabel, v1alpha1.AnnotationInject))
 		in.forget(key)
 		return 0, nil
 	}
-	if in.state.lookup(key) == nil && !k.caBundle {
+	if in.state.Lookup(key) == nil && !k.CABundle {
 		// A tenant may annotate as many objects as it may create: each namespace
 		// gets so many tended at once, so no one namespace can exhaust the
 		// controller every tenant shares.
-		if n := in.state.count(resource + "|" + m.Namespace + "/"); n >= MaxInjectedPerNamespace {
-			in.warnOnce(key, ref, "TrustInjectRefused", fmt.Sprintf("namespace %s has %d annotated %ss filled already, the most one namespace may have; remove the %s annotation from some, or use a TrustTarget", m.Namespace, n, k.kind, v1alpha1.AnnotationInject))
+		if n := in.state.Count(resource + "|" + m.Namespace + "/"); n >= MaxInjectedPerNamespace {
+			in.warnOnce(key, ref, "TrustInjectRefused", fmt.Sprintf("namespace %s has %d annotated %ss filled already, the most one namespace may have; remove the %s annotation from some, or use a TrustTarget", m.Namespace, n, k.Name, v1alpha1.AnnotationInject))
 			return 0, nil
 		}
 	}
-	st, err := in.state.get(ctx, key, specKey(sources), sources)
+	st, err := in.state.Get(ctx, key, objects.SpecKey(sources), sources)
 	if err != nil {
 		return 0, err
 	}
-	if !st.set.HasSynced() {
+	if !st.Set.HasSynced() {
 		return time.Second, nil
 	}
-	var live *object
-	if !k.caBundle && st.last == nil {
+	var live *objects.Object
+	if !k.CABundle && st.Last == nil {
 		// The first rendering since a start: the object holds the last good content
 		// of any source that fails now.
-		if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
-			return 0, ignoreNotFound(err)
+		if live, err = objects.GetObject(ctx, in.cfg.Client, k, m.Namespace, m.Name); err != nil {
+			return 0, objects.IgnoreNotFound(err)
 		}
-		st.seed(live.files(st.plan.Paths()))
+		st.Seed(live.Files(st.Plan.Paths()))
 	}
-	r := st.render()
-	data, binary := payload(sources, r)
-	if !k.caBundle && r.Err() != nil {
+	r := st.Render()
+	data, binary := objects.Payload(sources, r)
+	if !k.CABundle && r.Err() != nil {
 		if live == nil {
-			if live, err = getObject(ctx, in.cfg.Client, k == kindSecret, m.Namespace, m.Name); err != nil {
-				return 0, ignoreNotFound(err)
+			if live, err = objects.GetObject(ctx, in.cfg.Client, k, m.Namespace, m.Name); err != nil {
+				return 0, objects.IgnoreNotFound(err)
 			}
 		}
-		keepHeld(sources, r, live, data, binary)
+		objects.KeepHeld(sources, r, live, data, binary)
 	}
 	if len(data)+len(binary) == 0 {
 		in.warnOnce(key, ref, "TrustInjectFailed", "nothing written: "+r.Err().Error())
 		return 0, nil
 	}
-	if err := tooLarge(data, binary); err != nil {
+	if err := objects.TooLarge(data, binary); err != nil {
 		// Refused before anything is sent, and the rendering dropped: what cannot
 		// be written is not held (it comes back with the object's next change).
 		in.warnOnce(key, ref, "TrustInjectTooLarge", "nothing written: "+err.Error())
 		in.forget(key)
 		return 0, nil
 	}
-	digest := digestOf(data, binary)
+	digest := objects.DigestOf(data, binary)
 	switch {
-	case k.caBundle:
-		in.cfg.Metrics.wrote("inject", k.kind, "apply")
+	case k.CABundle:
+		in.cfg.Metrics.Wrote("inject", k, "apply")
 		err = in.applyCABundle(ctx, k, m.Name, data)
-	case live != nil && live.holds(desired{data: data, binary: binary}, InjectFieldManager):
+	case live != nil && live.Holds(objects.Desired{Data: data, Binary: binary}, InjectFieldManager):
 		// Holds it already: after a restart, nothing is sent.
 	default:
-		in.cfg.Metrics.wrote("inject", k.kind, "apply")
+		in.cfg.Metrics.Wrote("inject", k, "apply")
 		err = in.applyKeys(ctx, k, m.Namespace, m.Name, data, binary)
 	}
 	if err != nil {
@@ -338,12 +308,12 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 	delete(in.warned, key)
 	in.mu.Unlock()
 	if in.index != nil {
-		in.index.set(key, v1alpha1.InjectedObject{Kind: k.kind, Namespace: m.Namespace, Name: m.Name, Sources: sources, Anchors: r.AnchorIDs()})
+		in.index.set(key, v1alpha1.InjectedObject{Kind: k.Name, Namespace: m.Namespace, Name: m.Name, Sources: sources, Anchors: r.AnchorIDs()})
 	}
-	if digest != st.written {
-		st.written = digest
-		what := "keys " + strings.Join(keysOf(data, binary), ", ")
-		if k.caBundle {
+	if digest != st.Written {
+		st.Written = digest
+		what := "keys " + strings.Join(objects.KeysOf(data, binary), ", ")
+		if k.CABundle {
 			what = "caBundle"
 		}
 		msg := fmt.Sprintf("Wrote %s from %s", what, describeSources(sources))
@@ -358,7 +328,7 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 // forget stops tending the object and drops it from the index: its content is no
 // longer known to be current.
 func (in *Filler) forget(key string) {
-	in.state.forget(key)
+	in.state.Forget(key)
 	if in.index != nil {
 		in.index.forget(key)
 	}
@@ -375,7 +345,7 @@ func (in *Filler) asks(key string) bool {
 	if err != nil || !exists {
 		return false
 	}
-	m, err := metaOf(obj)
+	m, err := objects.MetaOf(obj)
 	if err != nil {
 		return false
 	}
@@ -386,7 +356,7 @@ func (in *Filler) asks(key string) bool {
 // keyOfIndexed is the key of an object the index lists, if its kind is filled.
 func (in *Filler) keyOfIndexed(o v1alpha1.InjectedObject) (string, bool) {
 	for _, k := range in.kinds {
-		if k.kind == o.Kind {
+		if k.Name == o.Kind {
 			return injectKey(k, &metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}), true
 		}
 	}
@@ -399,8 +369,8 @@ func (in *Filler) warnOnce(key string, ref *corev1.ObjectReference, reason, msg 
 	seen := in.warned[key] == msg
 	in.warned[key] = msg
 	in.mu.Unlock()
-	if st := in.state.lookup(key); st != nil {
-		st.written = "" // the next good write is news again
+	if st := in.state.Lookup(key); st != nil {
+		st.Written = "" // the next good write is news again
 	}
 	if !seen {
 		in.cfg.Events.Event(ref, corev1.EventTypeWarning, reason, msg)
@@ -408,7 +378,7 @@ func (in *Filler) warnOnce(key string, ref *corev1.ObjectReference, reason, msg 
 }
 
 // checkInjectSources refuses what an annotated object cannot take.
-func checkInjectSources(k injectKind, sources []v1alpha1.Source) (errs field.ErrorList) {
+func checkInjectSources(k objects.Kind, sources []v1alpha1.Source) (errs field.ErrorList) {
 	path := func(key string) *field.Path { return field.NewPath("metadata", "annotations").Key(key) }
 	var files []string
 	for _, s := range sources {
@@ -421,11 +391,11 @@ func checkInjectSources(k injectKind, sources []v1alpha1.Source) (errs field.Err
 		if !slices.Contains(files, s.Path) {
 			files = append(files, s.Path)
 		}
-		if k.caBundle && s.FileFormat() != v1alpha1.FormatPEM {
+		if k.CABundle && s.FileFormat() != v1alpha1.FormatPEM {
 			errs = append(errs, field.Invalid(path(injector.AnnotationFormat), s.Format, "a caBundle is PEM"))
 		}
 	}
-	if k.caBundle && len(files) > 1 {
+	if k.CABundle && len(files) > 1 {
 		errs = append(errs, field.Invalid(path(injector.AnnotationSources), strings.Join(files, ", "), "a caBundle is one PEM file: name sources writing one path"))
 	}
 	return errs
@@ -433,10 +403,10 @@ func checkInjectSources(k injectKind, sources []v1alpha1.Source) (errs field.Err
 
 // applyKeys writes the keys into the ConfigMap or Secret, without force: a key
 // another manager owns is reported, not taken.
-func (in *Filler) applyKeys(ctx context.Context, k injectKind, namespace, name string, data map[string]string, binary map[string][]byte) error {
-	_, err := applyData(ctx, in.cfg.Client, k == kindSecret, namespace, name, InjectFieldManager, desired{data: data, binary: binary})
+func (in *Filler) applyKeys(ctx context.Context, k objects.Kind, namespace, name string, data map[string]string, binary map[string][]byte) error {
+	_, err := objects.Apply(ctx, in.cfg.Client, k, namespace, name, InjectFieldManager, objects.Desired{Data: data, Binary: binary})
 	if apierrors.IsConflict(err) {
-		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", conflictDetail(err))
+		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", objects.ConflictDetail(err))
 	}
 	return err
 }
@@ -444,18 +414,18 @@ func (in *Filler) applyKeys(ctx context.Context, k injectKind, namespace, name s
 // applyCABundle sets every caBundle of the object to pem. The annotation hands those
 // fields to trustsync, so it takes them even from another manager (force), and
 // nothing else.
-func (in *Filler) applyCABundle(ctx context.Context, k injectKind, name string, data map[string]string) error {
+func (in *Filler) applyCABundle(ctx context.Context, k objects.Kind, name string, data map[string]string) error {
 	var pem string
 	for _, v := range data {
 		pem = v
 	}
 	ca := base64.StdEncoding.EncodeToString([]byte(pem))
-	live, err := in.cfg.Dynamic.Resource(k.gvr).Get(ctx, name, metav1.GetOptions{})
+	live, err := in.cfg.Dynamic.Resource(k.Resource).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	patch := &unstructured.Unstructured{Object: map[string]any{"apiVersion": k.gvr.GroupVersion().String(), "kind": k.kind, "metadata": map[string]any{"name": name}}}
-	switch k.kind {
+	patch := &unstructured.Unstructured{Object: map[string]any{"apiVersion": k.Resource.GroupVersion().String(), "kind": k.Name, "metadata": map[string]any{"name": name}}}
+	switch k.Name {
 	case "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration":
 		webhooks, _, _ := unstructured.NestedSlice(live.Object, "webhooks")
 		var items []any
@@ -465,7 +435,7 @@ func (in *Filler) applyCABundle(ctx context.Context, k injectKind, name string, 
 			}
 		}
 		if len(items) == 0 {
-			return fmt.Errorf("%s %s has no webhooks to give a caBundle", k.kind, name)
+			return fmt.Errorf("%s %s has no webhooks to give a caBundle", k.Name, name)
 		}
 		patch.Object["webhooks"] = items
 	case "APIService":
@@ -480,31 +450,11 @@ func (in *Filler) applyCABundle(ctx context.Context, k injectKind, name string, 
 	if err != nil {
 		return err
 	}
-	_, err = in.cfg.Dynamic.Resource(k.gvr).Patch(ctx, name, types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: InjectFieldManager, Force: ptrTrue()})
+	_, err = in.cfg.Dynamic.Resource(k.Resource).Patch(ctx, name, types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: InjectFieldManager, Force: ptrTrue()})
 	return err
 }
 
 func ptrTrue() *bool { t := true; return &t }
-
-func digestOf(data map[string]string, binary map[string][]byte) string {
-	h := sha256.New()
-	for _, k := range keysOf(data, binary) {
-		h.Write([]byte(k + "\x00" + data[k] + string(binary[k]) + "\x00"))
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-func keysOf(data map[string]string, binary map[string][]byte) []string {
-	var keys []string
-	for k := range data {
-		keys = append(keys, k)
-	}
-	for k := range binary {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
 
 func describeSources(sources []v1alpha1.Source) string {
 	var out []string

@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"strings"
@@ -28,7 +28,7 @@ func TestTooLarge_RefusesWhatNoObjectHolds(t *testing.T) {
 		{name: "truststores count too", data: map[string]string{"ca.crt": strings.Repeat("x", 600<<10)}, binary: map[string][]byte{"t.p12": make([]byte, 600<<10)}, says: "the 2 keys"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tooLarge(tc.data, tc.binary)
+			err := TooLarge(tc.data, tc.binary)
 			switch {
 			case tc.says == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import (
 	"context"
@@ -21,14 +21,10 @@ type Tenancy struct {
 // maxRefusalsNamed is how many sources not granted one message names.
 const maxRefusalsNamed = 5
 
-// ReasonInjectNotGranted is the Warning Event on an annotated object whose sources
-// its namespace is not granted (every one of them, or some, which are left out).
-const ReasonInjectNotGranted = "TrustInjectNotGranted"
-
-// split parts sources into those namespace is granted and the refusal of the rest
+// Split parts sources into those namespace is granted and the refusal of the rest
 // (nil when every one is granted, or tenancy is not enforced). Where the grants
 // cannot be told, err says so: nothing is written then, and nothing taken away.
-func (t Tenancy) split(ctx context.Context, namespace string, sources []v1alpha1.Source) (granted []v1alpha1.Source, refused, err error) {
+func (t Tenancy) Split(ctx context.Context, namespace string, sources []v1alpha1.Source) (granted []v1alpha1.Source, refused, err error) {
 	if t.Grants == nil || namespace == "" {
 		return sources, nil, nil
 	}

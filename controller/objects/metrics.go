@@ -1,4 +1,4 @@
-package targets
+package objects
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -32,19 +32,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) wrote(controller, kind, verb string) {
+// Wrote counts one write sent by controller ("targets" or "inject").
+func (m *Metrics) Wrote(controller string, kind Kind, verb string) {
 	if m != nil {
-		m.writes.WithLabelValues(controller, kind, verb).Inc()
+		m.writes.WithLabelValues(controller, kind.Name, verb).Inc()
 	}
 }
 
-func (m *Metrics) reconciled(controller string) {
+// Reconciled counts one reconcile of controller.
+func (m *Metrics) Reconciled(controller string) {
 	if m != nil {
 		m.reconciles.WithLabelValues(controller).Inc()
 	}
 }
 
-func (m *Metrics) targetReady(target string, ready bool) {
+// TargetReady records a TrustTarget's Ready condition.
+func (m *Metrics) TargetReady(target string, ready bool) {
 	if m == nil {
 		return
 	}
@@ -55,7 +58,8 @@ func (m *Metrics) targetReady(target string, ready bool) {
 	m.ready.WithLabelValues(target).Set(v)
 }
 
-func (m *Metrics) targetGone(target string) {
+// TargetGone drops a deleted TrustTarget's gauge.
+func (m *Metrics) TargetGone(target string) {
 	if m != nil {
 		m.ready.DeleteLabelValues(target)
 	}
