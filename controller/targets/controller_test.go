@@ -554,3 +554,108 @@ func TestReconcile_ContentNoObjectCanHoldIsRefusedBeforeItIsSent(t *testing.T) {
 		t.Errorf("applied %v; want nothing sent", h.applied)
 	}
 }
+
+// A Secret target writes where Secrets are allowed and its name is authorized, and
+// the truststores are binary keys beside the PEM.
+func TestReconcile_ASecretTargetWritesEveryFormatWhereAllowed(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp)}, bundles: map[string]*fixtures.Cert{"corp": corpCA},
+		targets: []*v1alpha1.TrustTarget{target("corp", v1alpha1.KindSecret, "trust-roots",
+			bundleSource("corp", "ca.pem"),
+			v1alpha1.Source{Name: "corp", Path: "truststore.p12", Format: v1alpha1.FormatPKCS12},
+			v1alpha1.Source{Name: "corp", Path: "truststore.jks", Format: v1alpha1.FormatJKS})}},
+		Config{Secrets: true, SecretNames: []string{"trust-roots"}})
+	h.reconcile("corp")
+	s, err := h.kube.CoreV1().Secrets("team-a").Get(h.ctx, "trust-roots", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Secret target wrote nothing: %v", err)
+	}
+	if got := anchorsOf(t, string(s.Data["ca.pem"])); got != anchors(corpCA) {
+		t.Errorf("ca.pem holds %s; want the corp root", got)
+	}
+	for _, key := range []string{"truststore.p12", "truststore.jks"} {
+		if len(s.Data[key]) == 0 || strings.Contains(string(s.Data[key]), "BEGIN CERTIFICATE") {
+			t.Errorf("%s is %d bytes of %q; want a binary truststore", key, len(s.Data[key]), truncate(s.Data[key]))
+		}
+	}
+	cond, status := h.ready("corp")
+	if cond == nil || cond.Reason != v1alpha1.ReasonSynced || status.Synced != 1 {
+		t.Errorf("Ready = %+v, status %+v; want Synced in 1 namespace", cond, status)
+	}
+	if !slices.Equal(status.Anchors, []string{tsbundle.AnchorID(corpCA.Cert.Raw)}) {
+		t.Errorf("status.anchors = %v; want the anchors the content holds (a rotation waits on them)", status.Anchors)
+	}
+}
+
+func truncate(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// A controller that starts with no rendering of its own (a restart) and finds a
+// source missing keeps what its object holds: the key is not taken away, and the
+// status says the last good content was kept.
+func TestReconcile_AfterARestartAMissingSourceKeepsWhatTheObjectHolds(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	tt := target("corp", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"), bundleSource("partner", "partner.pem"))
+	written := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "roots", Labels: map[string]string{v1alpha1.TargetLabel: "corp"}},
+		Data: map[string]string{"ca.pem": fixtures.Bundle(corpCA), "partner.pem": fixtures.Bundle(partnerCA)}}
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp)}, objects: []runtime.Object{written},
+		bundles: map[string]*fixtures.Cert{"corp": corpCA}, // partner's bundle is gone
+		targets: []*v1alpha1.TrustTarget{tt}}, Config{})
+	h.reconcile("corp")
+	cm := h.configMap("team-a", "roots")
+	if cm == nil || anchorsOf(t, cm.Data["partner.pem"]) != anchors(partnerCA) {
+		t.Errorf("partner.pem after a restart with its source missing: %+v; want the last good content kept", cm)
+	}
+	cond, _ := h.ready("corp")
+	if cond == nil || cond.Reason != v1alpha1.ReasonSourceMissing || !strings.Contains(cond.Message, "kept the last good content of") {
+		t.Errorf("Ready = %+v; want SourceMissing saying the last good content was kept", cond)
+	}
+}
+
+// Of two targets naming one object, the one that writes it says so too, naming the
+// other: neither is silent about a shared name.
+func TestReconcile_TheClaimantThatWritesNamesTheOtherToo(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	first := target("first", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"))
+	first.CreationTimestamp = metav1.NewTime(first.CreationTimestamp.Add(-time.Hour))
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp)}, bundles: map[string]*fixtures.Cert{"corp": corpCA},
+		targets: []*v1alpha1.TrustTarget{first, target("second", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"))}}, Config{})
+	h.reconcile("first")
+	if cm := h.configMap("team-a", "roots"); cm == nil || cm.Labels[v1alpha1.TargetLabel] != "first" {
+		t.Fatalf("the first claimant did not write: %+v", cm)
+	}
+	cond, _ := h.ready("first")
+	if cond == nil || cond.Reason != v1alpha1.ReasonConflict || !strings.Contains(cond.Message, "TrustTarget second also names ConfigMap team-a/roots") {
+		t.Errorf("Ready = %+v; want a Conflict naming the other target", cond)
+	}
+}
+
+// A grant withdrawn takes the anchors away: the namespace's object goes at the next
+// reconcile, and the status names the namespace not granted.
+func TestReconcile_AGrantWithdrawnTakesTheAnchorsAway(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	grants := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"team-a": {NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp"}}}})
+	grants.Labels["team-a"] = map[string]string{"team": "a"}
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp)}, bundles: map[string]*fixtures.Cert{"corp": corpCA},
+		targets: []*v1alpha1.TrustTarget{target("corp", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"))}},
+		Config{Tenancy: objects.Tenancy{Grants: grants.Lookup}})
+	h.reconcile("corp")
+	if h.configMap("team-a", "roots") == nil {
+		t.Fatal("a granted namespace was not written")
+	}
+	h.settle()
+	grants.Labels["team-a"] = map[string]string{"team": "b"} // the policy no longer selects it
+	h.reconcile("corp")
+	if cm := h.configMap("team-a", "roots"); cm != nil {
+		t.Errorf("the object is still there after its grant was withdrawn: %+v", cm)
+	}
+	cond, status := h.ready("corp")
+	if cond == nil || cond.Reason != v1alpha1.ReasonNotGranted || status.NotGranted != 1 || status.NotGrantedNamespaces[0].Namespace != "team-a" {
+		t.Errorf("Ready = %+v, status %+v; want NotGranted naming team-a", cond, status)
+	}
+}
