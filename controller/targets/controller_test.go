@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -172,7 +173,9 @@ func (h *harness) settle() {
 			return false
 		}
 		for _, cm := range cms.Items {
-			if cached, err := h.c.configMaps.ConfigMaps(cm.Namespace).Get(cm.Name); err != nil || cached.ResourceVersion != cm.ResourceVersion {
+			// The fake sets no resourceVersions: the objects themselves are compared.
+			if cached, err := h.c.configMaps.ConfigMaps(cm.Namespace).Get(cm.Name); err != nil || !equality.Semantic.DeepEqual(cached.Data, cm.Data) ||
+				!equality.Semantic.DeepEqual(cached.Labels, cm.Labels) || !equality.Semantic.DeepEqual(cached.ManagedFields, cm.ManagedFields) {
 				return false
 			}
 		}
@@ -657,5 +660,79 @@ func TestReconcile_AGrantWithdrawnTakesTheAnchorsAway(t *testing.T) {
 	cond, status := h.ready("corp")
 	if cond == nil || cond.Reason != v1alpha1.ReasonNotGranted || status.NotGranted != 1 || status.NotGrantedNamespaces[0].Namespace != "team-a" {
 		t.Errorf("Ready = %+v, status %+v; want NotGranted naming team-a", cond, status)
+	}
+}
+
+// The Ready condition a reconcile ends with, from what it wrote: a source missing
+// comes first (the content is not what the sources say), then what was not granted,
+// no namespace at all, a shared object, a conflict, a failure; what is Ready still
+// names what it did not write.
+func TestTally_ReadySaysTheFirstThingThatIsNotRight(t *testing.T) {
+	spec := &v1alpha1.ParsedTrustTargetSpec{Kind: v1alpha1.KindConfigMap, Name: "roots"}
+	missing := errors.New("bundle corp not found")
+	for _, tc := range []struct {
+		name        string
+		tally       tally
+		renderErr   error
+		wantReason  string
+		wantReady   bool
+		wantMessage string
+	}{
+		{name: "every namespace written", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 3, Synced: 3}},
+			wantReason: v1alpha1.ReasonSynced, wantReady: true, wantMessage: "ConfigMap roots holds the current anchors in 3 of 3 selected namespaces"},
+		{name: "a source missing with nothing written", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 2}}, renderErr: missing,
+			wantReason: v1alpha1.ReasonSourceMissing, wantMessage: "nothing written: bundle corp not found"},
+		{name: "a source missing with the last good content kept", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 2, Synced: 2}}, renderErr: missing,
+			wantReason: v1alpha1.ReasonSourceMissing, wantMessage: "in 2 of 2 selected namespaces; kept the last good content of: bundle corp not found"},
+		{name: "no namespace granted", tally: tally{status: v1alpha1.TrustTargetStatus{NotGranted: 2, NotGrantedNamespaces: []v1alpha1.NamespaceFailure{{Namespace: "team-b", Message: "not granted corp"}}}},
+			wantReason: v1alpha1.ReasonNotGranted, wantMessage: "none of the 2 namespaces selected is granted every source (TrustPolicies), first team-b: not granted corp"},
+		{name: "no namespace selected is not a failure", tally: tally{},
+			wantReason: v1alpha1.ReasonNoNamespaces, wantReady: true, wantMessage: "the namespace selector matches no namespace"},
+		{name: "an object another target names too", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 1, Synced: 1}, shared: []string{"TrustTarget b also names ConfigMap a/roots"}},
+			wantReason: v1alpha1.ReasonConflict, wantMessage: "TrustTarget b also names ConfigMap a/roots (in 1 namespaces): one object has one writer"},
+		{name: "an object another writes", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 2, Synced: 1, Failures: []v1alpha1.NamespaceFailure{{Namespace: "a", Message: "written by TrustTarget b"}}}, failed: 1, conflicted: 1},
+			wantReason: v1alpha1.ReasonConflict, wantMessage: "1 namespaces not written, first a: written by TrustTarget b"},
+		{name: "a write refused", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 2, Synced: 1, Failures: []v1alpha1.NamespaceFailure{{Namespace: "a", Message: "forbidden"}}}, failed: 1},
+			wantReason: v1alpha1.ReasonWriteFailed, wantMessage: "1 namespaces failed, first a: forbidden"},
+		{name: "ready, naming the namespaces not granted", tally: tally{status: v1alpha1.TrustTargetStatus{Namespaces: 1, Synced: 1, NotGranted: 1, NotGrantedNamespaces: []v1alpha1.NamespaceFailure{{Namespace: "team-b", Message: "not granted corp"}}}},
+			wantReason: v1alpha1.ReasonSynced, wantReady: true, wantMessage: "1 more selected are not granted every source and are not written (status.notGrantedNamespaces), first team-b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.tally.ready(spec, tc.renderErr)
+			if got.reason != tc.wantReason || got.ok != tc.wantReady || !strings.Contains(got.message, tc.wantMessage) {
+				t.Errorf("ready = %+v; want reason %s, ready %v, a message containing %q", got, tc.wantReason, tc.wantReady, tc.wantMessage)
+			}
+		})
+	}
+}
+
+// Someone edits the key a target writes (kubectl edit): the key is theirs now, as
+// server-side apply says, and the target reports it rather than taking it back; the
+// object's other keys stay as they left them.
+func TestReconcile_AKeyEditedByHandIsReportedNotTaken(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp)}, bundles: map[string]*fixtures.Cert{"corp": corpCA},
+		targets: []*v1alpha1.TrustTarget{target("corp", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"))}}, Config{})
+	h.reconcile("corp")
+	h.settle()
+	cm := h.configMap("team-a", "roots")
+	cm.ManagedFields = nil // as kubectl edit sends it: the field managers are the server's to keep
+	cm.Data["ca.pem"] = fixtures.Bundle(partnerCA)
+	cm.Data["notes"] = "added by hand"
+	if _, err := h.kube.CoreV1().ConfigMaps("team-a").Update(h.ctx, cm, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	h.reconcile("corp")
+	got := h.configMap("team-a", "roots")
+	if anchorsOf(t, got.Data["ca.pem"]) != anchors(partnerCA) || got.Data["notes"] != "added by hand" {
+		t.Errorf("after an edit: %v; want the edit left as it is", got.Data)
+	}
+	cond, status := h.ready("corp")
+	if cond == nil || cond.Reason != v1alpha1.ReasonWriteFailed || !strings.Contains(cond.Message, "another manager owns a field this target writes, which is left as it is") {
+		t.Errorf("Ready = %+v; want WriteFailed saying another manager owns the key", cond)
+	}
+	if status.Synced != 0 || len(status.Failures) != 1 || status.Failures[0].Namespace != "team-a" {
+		t.Errorf("status = %+v; want team-a named as not written", status)
 	}
 }
