@@ -36,6 +36,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/tenancy/grantcache"
+	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
 // resync re-checks every object now and then even without an event, as a safety net.
@@ -113,7 +114,7 @@ func serves(ctx context.Context, lister kubeapi.ResourceLister, resource schema.
 
 // runFederation starts the FederatedTrustDomain controller where its CRD is served,
 // writing imported bundles to every bundle API served.
-func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
+func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
 	if ok, err := serves(ctx, client.Discovery(), v1alpha1.FederatedTrustDomainResource); err != nil || !ok {
 		if err != nil {
 			return false, err
@@ -133,7 +134,9 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 		klog.InfoS("No ClusterTrustBundle API is served (neither the native one nor trustsync's mirror CRD); importing no peer")
 		return false, nil
 	}
-	holding := &federation.ReportsHolding{Client: client, Dynamic: dyn, MaxAge: 30 * time.Second, Clock: clock.RealClock{}}
+	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
+	cluster := &reader.Reader{Client: client, Dynamic: dyn, Metadata: meta, Index: index, Resync: resync}
+	holding := &federation.ReportsHolding{Reader: cluster, MaxAge: 30 * time.Second, Clock: clock.RealClock{}}
 	c := federation.New(federation.Config{Dynamic: dyn, Stores: stores, Events: recorder, Fetcher: &federation.HTTPFetcher{},
 		Metrics: m, Holding: holding.Holding, Resync: resync})
 	go c.Run(ctx, 4)
@@ -254,7 +257,7 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 	}
 	federating := false
 	if o.Federation {
-		if federating, err = runFederation(ctx, o, client, dyn, recorder, m.federation); err != nil {
+		if federating, err = runFederation(ctx, o, client, dyn, meta, recorder, m.federation); err != nil {
 			return err
 		}
 	}

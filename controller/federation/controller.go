@@ -24,11 +24,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -41,6 +38,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
+	"github.com/trustsync/trustsync/controller/readystatus"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 )
 
@@ -84,6 +82,8 @@ type Controller struct {
 	imported     []cache.Store
 	importedRuns []cache.Controller
 
+	status readystatus.Writer
+
 	mu    sync.Mutex
 	peers map[string]*peer
 }
@@ -107,7 +107,8 @@ func New(cfg Config) *Controller {
 		cfg.MinRefresh = MinRefresh
 	}
 	c := &Controller{cfg: cfg, peers: map[string]*peer{},
-		queue: queue.New[string]("trustsync_federation")}
+		queue:  queue.New[string]("trustsync_federation"),
+		status: readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.FederatedTrustDomainResource, FieldManager: FieldManager, Events: cfg.Events}}
 	c.informer = dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync).ForResource(v1alpha1.FederatedTrustDomainResource).Informer()
 	_ = c.informer.AddIndexers(cache.Indexers{byBundleIndex: func(obj any) ([]string, error) {
 		if name, ok := importedBundleOf(obj); ok {
@@ -564,10 +565,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	status.ObservedGeneration = u.GetGeneration()
 	status.Conditions = slices.Clone(old.Conditions)
 	r.message = bounded(r.message)
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: r.reason, Message: r.message, ObservedGeneration: u.GetGeneration()}
-	if r.ok {
-		cond.Status = metav1.ConditionTrue
-	}
+	ready := readystatus.Ready{OK: r.ok, Reason: r.reason, Message: r.message}
 	if r.held != nil {
 		status.Anchors, status.Bundle = v1alpha1.BundleAnchors(r.held), r.bundleName
 		status.Sequence = r.sequence
@@ -580,7 +578,7 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 			status.Pods = p
 		}
 	}
-	readyChanged := meta.SetStatusCondition(&status.Conditions, cond)
+	readyChanged := readystatus.Set(&status.Conditions, ready, u.GetGeneration())
 	if r.changed && r.held != nil {
 		added, removed := diff(old.Anchors, status.Anchors)
 		c.cfg.Events.Event(u, corev1.EventTypeNormal, "BundleImported", bounded(fmt.Sprintf("%s now holds %d anchors of %s (added %s; removed %s)%s",
@@ -592,25 +590,13 @@ func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured
 	if r.restored {
 		c.cfg.Events.Eventf(u, corev1.EventTypeWarning, "BundleRestored", "%s did not hold the %d anchors accepted from %s (changed or deleted by someone else); written again", r.bundleName, len(status.Anchors), ftd.Spec.TrustDomain)
 	}
-	if readyChanged && !r.ok {
-		c.cfg.Events.Event(u, corev1.EventTypeWarning, r.reason, r.message)
+	// On a conflict the peer stays due (the error skips its scheduling): it is
+	// refreshed again from the newer version, since the sequence recorded is what a
+	// fetch is compared with.
+	sent, err := c.status.Write(ctx, u, old, &status, readyChanged, ready, func() bool { return onlyRefreshedRecently(old, status) })
+	if sent {
+		c.cfg.Metrics.statusWritten()
 	}
-	if equalStatus(old, status) || onlyRefreshedRecently(old, status) {
-		return nil
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
-	if err != nil {
-		return err
-	}
-	updated := u.DeepCopy()
-	updated.Object["status"] = m
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.FederatedTrustDomainResource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	c.cfg.Metrics.statusWritten()
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	// On a conflict the peer stays due: it is refreshed again from the newer version
-	// the informer brings, since the sequence recorded is what a fetch is compared with.
 	return err
 }
 

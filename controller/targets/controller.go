@@ -6,7 +6,6 @@ package targets
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -20,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
@@ -37,6 +35,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/controller/objects"
+	"github.com/trustsync/trustsync/controller/readystatus"
 	"github.com/trustsync/trustsync/delivery/render"
 	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/kubeapi/queue"
@@ -82,7 +81,8 @@ type Controller struct {
 	// metadata lists every object of a kind, metadata only, where ObjectMeta is set.
 	metadata map[objects.Kind]cache.GenericLister
 
-	state *objects.Tended // per target, between reconciles
+	state  *objects.Tended // per target, between reconciles
+	status readystatus.Writer
 }
 
 // New sets up the informers; Run starts them.
@@ -90,6 +90,7 @@ func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg,
 		queue: queue.New[string]("trustsync_targets")}
 	c.state = objects.NewTended(cfg.Registry, func(name string) { c.queue.Add(name) })
+	c.status = readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.TrustTargetResource, FieldManager: FieldManager, Events: cfg.Events}
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
@@ -263,24 +264,17 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	return 0, c.setStatus(ctx, u, out.status, out.ready(spec, r.Err()))
 }
 
-// ready is a Ready condition's outcome: its reason and message, and whether it is
-// True.
-type ready struct {
-	reason, message string
-	ok              bool
-}
-
 // admit parses u and checks that it may be written here; refused says why not (an
 // Event is recorded with it).
-func (c *Controller) admit(u *unstructured.Unstructured) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *ready) {
+func (c *Controller) admit(u *unstructured.Unstructured) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *readystatus.Ready) {
 	t, err := v1alpha1.TrustTargetFromUnstructured(u)
 	if err != nil {
-		return nil, nil, &ready{reason: v1alpha1.ReasonInvalidSpec, message: err.Error()}
+		return nil, nil, &readystatus.Ready{Reason: v1alpha1.ReasonInvalidSpec, Message: err.Error()}
 	}
 	spec, err := v1alpha1.ParseTrustTargetSpec(&t.Spec)
-	refuse := func(reason, msg string) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *ready) {
+	refuse := func(reason, msg string) (*v1alpha1.TrustTarget, *v1alpha1.ParsedTrustTargetSpec, *readystatus.Ready) {
 		c.cfg.Events.Event(u, corev1.EventTypeWarning, reason, msg)
-		return nil, nil, &ready{reason: reason, message: msg}
+		return nil, nil, &readystatus.Ready{Reason: reason, Message: msg}
 	}
 	switch {
 	case err != nil:
@@ -377,31 +371,31 @@ func (out *tally) wrote(namespace string, written bool, note string, err error) 
 
 // ready is the Ready condition a reconcile that wrote out ends with; renderErr is
 // why a source failed, if one did (its last good content is kept).
-func (out *tally) ready(spec *v1alpha1.ParsedTrustTargetSpec, renderErr error) ready {
+func (out *tally) ready(spec *v1alpha1.ParsedTrustTargetSpec, renderErr error) readystatus.Ready {
 	status := out.status
-	res := ready{reason: v1alpha1.ReasonSynced, message: fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", spec.Kind, spec.Name, status.Synced, status.Namespaces), ok: true}
+	res := readystatus.Ready{Reason: v1alpha1.ReasonSynced, Message: fmt.Sprintf("%s %s holds the current anchors in %d of %d selected namespaces", spec.Kind, spec.Name, status.Synced, status.Namespaces), OK: true}
 	switch {
 	case renderErr != nil && status.Synced == 0 && out.failed == 0 && status.Namespaces > 0:
-		res = ready{reason: v1alpha1.ReasonSourceMissing, message: "nothing written: " + renderErr.Error()}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonSourceMissing, Message: "nothing written: " + renderErr.Error()}
 	case renderErr != nil:
-		res = ready{reason: v1alpha1.ReasonSourceMissing, message: res.message + "; kept the last good content of: " + renderErr.Error()}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonSourceMissing, Message: res.Message + "; kept the last good content of: " + renderErr.Error()}
 	case status.Namespaces == 0 && status.NotGranted > 0:
 		first := status.NotGrantedNamespaces[0]
-		res = ready{reason: v1alpha1.ReasonNotGranted, message: fmt.Sprintf("nothing written: none of the %d namespaces selected is granted every source (TrustPolicies), first %s: %s", status.NotGranted, first.Namespace, first.Message)}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonNotGranted, Message: fmt.Sprintf("nothing written: none of the %d namespaces selected is granted every source (TrustPolicies), first %s: %s", status.NotGranted, first.Namespace, first.Message)}
 	case status.Namespaces == 0:
-		res = ready{reason: v1alpha1.ReasonNoNamespaces, message: "the namespace selector matches no namespace", ok: true}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonNoNamespaces, Message: "the namespace selector matches no namespace", OK: true}
 	case len(out.shared) > 0:
-		res = ready{reason: v1alpha1.ReasonConflict, message: fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", res.message, out.shared[0], len(out.shared))}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonConflict, Message: fmt.Sprintf("%s; %s (in %d namespaces): one object has one writer, so name another object or narrow a namespace selector", res.Message, out.shared[0], len(out.shared))}
 	case out.conflicted > 0:
 		first := status.Failures[0]
-		res = ready{reason: v1alpha1.ReasonConflict, message: fmt.Sprintf("%s; %d namespaces not written, first %s: %s", res.message, out.failed, first.Namespace, first.Message)}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonConflict, Message: fmt.Sprintf("%s; %d namespaces not written, first %s: %s", res.Message, out.failed, first.Namespace, first.Message)}
 	case out.failed > 0:
 		first := status.Failures[0]
-		res = ready{reason: v1alpha1.ReasonWriteFailed, message: fmt.Sprintf("%s; %d namespaces failed, first %s: %s", res.message, out.failed, first.Namespace, first.Message)}
+		res = readystatus.Ready{Reason: v1alpha1.ReasonWriteFailed, Message: fmt.Sprintf("%s; %d namespaces failed, first %s: %s", res.Message, out.failed, first.Namespace, first.Message)}
 	}
-	if res.ok && status.NotGranted > 0 {
+	if res.OK && status.NotGranted > 0 {
 		first := status.NotGrantedNamespaces[0]
-		res.message = fmt.Sprintf("%s; %d more selected are not granted every source and are not written (status.notGrantedNamespaces), first %s: %s", res.message, status.NotGranted, first.Namespace, first.Message)
+		res.Message = fmt.Sprintf("%s; %d more selected are not granted every source and are not written (status.notGrantedNamespaces), first %s: %s", res.Message, status.NotGranted, first.Namespace, first.Message)
 	}
 	return res
 }
@@ -684,46 +678,17 @@ func (c *Controller) release(ctx context.Context, kind objects.Kind, o objects.O
 	return objects.IgnoreNotFound(err)
 }
 
-// setStatus records the status and the Ready condition, and an Event when Ready
+// setStatus records the status and the Ready condition r, and an Event when Ready
 // changed.
-func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status v1alpha1.TrustTargetStatus, r ready) error {
-	reason, message, ok := r.reason, r.message, r.ok
-	old, _ := v1alpha1.TrustTargetFromUnstructured(u)
+func (c *Controller) setStatus(ctx context.Context, u *unstructured.Unstructured, status v1alpha1.TrustTargetStatus, r readystatus.Ready) error {
+	var old v1alpha1.TrustTargetStatus
+	if t, err := v1alpha1.TrustTargetFromUnstructured(u); err == nil {
+		old = t.Status
+	}
 	status.ObservedGeneration = u.GetGeneration()
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: reason, Message: message, ObservedGeneration: u.GetGeneration()}
-	if ok {
-		cond.Status = metav1.ConditionTrue
-	}
-	if old != nil {
-		status.Conditions = slices.Clone(old.Status.Conditions)
-	}
-	changed := meta.SetStatusCondition(&status.Conditions, cond)
-	c.cfg.Metrics.TargetReady(u.GetName(), ok)
-	if old != nil && equalStatus(old.Status, status) {
-		return nil
-	}
-	if changed {
-		typ := corev1.EventTypeNormal
-		if !ok && reason != v1alpha1.ReasonNoNamespaces {
-			typ = corev1.EventTypeWarning
-		}
-		c.cfg.Events.Event(u, typ, reason, message)
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
-	if err != nil {
-		return err
-	}
-	updated := u.DeepCopy()
-	updated.Object["status"] = m
-	_, err = c.cfg.Dynamic.Resource(v1alpha1.TrustTargetResource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: FieldManager})
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil // a newer version is queued already
-	}
+	status.Conditions = slices.Clone(old.Conditions)
+	changed := readystatus.Set(&status.Conditions, r, u.GetGeneration())
+	c.cfg.Metrics.TargetReady(u.GetName(), r.OK)
+	_, err := c.status.Write(ctx, u, old, &status, changed, r, nil)
 	return err
-}
-
-func equalStatus(a, b v1alpha1.TrustTargetStatus) bool {
-	x, _ := json.Marshal(a)
-	y, _ := json.Marshal(b)
-	return string(x) == string(y)
 }

@@ -699,7 +699,7 @@ func TestTally_ReadySaysTheFirstThingThatIsNotRight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.tally.ready(spec, tc.renderErr)
-			if got.reason != tc.wantReason || got.ok != tc.wantReady || !strings.Contains(got.message, tc.wantMessage) {
+			if got.Reason != tc.wantReason || got.OK != tc.wantReady || !strings.Contains(got.Message, tc.wantMessage) {
 				t.Errorf("ready = %+v; want reason %s, ready %v, a message containing %q", got, tc.wantReason, tc.wantReady, tc.wantMessage)
 			}
 		})
