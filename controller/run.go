@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -223,9 +222,10 @@ func run(ctx context.Context, o *Options, cfg *rest.Config, m *Metrics, ready *a
 		}
 		tenancy = objects.Tenancy{Grants: grants.For, Bundles: grants.Bundle}
 	}
-	// One metadata-only watch of every ConfigMap (and Secret) serves both: the
-	// injection finds the objects that ask, the targets whether an object exists.
-	objectMeta := metadatainformer.NewSharedInformerFactory(meta, resync)
+	// One metadata-only watch of every ConfigMap (and of every Secret, or of each
+	// Secret name allowed) serves both: the injection finds the objects that ask, the
+	// targets whether an object exists.
+	objectMeta := objects.NewObjectMeta(meta, resync, o.SecretNames)
 	index, _ := v1alpha1.ParseInjectedIndexRef(o.InjectedIndex) // checked by Validate
 	in := inject.NewFiller(inject.FillConfig{Client: client, Dynamic: dyn, Metadata: meta, Registry: registry, Events: recorder,
 		Secrets: o.Secrets, SecretNames: o.SecretNames, CABundles: o.CABundles, Resync: resync, Metrics: m.targets, ObjectMeta: objectMeta, Index: index, Tenancy: tenancy})

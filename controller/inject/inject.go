@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -58,9 +57,10 @@ type FillConfig struct {
 	SecretNames        []string
 	Resync             time.Duration
 	Metrics            *objects.Metrics
-	// ObjectMeta, when set, is the metadata-only informer factory to watch through
-	// (shared with the TrustTarget controller); otherwise the injector makes its own.
-	ObjectMeta metadatainformer.SharedInformerFactory
+	// ObjectMeta, when set, is the metadata-only watches to read through, shared with
+	// the TrustTarget controller (one watch a kind, or a Secret name, for both);
+	// otherwise the injector makes its own.
+	ObjectMeta *objects.ObjectMeta
 	// Index is the ConfigMap the filled objects are listed in (v1alpha1.InjectedIndex)
 	// for the node agents and the signer; no name: none is published.
 	Index types.NamespacedName
@@ -102,21 +102,14 @@ func NewFiller(cfg FillConfig) *Filler {
 	if cfg.CABundles {
 		kinds = append(kinds, objects.CABundleKinds...)
 	}
-	factory := cfg.ObjectMeta
-	if factory == nil {
-		factory = metadatainformer.NewSharedInformerFactory(cfg.Metadata, cfg.Resync)
+	watches := cfg.ObjectMeta
+	if watches == nil {
+		watches = objects.NewObjectMeta(cfg.Metadata, cfg.Resync, cfg.SecretNames)
 	}
-	var starts []func(<-chan struct{})
 	for _, k := range kinds {
-		var infs []informers.GenericInformer
+		infs := []informers.GenericInformer{watches.For(k)}
 		if k == objects.Secret {
-			// Only the Secrets of the names allowed, where they are narrowed (the
-			// shared factory must not watch every Secret then: RBAC refuses it).
-			var more []func(<-chan struct{})
-			infs, more = objects.SecretMetadata(factory, cfg.Metadata, cfg.Resync, cfg.SecretNames)
-			starts = append(starts, more...)
-		} else {
-			infs = []informers.GenericInformer{factory.ForResource(k.Resource)}
+			infs = watches.Secrets()
 		}
 		in.kinds[k.Resource.Resource] = k
 		var all objects.Stores
@@ -138,12 +131,7 @@ func NewFiller(cfg FillConfig) *Filler {
 		}
 		in.store[k.Resource.Resource] = all
 	}
-	in.start = func(ctx context.Context) {
-		factory.Start(ctx.Done())
-		for _, start := range starts {
-			start(ctx.Done())
-		}
-	}
+	in.start = func(ctx context.Context) { watches.Start(ctx.Done()) }
 	return in
 }
 

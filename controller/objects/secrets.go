@@ -69,21 +69,49 @@ func WrittenSecrets(client kubernetes.Interface, resync time.Duration, names []s
 	return listers, infs, starts
 }
 
-// SecretMetadata is the metadata-only watch of the Secrets of the names given: the
-// shared factory's watch of every Secret when none is, else one watch per name (with
-// what starts them; the shared factory is started by its owner).
-func SecretMetadata(shared metadatainformer.SharedInformerFactory, client metadata.Interface, resync time.Duration, names []string) ([]informers.GenericInformer, []func(<-chan struct{})) {
-	if len(names) == 0 {
-		return []informers.GenericInformer{shared.ForResource(Secret.Resource)}, nil
-	}
-	var infs []informers.GenericInformer
-	var starts []func(<-chan struct{})
-	for _, n := range names {
+// ObjectMeta is the metadata-only watches both controllers read through: every
+// ConfigMap, the caBundle kinds, and the Secrets (every one, or where names are given
+// one watch a name, which RBAC can grant by resourceNames). Made once per process, so
+// that two controllers reading a kind cost one watch of it, not two.
+type ObjectMeta struct {
+	shared  metadatainformer.SharedInformerFactory
+	secrets []informers.GenericInformer
+	starts  []func(<-chan struct{})
+}
+
+// NewObjectMeta watches through client; secretNames, when given, are the only Secrets
+// watched.
+func NewObjectMeta(client metadata.Interface, resync time.Duration, secretNames []string) *ObjectMeta {
+	m := &ObjectMeta{shared: metadatainformer.NewSharedInformerFactory(client, resync)}
+	for _, n := range secretNames {
 		f := metadatainformer.NewFilteredSharedInformerFactory(client, resync, "", byName(n))
-		infs = append(infs, f.ForResource(Secret.Resource))
-		starts = append(starts, f.Start)
+		m.secrets = append(m.secrets, f.ForResource(Secret.Resource))
+		m.starts = append(m.starts, f.Start)
 	}
-	return infs, starts
+	return m
+}
+
+// For is the watch of every object of kind, for any kind but Secret.
+func (m *ObjectMeta) For(kind Kind) informers.GenericInformer {
+	return m.shared.ForResource(kind.Resource)
+}
+
+// Secrets are the watches of the Secrets allowed: every Secret's, or one a name.
+func (m *ObjectMeta) Secrets() []informers.GenericInformer {
+	if len(m.secrets) == 0 {
+		// The shared factory must not watch every Secret where names are given:
+		// RBAC refuses it.
+		return []informers.GenericInformer{m.shared.ForResource(Secret.Resource)}
+	}
+	return m.secrets
+}
+
+// Start starts every watch asked for so far (again is harmless: each starts once).
+func (m *ObjectMeta) Start(stop <-chan struct{}) {
+	m.shared.Start(stop)
+	for _, start := range m.starts {
+		start(stop)
+	}
 }
 
 // SecretListers read the Secrets of several watches as one.

@@ -1,6 +1,8 @@
 package objects
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -8,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -85,5 +89,56 @@ func TestSecretListers_ReadOneWatchPerNameAsOne(t *testing.T) {
 	}
 	if n := len(st.List()); n != 2 {
 		t.Errorf("List: %d, want 2", n)
+	}
+}
+
+// Both controllers read the Secrets (and ConfigMaps) through one ObjectMeta: a kind,
+// or an allowed Secret name, costs one watch however many read it.
+func TestObjectMeta_TwoReadersCostOneWatchAKindOrName(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		secretNames []string
+		wantSecrets []string // the field selectors of the Secret watches
+	}{
+		{name: "every Secret: one watch", wantSecrets: []string{""}},
+		{name: "two names: one watch each, selected by name", secretNames: []string{"trust-roots", "ca"}, wantSecrets: []string{"metadata.name=trust-roots", "metadata.name=ca"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+			m := NewObjectMeta(client, 0, tc.secretNames)
+			var synced []cache.InformerSynced
+			for range 2 { // the TrustTarget controller and the injection
+				for _, inf := range append(m.Secrets(), m.For(ConfigMap)) {
+					_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{})
+					synced = append(synced, inf.Informer().HasSynced)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			m.Start(ctx.Done())
+			m.Start(ctx.Done()) // each controller starts them
+			if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+				t.Fatal("the watches did not sync")
+			}
+			var secrets []string
+			configMaps := 0
+			for _, a := range client.Actions() {
+				w, ok := a.(k8stesting.WatchActionImpl)
+				if !ok {
+					continue
+				}
+				switch a.GetResource().Resource {
+				case "secrets":
+					secrets = append(secrets, w.GetWatchRestrictions().Fields.String())
+				case "configmaps":
+					configMaps++
+				}
+			}
+			slices.Sort(secrets)
+			want := slices.Sorted(slices.Values(tc.wantSecrets))
+			if !slices.Equal(secrets, want) || configMaps != 1 {
+				t.Errorf("Secret watches %q and %d ConfigMap watches; want %q and 1", secrets, configMaps, want)
+			}
+		})
 	}
 }

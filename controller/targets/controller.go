@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -60,10 +59,10 @@ type Config struct {
 	Metadata    metadata.Interface
 	Resync      time.Duration
 	Metrics     *objects.Metrics
-	// ObjectMeta, when set, is the metadata-only informer factory the injection
-	// watches every ConfigMap (and Secret) through: the controller reads from it
-	// whether an object it has not written exists, instead of asking the API server.
-	ObjectMeta metadatainformer.SharedInformerFactory
+	// ObjectMeta, when set, is the metadata-only watches the injection shares: the
+	// controller reads from them whether an object it has not written exists,
+	// instead of asking the API server.
+	ObjectMeta *objects.ObjectMeta
 	// Tenancy, when enforced, skips the namespaces not granted every source.
 	Tenancy objects.Tenancy
 }
@@ -144,10 +143,9 @@ func New(cfg Config) *Controller {
 	}
 	c.metadata = map[objects.Kind]cache.GenericLister{}
 	if cfg.ObjectMeta != nil {
-		kinds := map[objects.Kind][]informers.GenericInformer{objects.ConfigMap: {cfg.ObjectMeta.ForResource(objects.ConfigMap.Resource)}}
+		kinds := map[objects.Kind][]informers.GenericInformer{objects.ConfigMap: {cfg.ObjectMeta.For(objects.ConfigMap)}}
 		if cfg.Secrets {
-			infs, more := objects.SecretMetadata(cfg.ObjectMeta, cfg.Metadata, cfg.Resync, cfg.SecretNames)
-			kinds[objects.Secret], starts = infs, append(starts, more...)
+			kinds[objects.Secret] = cfg.ObjectMeta.Secrets()
 		}
 		for kind, infs := range kinds {
 			var listers objects.GenericListers
