@@ -114,10 +114,11 @@ func serves(ctx context.Context, lister kubeapi.ResourceLister, resource schema.
 // runFederation starts the FederatedTrustDomain controller where its CRD is served,
 // writing imported bundles to every bundle API served.
 func runFederation(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, recorder record.EventRecorder, m *federation.Metrics) (bool, error) {
-	if ok, err := serves(ctx, client.Discovery(), v1alpha1.FederatedTrustDomainResource); err != nil || !ok {
-		if err != nil {
-			return false, err
-		}
+	ok, err := serves(ctx, client.Discovery(), v1alpha1.FederatedTrustDomainResource)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
 		klog.InfoS("FederatedTrustDomains are not served (install the chart's CRDs); importing no peer", "resource", v1alpha1.FederatedTrustDomainResource.String())
 		return false, nil
 	}
@@ -140,7 +141,7 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 		Metrics: m, Holding: holding.Holding, Resync: resync})
 	go c.Run(ctx, 4)
 	if o.FleetNamespace != "" {
-		ok, err := serves(ctx, client.Discovery(), federation.ClusterProfiles)
+		ok, err = serves(ctx, client.Discovery(), federation.ClusterProfiles)
 		if err != nil {
 			return false, err
 		}
@@ -157,10 +158,11 @@ func runFederation(ctx context.Context, o *Options, client kubernetes.Interface,
 // runPolicies keeps the TrustPolicies' statuses, from the watches enforcement reads
 // too (nil where the TrustPolicy CRD is not served).
 func runPolicies(ctx context.Context, o *Options, client kubernetes.Interface, dyn dynamic.Interface, meta metadata.Interface, served bundle.Served, recorder record.EventRecorder) (*grantcache.Cache, error) {
-	if ok, err := serves(ctx, client.Discovery(), v1alpha1.TrustPolicyResource); err != nil || !ok {
-		if err != nil {
-			return nil, err
-		}
+	ok, err := serves(ctx, client.Discovery(), v1alpha1.TrustPolicyResource)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		if o.TenancyEnforced {
 			return nil, fmt.Errorf("--tenancy-enforced, but TrustPolicies (%s) are not served: install the chart's CRDs", v1alpha1.TrustPolicyResource)
 		}
