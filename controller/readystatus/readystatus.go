@@ -54,11 +54,11 @@ func Set(conditions *[]metav1.Condition, ready Ready, generation int64) bool {
 }
 
 // Write writes status (a pointer to the kind's status), whose conditions hold the
-// Ready condition ready, in place of old, the status u holds: nothing is sent when they are equal, or when
-// unchanged says they differ by nothing worth a write. When the Ready condition
-// changed, an Event says so on u. A missing object is not an error (its deletion is
-// reconciled next); a conflict is, so the key is retried against the newer version.
-// sent says whether the status was sent.
+// Ready condition ready, in place of old, the status u holds: nothing is sent when
+// they are equal, or when unchanged says they differ by nothing worth a write. When
+// the Ready condition changed, an Event says so on u. A missing object is not an
+// error (its deletion is reconciled next); a conflict is, so the key is retried
+// against the newer version. sent says whether the status was sent.
 func (w Writer) Write(ctx context.Context, u *unstructured.Unstructured, old, status any, readyChanged bool, ready Ready, unchanged func() bool) (sent bool, err error) {
 	if readyChanged {
 		typ := corev1.EventTypeNormal
