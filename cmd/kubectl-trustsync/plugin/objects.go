@@ -18,80 +18,8 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/truststore"
-	"github.com/trustsync/trustsync/trustfiles"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
-
-// readObjects learns which ConfigMaps and Secrets trustsync writes from the
-// TrustTargets and the namespaces' labels, as the agents and the signer do; none where
-// TrustTargets are not served.
-func (o *options) readObjects(ctx context.Context, core kubernetes.Interface, dyn dynamic.Interface) (trustfiles.Objects, []*v1alpha1.TrustTarget, error) {
-	forbidden := func(err error) (trustfiles.Objects, []*v1alpha1.TrustTarget, error) {
-		fmt.Fprintf(o.stderr, "warning: TrustTargets' ConfigMaps and Secrets, and the pods reading them, are not counted: %s\n", safe(err.Error()))
-		return nil, nil, nil
-	}
-	list, err := dyn.Resource(v1alpha1.TrustTargetResource).List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil, nil
-	}
-	if apierrors.IsForbidden(err) {
-		return forbidden(err)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("list TrustTargets: %w", err)
-	}
-	var targets []*v1alpha1.TrustTarget
-	for i := range list.Items {
-		if t, err := v1alpha1.TrustTargetFromUnstructured(&list.Items[i]); err == nil {
-			targets = append(targets, t)
-		}
-	}
-	nss, err := core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if apierrors.IsForbidden(err) {
-		return forbidden(err)
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("list namespaces: %w", err)
-	}
-	namespaces := make([]*metav1.PartialObjectMetadata, len(nss.Items))
-	for i := range nss.Items {
-		namespaces[i] = &metav1.PartialObjectMetadata{ObjectMeta: nss.Items[i].ObjectMeta}
-	}
-	return trustfiles.FromTargets(targets, namespaces), targets, nil
-}
-
-// readInjected reads the controller's index of annotated objects (every ConfigMap
-// labelled v1alpha1.InjectedIndexLabel, one per installation), as the agents and the
-// signer do; nil where there is none, or the user may not list ConfigMaps (said).
-func (o *options) readInjected(ctx context.Context, core kubernetes.Interface) *v1alpha1.InjectedIndex {
-	list, err := core.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.InjectedIndexLabel + "=true"})
-	if err != nil {
-		fmt.Fprintf(o.stderr, "warning: the controller's index of annotated objects (the ConfigMap labelled %s) not read, so the pods mounting annotated ConfigMaps and Secrets are not counted: %s\n", v1alpha1.InjectedIndexLabel, safe(err.Error()))
-		return nil
-	}
-	var out *v1alpha1.InjectedIndex
-	for _, cm := range list.Items {
-		if cm.Data[v1alpha1.InjectedIndexKey] == "" {
-			continue // not written yet
-		}
-		idx, err := v1alpha1.ParseInjectedIndex(cm.Data[v1alpha1.InjectedIndexKey])
-		if err != nil {
-			idx = &v1alpha1.InjectedIndex{Unreadable: err.Error()}
-		}
-		if idx.Unreadable != "" {
-			fmt.Fprintf(o.stderr, "warning: ConfigMap %s/%s: %s\n", safe(cm.Namespace), safe(cm.Name), safe(idx.Unreadable))
-		}
-		if out == nil {
-			out = idx
-			continue
-		}
-		out.Objects, out.Omitted = append(out.Objects, idx.Objects...), out.Omitted+idx.Omitted
-		if out.Unreadable == "" {
-			out.Unreadable = idx.Unreadable
-		}
-	}
-	return out
-}
 
 // readContents reads what the objects trustsync writes hold, in namespace ("" for
 // every one, and the cluster-scoped caBundle objects): the TrustTargets' ConfigMaps

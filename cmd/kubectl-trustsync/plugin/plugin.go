@@ -20,7 +20,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -33,9 +32,8 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/cmd/internal/version"
-	"github.com/trustsync/trustsync/trustfiles"
-	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
+	"github.com/trustsync/trustsync/trustreport/reader"
 )
 
 // Exit codes scripts can rely on (docs/cli.md).
@@ -309,32 +307,10 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	if err != nil {
 		return c, err
 	}
-	core, dyn := cl.core, cl.dyn
-	pods, err := core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return c, fmt.Errorf("list pods: %w", err)
-	}
-	for i := range pods.Items {
-		c.Pods = append(c.Pods, &pods.Items[i])
-	}
-	// Where no agent reports (the CRD is not installed), every file is not observed;
-	// a report that cannot be read is named, and its node's pods are not observed.
-	listing, err := trustreport.List(ctx, dyn)
-	if err != nil {
+	// Warnings carry what tenants wrote (report errors, object names): made safe for
+	// the terminal.
+	if c, err = reader.Once(ctx, cl.core, cl.dyn, namespace, func(w string) { fmt.Fprintln(o.stderr, "warning: "+safe(w)) }); err != nil {
 		return c, err
-	}
-	c.Reports, c.Unreadable = listing.Reports, listing.UnreadableByNode()
-	for _, u := range listing.Unreadable {
-		fmt.Fprintln(o.stderr, "warning: "+safe(u.Err))
-	}
-	if c.Objects, c.Targets, err = o.readObjects(ctx, core, dyn); err != nil {
-		return c, err
-	}
-	if c.Injected = o.readInjected(ctx, core); c.Injected != nil {
-		if c.Objects == nil {
-			c.Objects = trustfiles.Objects{}
-		}
-		c.Objects.AddInjected(c.Injected)
 	}
 	c.Grants = o.readGrants(ctx, cl, namespace)
 	if c.Bundles, err = bundles(ctx, cl); err != nil {
