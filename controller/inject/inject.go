@@ -40,6 +40,10 @@ import (
 // one namespace are filled at once.
 const MaxInjectedPerNamespace = 256
 
+// ReasonInjectNotGranted is the Warning Event on an annotated object whose sources
+// its namespace is not granted (every one of them, or some, which are left out).
+const ReasonInjectNotGranted = "TrustInjectNotGranted"
+
 // InjectFieldManager owns what annotated objects are given: the keys of a ConfigMap or
 // Secret named by the sources' paths, or the caBundle fields.
 const InjectFieldManager = "trustsync-inject"
