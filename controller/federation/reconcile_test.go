@@ -146,7 +146,7 @@ func startFederation(t *testing.T, answers []answer, objects ...any) *fedHarness
 		tsbundle.NativeV1.GroupVersionResource(): "ClusterTrustBundleList",
 		v1alpha1.FederatedTrustDomainResource:    "FederatedTrustDomainList",
 	}, objs...)
-	applyAsTheAPIServerWould(dyn)
+	applyAsTheAPIServerWould(dyn, "clustertrustbundles")
 	h := &fedHarness{t: t, ctx: ctx, dyn: dyn, fetch: &fetcher{answers: answers}, events: record.NewFakeRecorder(100),
 		clock: clocktesting.NewFakeClock(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))}
 	h.c = New(Config{Dynamic: dyn, Stores: []*bundleapi.Store{bundleapi.NewStore(dyn, tsbundle.NativeV1)}, Events: h.events,
@@ -163,13 +163,13 @@ func startFederation(t *testing.T, answers []answer, objects ...any) *fedHarness
 	return h
 }
 
-// applyAsTheAPIServerWould makes the fake's server-side apply of a bundle what the
-// API server's is for a forced apply of the fields the controller gives: the object
-// created when missing, and otherwise its anchors, signer, labels and owners replaced
+// applyAsTheAPIServerWould makes the fake's server-side apply of resource what the
+// API server's is for a forced apply of the fields the controllers give: the object
+// created when missing, and otherwise its spec, labels, annotations and owners replaced
 // (the fake's tracker applies only to an object that exists). The API server's own
 // apply is the e2e suite's (test/e2e/federation).
-func applyAsTheAPIServerWould(dyn *dynamicfake.FakeDynamicClient) {
-	dyn.PrependReactor("patch", "clustertrustbundles", func(a k8stesting.Action) (bool, runtime.Object, error) {
+func applyAsTheAPIServerWould(dyn *dynamicfake.FakeDynamicClient, resource string) {
+	dyn.PrependReactor("patch", resource, func(a k8stesting.Action) (bool, runtime.Object, error) {
 		p, ok := a.(k8stesting.PatchAction)
 		if !ok || p.GetPatchType() != types.ApplyPatchType {
 			return false, nil, nil
@@ -192,6 +192,7 @@ func applyAsTheAPIServerWould(dyn *dynamicfake.FakeDynamicClient) {
 		u := existing.(*unstructured.Unstructured).DeepCopy()
 		u.Object["spec"] = applied.Object["spec"]
 		u.SetLabels(applied.GetLabels())
+		u.SetAnnotations(applied.GetAnnotations())
 		u.SetOwnerReferences(applied.GetOwnerReferences())
 		if err := dyn.Tracker().Update(gvr, u, ""); err != nil {
 			return true, nil, err
