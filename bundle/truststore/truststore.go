@@ -82,8 +82,12 @@ func EncodeJKS(anchors []*bundle.Anchor, password string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodePKCS12 returns the DER of every certificate a PKCS#12 truststore holds.
+// DecodePKCS12 returns the DER of every certificate a PKCS#12 truststore holds. A
+// store out of bounds (MaxStoreBytes, MaxIterations) is refused unread.
 func DecodePKCS12(data []byte, password string) ([][]byte, error) {
+	if err := checkPKCS12(data); err != nil {
+		return nil, err
+	}
 	certs, err := pkcs12.DecodeTrustStore(data, password)
 	if err != nil {
 		return nil, err
@@ -95,8 +99,13 @@ func DecodePKCS12(data []byte, password string) ([][]byte, error) {
 	return out, nil
 }
 
-// DecodeJKS returns the DER of every trusted certificate a JKS truststore holds.
+// DecodeJKS returns the DER of every trusted certificate a JKS truststore holds. A
+// store larger than MaxStoreBytes, or with a length its bytes cannot hold, is refused
+// unread.
 func DecodeJKS(data []byte, password string) ([][]byte, error) {
+	if err := checkJKS(data); err != nil {
+		return nil, err
+	}
 	ks := keystore.New()
 	if err := ks.Load(bytes.NewReader(data), []byte(password)); err != nil {
 		return nil, err

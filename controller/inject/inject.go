@@ -293,7 +293,12 @@ func (in *Filler) reconcile(ctx context.Context, key string) (time.Duration, err
 		err = in.applyKeys(ctx, k, m.Namespace, m.Name, data, binary)
 	}
 	if err != nil {
+		// Said once, and tried again with the queue's backoff: the next try must
+		// not wait for the object's next change or the resync.
 		in.warnOnce(key, ref, "TrustInjectFailed", err.Error())
+		if objects.Retryable(err) {
+			return 0, err
+		}
 		return 0, nil
 	}
 	in.mu.Lock()
@@ -398,7 +403,7 @@ func checkInjectSources(k objects.Kind, sources []v1alpha1.Source) (errs field.E
 func (in *Filler) applyKeys(ctx context.Context, k objects.Kind, namespace, name string, data map[string]string, binary map[string][]byte) error {
 	_, err := objects.Apply(ctx, in.cfg.Client, k, namespace, name, InjectFieldManager, objects.Desired{Data: data, Binary: binary})
 	if apierrors.IsConflict(err) {
-		return fmt.Errorf("another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", objects.ConflictDetail(err))
+		return objects.FieldConflict(err, "another manager owns a key the annotations name, which is left as it is: %s; name another path (trustsync.io/path, or each source's path)", objects.ConflictDetail(err))
 	}
 	return err
 }

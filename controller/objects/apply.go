@@ -63,8 +63,11 @@ func TooLarge(data map[string]string, binary map[string][]byte) error {
 	if n <= MaxObjectBytes {
 		return nil
 	}
-	return fmt.Errorf("the %d keys would hold %d bytes, more than one object holds (%d): name fewer sources, or have sources share a key (the public roots alone are about 200 KB)", len(data)+len(binary), n, MaxObjectBytes)
+	return fmt.Errorf("%w: the %d keys would hold %d bytes, more than one object holds (%d): name fewer sources, or have sources share a key (the public roots alone are about 200 KB)", ErrTooLarge, len(data)+len(binary), n, MaxObjectBytes)
 }
+
+// ErrTooLarge is wrapped by TooLarge's refusal: no retry can write it.
+var ErrTooLarge = errors.New("too large")
 
 // Apply applies d to a ConfigMap, or a Secret, as manager, without force: PEM as
 // text data, truststores as binary (a Secret's are all bytes).
@@ -115,6 +118,20 @@ func binaryOf(data map[string]string, binary map[string][]byte) map[string][]byt
 	return out
 }
 
+// FieldConflict is the API server's conflict err said in the writer's words; it is
+// still a conflict (apierrors.IsConflict), which no retry mends.
+func FieldConflict(err error, format string, args ...any) error {
+	return &fieldConflict{msg: fmt.Sprintf(format, args...), err: err}
+}
+
+type fieldConflict struct {
+	msg string
+	err error
+}
+
+func (e *fieldConflict) Error() string { return e.msg }
+func (e *fieldConflict) Unwrap() error { return e.err }
+
 // ConflictDetail is the API server's list of conflicting fields and their managers.
 func ConflictDetail(err error) string {
 	var status apierrors.APIStatus
@@ -128,6 +145,14 @@ func ConflictDetail(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// Retryable says whether a failed write may succeed when simply tried again: an
+// object too large, a field another manager owns (a conflict) and a namespace or
+// object gone wait for a change, which the watches bring; anything else (a refusal by
+// quota or webhook, a timeout, an outage) is tried again with the queue's backoff.
+func Retryable(err error) bool {
+	return err != nil && !errors.Is(err, ErrTooLarge) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err)
 }
 
 // IgnoreNotFound is err, or nil when it says the object is gone.

@@ -1,7 +1,13 @@
 package objects
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,6 +53,31 @@ func TestObjectHolds_OnlyWhatAnApplyWouldLeaveUnchanged(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.obj.Holds(want, manager); got != tc.holds {
 				t.Fatalf("holds = %v; want %v", got, tc.holds)
+			}
+		})
+	}
+}
+
+func TestRetryable_AFailureAnotherTryMayMendIsRetried(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"an outage is retried", apierrors.NewServiceUnavailable("etcd leader changed"), true},
+		{"a refusal by quota or webhook is retried", apierrors.NewForbidden(gr, "roots", errors.New("exceeded quota")), true},
+		{"a timeout is retried", apierrors.NewTimeoutError("slow", 1), true},
+		{"a wrapped outage is retried", fmt.Errorf("ConfigMap a/roots: %w", apierrors.NewServiceUnavailable("x")), true},
+		{"a field another manager owns waits for a change", FieldConflict(apierrors.NewConflict(gr, "roots", errors.New("kubectl-edit")), "another manager owns it"), false},
+		{"an object too large waits for a change", TooLarge(map[string]string{"ca.pem": strings.Repeat("x", MaxObjectBytes+1)}, nil), false},
+		{"an object gone waits for a change", apierrors.NewNotFound(gr, "roots"), false},
+		{"no failure is nothing to retry", nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Retryable(tc.err); got != tc.want {
+				t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}

@@ -259,7 +259,17 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	}, claimed); err != nil {
 		return 0, err
 	}
-	return 0, c.setStatus(ctx, u, out.status, out.ready(spec, r.Err()))
+	if err := c.setStatus(ctx, u, out.status, out.ready(spec, r.Err())); err != nil {
+		return 0, err
+	}
+	// A write the API server refused is tried again with the queue's backoff, as
+	// trust-manager does: the next try must not wait for an unrelated event or the
+	// resync. What no retry can mend (a conflict of claims, an object too large)
+	// waits for a change instead.
+	if out.retry > 0 {
+		return 0, fmt.Errorf("%d of %d namespaces not written, retrying: %s", out.retry, out.status.Namespaces, out.firstRetry)
+	}
+	return 0, nil
 }
 
 // admit parses u and checks that it may be written here; refused says why not (an
@@ -305,6 +315,9 @@ type tally struct {
 	// shared names what this target writes that another claims too.
 	shared             []string
 	failed, conflicted int
+	// retry counts the failures a later try may mend; firstRetry names the first.
+	retry      int
+	firstRetry string
 }
 
 // writeSelected brings the target's object up to date in every namespace it selects
@@ -356,8 +369,14 @@ func (out *tally) wrote(namespace string, written bool, note string, err error) 
 	switch {
 	case err != nil:
 		out.failed++
-		if errors.As(err, new(*conflictError)) {
+		switch {
+		case errors.As(err, new(*conflictError)):
 			out.conflicted++
+		case objects.Retryable(err):
+			if out.retry == 0 {
+				out.firstRetry = namespace + ": " + err.Error()
+			}
+			out.retry++
 		}
 		if len(out.status.Failures) < maxNamed {
 			out.status.Failures = append(out.status.Failures, v1alpha1.NamespaceFailure{Namespace: namespace, Message: err.Error()})
@@ -598,7 +617,7 @@ func (c *Controller) apply(ctx context.Context, kind objects.Kind, namespace, ob
 	c.cfg.Metrics.Wrote("targets", kind, "apply")
 	rv, err := objects.Apply(ctx, c.cfg.Client, kind, namespace, object, FieldManager, d)
 	if apierrors.IsConflict(err) {
-		return "", fmt.Errorf("%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, objects.ConflictDetail(err))
+		return "", objects.FieldConflict(err, "%s %s/%s: another manager owns a field this target writes, which is left as it is: %s; choose another key (the source's path) or object name, or remove that field", kind, namespace, object, objects.ConflictDetail(err))
 	}
 	if err != nil {
 		return "", fmt.Errorf("%s %s/%s: %w", kind, namespace, object, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,15 +153,22 @@ func start(t *testing.T, w world, cfg Config) *harness {
 // error.
 func (h *harness) reconcile(name string) {
 	h.t.Helper()
+	if err := h.reconcileErr(name); err != nil {
+		h.t.Fatalf("reconcile %s: %v", name, err)
+	}
+}
+
+// reconcileErr reconciles target name until its sources have synced, and returns
+// the reconcile's error: one the queue retries with backoff.
+func (h *harness) reconcileErr(name string) error {
+	h.t.Helper()
 	var err error
 	poll.True(h.t, 10*time.Second, "TrustTarget "+name+"'s sources to sync", func() bool {
 		var after time.Duration
 		after, err = h.c.reconcile(h.ctx, name)
 		return err != nil || after == 0
 	})
-	if err != nil {
-		h.t.Fatalf("reconcile %s: %v", name, err)
-	}
+	return err
 }
 
 // settle waits until the controller's informers hold every object it wrote, as a
@@ -515,7 +523,10 @@ func TestReconcile_AWriteRefusedIsThatNamespacesFailureNamed(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	h.reconcile("corp")
+	err := h.reconcileErr("corp")
+	if err == nil || !strings.Contains(err.Error(), "1 of 2 namespaces not written, retrying: quota") {
+		t.Errorf("reconcile = %v; want an error naming quota, so that the queue retries it", err)
+	}
 	if cm := h.configMap("team-a", "roots"); cm == nil || anchorsOf(t, cm.Data["ca.pem"]) != anchors(corpCA) {
 		t.Errorf("a namespace that could be written was not: %+v", cm)
 	}
@@ -525,6 +536,28 @@ func TestReconcile_AWriteRefusedIsThatNamespacesFailureNamed(t *testing.T) {
 	}
 	if status.Namespaces != 2 || status.Synced != 1 || len(status.Failures) != 1 || status.Failures[0].Namespace != "quota" {
 		t.Errorf("status = %+v; want 2 selected, 1 synced, the failure in quota", status)
+	}
+}
+
+// A write refused once is tried again by the queue, with its backoff: it does not wait
+// for an unrelated event or the resync.
+func TestRun_AWriteRefusedOnceIsWrittenByTheRetry(t *testing.T) {
+	corp := map[string]string{"trust": "corp"}
+	h := start(t, world{namespaces: []*corev1.Namespace{ns("team-a", corp), ns("quota", corp)}, bundles: map[string]*fixtures.Cert{"corp": corpCA},
+		targets: []*v1alpha1.TrustTarget{target("corp", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem"))}}, Config{})
+	var refused atomic.Int32
+	h.kube.PrependReactor("patch", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == "quota" && refused.Add(1) == 1 {
+			return true, nil, apierrors.NewServiceUnavailable("etcd leader changed")
+		}
+		return false, nil, nil
+	})
+	go h.c.Run(h.ctx, 1)
+	poll.True(t, 10*time.Second, "the ConfigMap refused once to be written by a retry", func() bool {
+		return h.configMap("quota", "roots") != nil
+	})
+	if n := refused.Load(); n < 2 {
+		t.Errorf("%d writes to quota; want the refused one and its retry", n)
 	}
 }
 
