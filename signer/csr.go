@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
 	"github.com/trustsync/trustsync/tenancy"
 )
@@ -118,6 +119,14 @@ func (h *csrHandler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	if dec.Refusal != "" {
 		return h.fail(ctx, csr, sr, &refusal{reason: "DurationRefused", message: dec.Refusal})
 	}
+	// The grants again, whoever approved: an admin or another approver knows nothing
+	// of TrustPolicies, and an approval outlives a withdrawn grant.
+	if why, err := h.notGrantedAtSigning(ctx, csr, sr); err != nil || why != "" {
+		if err != nil {
+			return err
+		}
+		return h.fail(ctx, csr, sr, &refusal{reason: v1alpha1.ReasonNotGranted, message: why})
+	}
 	certPEM, _, err := sign(csr, ca, dec.Lifetime, start)
 	if r, ok := asRefusal(err); ok {
 		return h.fail(ctx, csr, sr, r)
@@ -139,6 +148,22 @@ func (h *csrHandler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	}
 	klog.FromContext(ctx).V(2).Info("Signed CSR", "csr", csr.Name, "requester", csr.Spec.Username, "lifetime", dec.Lifetime, "clamped", dec.Clamped)
 	return nil
+}
+
+// notGrantedAtSigning is why the requester's namespace may not have this certificate,
+// "" when it may: a ServiceAccount's namespace must be granted the signer and the DNS
+// names. Others (users, nodes) belong to no namespace, and their approver decides. A
+// request that does not parse is left to sign, which refuses it in its own words.
+func (h *csrHandler) notGrantedAtSigning(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, sr *signerRuntime) (string, error) {
+	namespace, _, ok := serviceAccount(csr.Spec.Username)
+	if !ok {
+		return "", nil
+	}
+	req, err := parseRequest(csr.Spec.Request)
+	if err != nil {
+		return "", nil
+	}
+	return notGranted(ctx, h.grants, namespace, sr.rules.SignerName, req.DNSNames)
 }
 
 // fail marks the CSR Failed: it will not be signed, and its requester sees why.

@@ -662,26 +662,38 @@ func TestChart_InstallsAndEachComponentWorksWithTheChartsRBAC(t *testing.T) {
 				t.Errorf("can %s %s %s in %q (as tenant-a's default ServiceAccount): %v, want %v", tc.verb, tc.resource, tc.name, tc.namespace, sar.Status.Allowed, tc.want)
 			}
 		}
-		// The controller may bind that one role and no other (not cluster-admin); the
+		// The controller may keep that one binding and no other: not cluster-admin,
+		// which RBAC refuses, and not its own ClusterRole, whose rights it holds and
+		// so RBAC would let it hand on, nor the Event role to anyone but the
+		// namespace's own ServiceAccounts, which the admission policy refuses. The
 		// webhook, which any pod can reach, may bind none.
+		group := func(name string) rbacv1.Subject {
+			return rbacv1.Subject{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: name}
+		}
 		for _, tc := range []struct {
-			serviceAccount, role string
+			serviceAccount, namespace, name, role string
+			subject                               rbacv1.Subject
+			want                                  string // in the refusal
 		}{
-			{"trustsync-controller", "cluster-admin"},
-			{"trustsync-webhook", "cluster-admin"},
-			{"trustsync-webhook", "trustsync-sidecar-events"},
+			{"trustsync-controller", "tenant-a", "escalate", "cluster-admin", group("system:serviceaccounts:tenant-a"), "not currently held"},
+			{"trustsync-controller", "kube-system", "escalate", "trustsync-controller", group("system:serviceaccounts:tenant-a"), "may write only RoleBinding trustsync-sidecar-events"},
+			{"trustsync-controller", "tenant-a", "trustsync-sidecar-events", "trustsync-controller", group("system:serviceaccounts:tenant-a"), "binds ClusterRole trustsync-controller"},
+			{"trustsync-controller", "tenant-b", "trustsync-sidecar-events", "trustsync-sidecar-events", group("system:serviceaccounts:tenant-a"), "group system:serviceaccounts:tenant-b"},
+			{"trustsync-controller", "tenant-b", "trustsync-sidecar-events", "trustsync-sidecar-events", group("system:authenticated"), "group system:serviceaccounts:tenant-b"},
+			{"trustsync-webhook", "tenant-a", "escalate", "cluster-admin", group("system:serviceaccounts:tenant-a"), `cannot create resource "rolebindings"`},
+			{"trustsync-webhook", "tenant-a", "escalate", "trustsync-sidecar-events", group("system:serviceaccounts:tenant-a"), `cannot create resource "rolebindings"`},
 		} {
 			cfg, err := cp.ServiceAccountConfig(ctx, ns, tc.serviceAccount)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = kubernetes.NewForConfigOrDie(cfg).RbacV1().RoleBindings("tenant-a").Create(ctx, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+			_, err = kubernetes.NewForConfigOrDie(cfg).RbacV1().RoleBindings(tc.namespace).Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name},
 				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tc.role},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:tenant-a"}},
+				Subjects:   []rbacv1.Subject{tc.subject},
 			}, metav1.CreateOptions{})
-			if !apierrors.IsForbidden(err) {
-				t.Errorf("%s binding %s: err = %v, want Forbidden", tc.serviceAccount, tc.role, err)
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s binding %s to %s in %s: err = %v, want Forbidden saying %q", tc.serviceAccount, tc.role, tc.subject.Name, tc.namespace, err, tc.want)
 			}
 		}
 	})

@@ -2,6 +2,8 @@ package signer
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,5 +69,58 @@ func TestSigner_TenancyCertifiesOnlyWhatTheNamespaceIsGranted(t *testing.T) {
 			denied(csr, "namespace apps may not ask example.com/tenanted for certificates: no TrustPolicy grants it; kubectl trustsync grants -n apps")
 			break
 		}
+	}
+}
+
+// Approval left to an admin (the signer's policy has no approval rules), the grants
+// still hold at signing: an approved request of a namespace not granted the DNS name
+// fails naming the grant missing, and nothing is signed for it; one within the grant
+// is issued.
+func TestSigner_TenancyHoldsAtSigningWhoeverApproved(t *testing.T) {
+	const namespace, signer = "tenanted-approved", "example.com/admin-approved"
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	if err := cp.InstallPoliciesCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
+	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
+		"metadata": map[string]any{"name": "apps-admin-approved"},
+		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
+			"signers": []any{map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-admin-approved", metav1.DeleteOptions{}) })
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: "+signer+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.StartSigner("--namespace="+namespace, "--policy="+file, "--ca-propagation=timed", "--tenancy-enforced")
+	untilTheEnd(t, "signer", p, err)
+
+	csrs := kube(t, cp.AdminConfig()).CertificatesV1().CertificateSigningRequests()
+	approved := func(dns string) *certificatesv1.CertificateSigningRequest {
+		t.Helper()
+		csr := requestAs(t, cp, "web", signer, nil, []string{spiffe(appNamespace, "web")}, dns)
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: "True", Reason: "AdminApproved", Message: "approved by hand"})
+		if _, err := csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return waitDone(t, cp, csr.Name)
+	}
+	if csr := approved("web.apps.svc"); len(csr.Status.Certificate) == 0 {
+		t.Fatalf("an approved request within the grant was not issued: %+v", csr.Status.Conditions)
+	}
+	csr := approved("db.apps.svc")
+	c := condition(csr, certificatesv1.CertificateFailed)
+	if c == nil || c.Reason != v1alpha1.ReasonNotGranted || !strings.Contains(c.Message, `TrustPolicy apps-admin-approved allows web.*.svc but not "db.apps.svc"`) {
+		t.Errorf("conditions %+v; want Failed NotGranted naming the grant's pattern", csr.Status.Conditions)
+	}
+	if len(csr.Status.Certificate) > 0 {
+		t.Error("an approved request outside the grant was signed")
 	}
 }
