@@ -208,7 +208,7 @@ func (m *Manager) admit(namespace string) func(*certificatesv1.ClusterTrustBundl
 		g, exempt, err := m.cfg.Grants(m.ctx, namespace)
 		switch {
 		case err != nil:
-			return fmt.Errorf("cannot tell what namespace %s is granted: %w", namespace, err)
+			return fmt.Errorf("%w: cannot tell what namespace %s is granted: %w", watch.ErrUndecided, namespace, err)
 		case exempt:
 			return nil
 		}

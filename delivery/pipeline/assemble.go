@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/observe"
 	"github.com/trustsync/trustsync/delivery/podevents"
 	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/delivery/write"
 )
 
@@ -105,17 +107,18 @@ func Assemble(p Parts) (*Assembled, error) {
 	return a, nil
 }
 
-// admit turns a refusal into the pipeline's verdict and an Event, once per bundle.
-func admit(check func(*certificatesv1.ClusterTrustBundle) error, events podevents.OnceRecorder) func(*certificatesv1.ClusterTrustBundle) bool {
+// admit says a refusal in an Event, once per bundle; what it cannot decide is
+// passed on, unsaid.
+func admit(check func(*certificatesv1.ClusterTrustBundle) error, events podevents.OnceRecorder) func(*certificatesv1.ClusterTrustBundle) error {
 	if check == nil {
 		return nil
 	}
-	return func(b *certificatesv1.ClusterTrustBundle) bool {
+	return func(b *certificatesv1.ClusterTrustBundle) error {
 		err := check(b)
-		if err != nil {
+		if err != nil && !errors.Is(err, watch.ErrUndecided) {
 			// The key is part of the Event's name: a bundle's name may hold ':'.
-			events.WarningOnce(fmt.Sprintf("not-granted-%x", sha256.Sum256([]byte(b.Name)))[:32], ReasonBundleNotGranted, fmt.Sprintf("Left bundle %s out of the trust files: %v", b.Name, err))
+			events.WarningOnce(fmt.Sprintf("not-granted-%x", sha256.Sum256([]byte(b.Name)))[:32], ReasonBundleNotGranted, fmt.Sprintf("Left bundle %s out of the trust files, which are written without it: %v", b.Name, err))
 		}
-		return err == nil
+		return err
 	}
 }

@@ -47,10 +47,12 @@ type Config struct {
 	// Settled, when set, is called once, after the first sync that left no change
 	// pending: the end of the pod's start-up.
 	Settled func()
-	// Admit, when set, says whether a bundle the sources hold may be written: one it
-	// refuses is left out of every file, as if no watch held it, at each sync (so a
-	// grant withdrawn, or a bundle relabelled out of one, takes effect at the next).
-	Admit func(*certificatesv1.ClusterTrustBundle) bool
+	// Admit, when set, says whether a bundle the sources hold may be written (nil):
+	// one it refuses is left out of every file at each sync, the file rewritten
+	// without it (so a grant withdrawn, or a bundle relabelled out of one, takes
+	// effect at the next); one it cannot decide yet (watch.ErrUndecided) keeps its
+	// file as it is (watch.SnapshotOf).
+	Admit func(*certificatesv1.ClusterTrustBundle) error
 	// Recheck, when set, asks for a sync whenever it receives: what Admit decides
 	// may have changed (a TrustPolicy or a namespace did), and its sources did not.
 	Recheck <-chan struct{}

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +22,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/certificate"
 	"github.com/trustsync/trustsync/delivery/observe"
 	"github.com/trustsync/trustsync/delivery/render"
+	"github.com/trustsync/trustsync/delivery/watch"
 	"github.com/trustsync/trustsync/delivery/write"
 	"github.com/trustsync/trustsync/test/fixtures"
 )
@@ -220,7 +223,12 @@ func TestSync_ABundleAdmitRefusesIsLeftOutAtEachSync(t *testing.T) {
 	src := &sources{changed: make(chan struct{}, 1), bundles: []*certificatesv1.ClusterTrustBundle{bundle("a", a), bundle("b", b)}}
 	refused := map[string]bool{"example.com:s:b": true}
 	p := New(Config{Plan: plan, Sources: src, Writer: write.NewAtomicWriter(dir),
-		Admit: func(b *certificatesv1.ClusterTrustBundle) bool { return !refused[b.Name] }})
+		Admit: func(b *certificatesv1.ClusterTrustBundle) error {
+			if refused[b.Name] {
+				return errors.New("not granted")
+			}
+			return nil
+		}})
 
 	for _, step := range []struct {
 		name      string
@@ -271,7 +279,12 @@ func TestRun_ARecheckSyncsWithoutAChangeOfTheSources(t *testing.T) {
 	}
 	o := &told{}
 	p := New(Config{Plan: plan, Sources: src, Writer: write.NewAtomicWriter(dir), Observers: []observe.Observer{o}, Recheck: recheck,
-		Admit: func(*certificatesv1.ClusterTrustBundle) bool { return !refused.Load() }})
+		Admit: func(*certificatesv1.ClusterTrustBundle) error {
+			if refused.Load() {
+				return errors.New("not granted")
+			}
+			return nil
+		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
@@ -290,5 +303,66 @@ func TestRun_ARecheckSyncsWithoutAChangeOfTheSources(t *testing.T) {
 	waitTold("the first sync, with the bundle", func(w observe.Written) bool { return w.Err() == nil })
 	refused.Store(true)
 	recheck <- struct{}{}
-	waitTold("a sync refusing the bundle", func(w observe.Written) bool { return w.Failed["ca.pem"] != nil })
+	waitTold("a sync writing ca.pem without the bundle", func(w observe.Written) bool {
+		return w.Reached() && w.Err() == nil && !strings.Contains(read(t, dir, "ca.pem"), string(a.CertPEM()))
+	})
+}
+
+// A grant withdrawn from one source of a file takes that source's anchors out, and the
+// file goes on following the sources still granted; a verdict that cannot be told yet
+// keeps the file as it is. (The agent's volumes kept the ungranted bundle for the
+// pod's life, and stopped following the granted ones, when a refusal failed the file.)
+func TestSync_AWithdrawnGrantIsTakenOutAndTheRestFollowed(t *testing.T) {
+	dir := t.TempDir()
+	sourcesList, err := v1alpha1.ParseSources([]byte(`[{"name": "corp-root", "path": "ca.pem"}, {"name": "partner", "path": "ca.pem"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := render.NewPlan(sourcesList, "apps", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := func(name string, ca *fixtures.Cert) *certificatesv1.ClusterTrustBundle {
+		return &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: fixtures.Bundle(ca)}}
+	}
+	corp1, corp2, partner := fixtures.CA("corp 1"), fixtures.CA("corp 2"), fixtures.CA("partner")
+	src := &sources{changed: make(chan struct{}, 1)}
+	verdict := map[string]error{}
+	p := New(Config{Plan: plan, Sources: src, Writer: write.NewAtomicWriter(dir),
+		Admit: func(b *certificatesv1.ClusterTrustBundle) error { return verdict[b.Name] }})
+	for _, step := range []struct {
+		name      string
+		corp      *fixtures.Cert
+		verdict   map[string]error
+		want, not []*fixtures.Cert
+		failed    bool
+	}{
+		{name: "both granted", corp: corp1, want: []*fixtures.Cert{corp1, partner}},
+		{name: "partner's grant withdrawn: its anchors are taken out", corp: corp1, verdict: map[string]error{"partner": errors.New("not granted")},
+			want: []*fixtures.Cert{corp1}, not: []*fixtures.Cert{partner}},
+		{name: "corp-root, still granted, rotates and the file follows", corp: corp2, verdict: map[string]error{"partner": errors.New("not granted")},
+			want: []*fixtures.Cert{corp2}, not: []*fixtures.Cert{corp1, partner}},
+		{name: "a verdict that cannot be told keeps the file as it is", corp: corp1, verdict: map[string]error{"corp-root": fmt.Errorf("%w: grants not listed", watch.ErrUndecided), "partner": errors.New("not granted")},
+			want: []*fixtures.Cert{corp2}, not: []*fixtures.Cert{corp1, partner}, failed: true},
+		{name: "granted again, it comes back", corp: corp1, want: []*fixtures.Cert{corp1, partner}},
+	} {
+		src.bundles = []*certificatesv1.ClusterTrustBundle{named("corp-root", step.corp), named("partner", partner)}
+		clear(verdict)
+		maps.Copy(verdict, step.verdict)
+		w := p.Sync()
+		if failed := w.Failed["ca.pem"] != nil; failed != step.failed {
+			t.Errorf("%s: ca.pem failed = %v (%v), want %v", step.name, failed, w.Err(), step.failed)
+		}
+		got := read(t, dir, "ca.pem")
+		for _, c := range step.want {
+			if !strings.Contains(got, string(c.CertPEM())) {
+				t.Errorf("%s: ca.pem lacks %s", step.name, c.Cert.Subject.CommonName)
+			}
+		}
+		for _, c := range step.not {
+			if strings.Contains(got, string(c.CertPEM())) {
+				t.Errorf("%s: ca.pem holds %s", step.name, c.Cert.Subject.CommonName)
+			}
+		}
+	}
 }

@@ -43,6 +43,25 @@ type Snapshot struct {
 	// the first issuance; they are written in the same swap as the trust files, so
 	// the certificate and its key never mismatch.
 	Certificate map[string]File
+	// Refused and Undecided hold, per BundleSelector.Key, the bundles the watches hold
+	// that the pod may not trust (its namespace is not granted them), or of which that
+	// cannot be told yet. A selection whose matches are all refused renders as empty
+	// (a grant withdrawn takes its anchors out); one that matches an undecided bundle
+	// fails its path, which keeps its last good content.
+	Refused, Undecided map[string][]*certificatesv1.ClusterTrustBundle
+}
+
+// Withhold holds b, of selection key, apart from what is rendered: as refused, or as
+// undecided.
+func (s *Snapshot) Withhold(key string, b *certificatesv1.ClusterTrustBundle, undecided bool) {
+	m := &s.Refused
+	if undecided {
+		m = &s.Undecided
+	}
+	if *m == nil {
+		*m = map[string][]*certificatesv1.ClusterTrustBundle{}
+	}
+	(*m)[key] = append((*m)[key], b)
 }
 
 // Rendering is what one render made: the files to write and what they hold. Until

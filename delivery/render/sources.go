@@ -75,7 +75,19 @@ func bundleAnchors(sel BundleSelector, snap Snapshot, d *decoder) ([]*tsbundle.A
 		out = append(out, anchors...)
 		matched++
 	}
+	for _, b := range snap.Undecided[sel.Key] {
+		if sel.match(b) {
+			return nil, fmt.Errorf("cannot tell yet whether ClusterTrustBundle %q may be trusted here: its file keeps what it holds", b.Name)
+		}
+	}
 	if matched == 0 {
+		for _, b := range snap.Refused[sel.Key] {
+			if sel.match(b) {
+				// Not granted: the selection grants nothing, and the file is
+				// written without it (the pod's Event names it).
+				return nil, nil
+			}
+		}
 		return nil, &notFoundError{what: describe(sel.Selector)}
 	}
 	return out, nil

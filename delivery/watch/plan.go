@@ -1,7 +1,7 @@
 package watch
 
 import (
-	"slices"
+	"errors"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,16 +31,34 @@ func RequestFor(plan *render.Plan, client rest.Interface, clientKey string) Requ
 	return req
 }
 
+// ErrUndecided wraps an admission that cannot be decided yet (the grants are not
+// known): the bundle is neither rendered nor taken out, and its file keeps what it
+// holds until the verdict is known.
+var ErrUndecided = errors.New("undecided")
+
 // SnapshotOf is what from holds now of plan's sources, the render stage's input.
-// admit, when set, says which bundles may be rendered: one it refuses is left out as
-// if no watch held it.
-func SnapshotOf(plan *render.Plan, from Holder, admit func(*certificatesv1.ClusterTrustBundle) bool) render.Snapshot {
+// admit, when set, says which bundles may be rendered: nil admits; one it refuses is
+// held apart (render.Snapshot.Refused), rendered as granting nothing, so the file is
+// rewritten without it; one it cannot decide (ErrUndecided) is held apart too, and
+// fails its file, which keeps its last good content.
+func SnapshotOf(plan *render.Plan, from Holder, admit func(*certificatesv1.ClusterTrustBundle) error) render.Snapshot {
 	s := render.Snapshot{Bundles: map[string][]*certificatesv1.ClusterTrustBundle{}, ConfigMaps: map[string]*corev1.ConfigMap{},
 		Secrets: map[string]*corev1.Secret{}}
 	for _, sel := range plan.Selectors() {
 		bundles := from.Bundles(sel.Key)
 		if admit != nil {
-			bundles = slices.DeleteFunc(slices.Clone(bundles), func(b *certificatesv1.ClusterTrustBundle) bool { return !admit(b) })
+			var admitted []*certificatesv1.ClusterTrustBundle
+			for _, b := range bundles {
+				switch err := admit(b); {
+				case err == nil:
+					admitted = append(admitted, b)
+				case errors.Is(err, ErrUndecided):
+					s.Withhold(sel.Key, b, true)
+				default:
+					s.Withhold(sel.Key, b, false)
+				}
+			}
+			bundles = admitted
 		}
 		s.Bundles[sel.Key] = bundles
 	}

@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -49,12 +51,24 @@ func TestSnapshotOf_HoldsWhatThePlanReadsAndWhatAdmitLetsThrough(t *testing.T) {
 		secrets:    map[string]*corev1.Secret{"tls": {}},
 	}
 	for _, tc := range []struct {
-		name    string
-		admit   func(*certificatesv1.ClusterTrustBundle) bool
-		bundles []string
+		name               string
+		admit              func(*certificatesv1.ClusterTrustBundle) error
+		bundles            []string
+		refused, undecided int
 	}{
 		{name: "without admit every bundle held is rendered", bundles: []string{"corp-root", "refused"}},
-		{name: "a bundle admit refuses is left out as if unwatched", admit: func(b *certificatesv1.ClusterTrustBundle) bool { return b.Name != "refused" }, bundles: []string{"corp-root"}},
+		{name: "a bundle admit refuses is held apart as refused", admit: func(b *certificatesv1.ClusterTrustBundle) error {
+			if b.Name == "refused" {
+				return errors.New("not granted")
+			}
+			return nil
+		}, bundles: []string{"corp-root"}, refused: 1},
+		{name: "a bundle admit cannot decide is held apart as undecided", admit: func(b *certificatesv1.ClusterTrustBundle) error {
+			if b.Name == "refused" {
+				return fmt.Errorf("%w: grants not listed", ErrUndecided)
+			}
+			return nil
+		}, bundles: []string{"corp-root"}, undecided: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := SnapshotOf(plan, h, tc.admit)
@@ -66,6 +80,15 @@ func TestSnapshotOf_HoldsWhatThePlanReadsAndWhatAdmitLetsThrough(t *testing.T) {
 				if !slices.Equal(names, tc.bundles) {
 					t.Errorf("bundles of %s = %v, want %v", key, names, tc.bundles)
 				}
+			}
+			count := func(m map[string][]*certificatesv1.ClusterTrustBundle) (n int) {
+				for _, bs := range m {
+					n += len(bs)
+				}
+				return n
+			}
+			if count(s.Refused) != tc.refused || count(s.Undecided) != tc.undecided {
+				t.Errorf("%d refused, %d undecided; want %d, %d", count(s.Refused), count(s.Undecided), tc.refused, tc.undecided)
 			}
 			if len(s.Bundles) != len(plan.Selectors()) {
 				t.Errorf("%d selections in the snapshot, want the plan's %d", len(s.Bundles), len(plan.Selectors()))
