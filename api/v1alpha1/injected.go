@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"bytes"
+	"container/heap"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -65,30 +66,78 @@ func (o InjectedObject) Ref() string {
 	return o.Kind + " " + o.Namespace + "/" + o.Name
 }
 
-// EncodeInjectedIndex orders objects by kind, namespace and name and encodes as many
-// as fit in MaxInjectedIndexBytes, counting the rest as omitted: the same objects
+// EncodeInjectedIndex encodes as many objects as fit in MaxInjectedIndexBytes,
+// counting the rest as omitted, in order of kind, namespace and name: the same objects
 // always give the same bytes, so an unchanged index is never written again.
+//
+// Which objects fit is decided fairly, since one tenant's annotations must not push
+// every other namespace's objects out of observation and out of a rotation's count:
+// the cluster-scoped caBundle objects (which only cluster admins annotate) first and
+// always, then the namespaces' objects by max-min fairness in bytes: the namespace
+// that holds the fewest bytes so far adds its next object, until none fits. A
+// namespace with more than its share loses its own objects beyond it, never another's.
 func EncodeInjectedIndex(objects []InjectedObject) (string, int) {
+	const room = 64 // for the closing and the omitted count
+	key := func(o InjectedObject) string { return o.Kind + "\x00" + o.Namespace + "\x00" + o.Name }
 	sorted := slices.Clone(objects)
-	slices.SortFunc(sorted, func(a, b InjectedObject) int {
-		return strings.Compare(a.Kind+"\x00"+a.Namespace+"\x00"+a.Name, b.Kind+"\x00"+b.Namespace+"\x00"+b.Name)
-	})
-	var buf bytes.Buffer
-	buf.WriteString(`{"objects":[`)
-	n := 0
-	for _, o := range sorted {
+	slices.SortFunc(sorted, func(a, b InjectedObject) int { return strings.Compare(key(a), key(b)) })
+	encoded := make([][]byte, len(sorted))
+	for i, o := range sorted {
 		b, err := json.Marshal(o)
 		if err != nil {
 			panic(err) // plain structs always marshal
 		}
-		// Room is kept for the closing and the omitted count.
-		if buf.Len()+len(b)+64 > MaxInjectedIndexBytes {
-			break
+		encoded[i] = b
+	}
+	size := len(`{"objects":[]}`) + room
+	fits := func(i int) bool { return size+len(encoded[i])+1 <= MaxInjectedIndexBytes }
+	chosen := make([]bool, len(sorted))
+	byNamespace := map[string][]int{}
+	var namespaces []string
+	for i, o := range sorted {
+		if o.Namespace == "" {
+			if fits(i) {
+				chosen[i], size = true, size+len(encoded[i])+1
+			}
+			continue
+		}
+		if _, ok := byNamespace[o.Namespace]; !ok {
+			namespaces = append(namespaces, o.Namespace)
+		}
+		byNamespace[o.Namespace] = append(byNamespace[o.Namespace], i)
+	}
+	// Water-filling: the namespace holding the fewest bytes (then the first by name)
+	// adds its next object; one whose next object does not fit is done.
+	h := &fairShares{}
+	for _, ns := range namespaces {
+		h.items = append(h.items, &share{namespace: ns, next: byNamespace[ns]})
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		sh := h.items[0]
+		i := sh.next[0]
+		if !fits(i) {
+			heap.Pop(h)
+			continue
+		}
+		chosen[i], size, sh.held = true, size+len(encoded[i])+1, sh.held+len(encoded[i])+1
+		if sh.next = sh.next[1:]; len(sh.next) == 0 {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	var buf bytes.Buffer
+	buf.WriteString(`{"objects":[`)
+	n := 0
+	for i := range sorted {
+		if !chosen[i] {
+			continue
 		}
 		if n > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(b)
+		buf.Write(encoded[i])
 		n++
 	}
 	buf.WriteString("]")
@@ -97,6 +146,30 @@ func EncodeInjectedIndex(objects []InjectedObject) (string, int) {
 	}
 	buf.WriteString("}")
 	return buf.String(), len(sorted) - n
+}
+
+// share is one namespace's part of the index: the bytes it holds, and its objects
+// not yet placed, in order.
+type share struct {
+	namespace string
+	held      int
+	next      []int
+}
+
+// fairShares orders namespaces by the bytes they hold, then by name.
+type fairShares struct{ items []*share }
+
+func (h *fairShares) Len() int { return len(h.items) }
+func (h *fairShares) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	return a.held < b.held || (a.held == b.held && a.namespace < b.namespace)
+}
+func (h *fairShares) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *fairShares) Push(x any)    { h.items = append(h.items, x.(*share)) }
+func (h *fairShares) Pop() any {
+	last := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return last
 }
 
 // ParseInjectedIndex reads the index's JSON: an error where it is not an index at

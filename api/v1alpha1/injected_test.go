@@ -111,3 +111,54 @@ func TestParseInjectedIndexRef_IsNamespaceSlashNameOrNothing(t *testing.T) {
 		})
 	}
 }
+
+// One tenant's annotated objects take no more than their share: with 120 large
+// objects in one namespace (the attack: about twice what the index holds), every
+// other namespace's object is still listed, and the caBundle objects always are.
+func TestInjectedIndex_NoNamespaceCrowdsOutAnother(t *testing.T) {
+	var objects []InjectedObject
+	big := func(ns string, i int) InjectedObject {
+		o := InjectedObject{Kind: KindConfigMap, Namespace: ns, Name: fmt.Sprintf("fill-%03d", i)}
+		for j := range 8 {
+			o.Sources = append(o.Sources, Source{Name: fmt.Sprintf("bundle-%02d", j), Path: fmt.Sprintf("ca-%02d.pem", j)})
+		}
+		for j := range 110 {
+			o.Anchors = append(o.Anchors, fmt.Sprintf("%064x", i*1000+j))
+		}
+		return o
+	}
+	// "aaa-hostile" sorts before everyone: the old order let it take the index.
+	for i := range 120 {
+		objects = append(objects, big("aaa-hostile", i))
+	}
+	for i := range 300 {
+		objects = append(objects, injectedObject(i))
+	}
+	objects = append(objects, InjectedObject{Kind: "ValidatingWebhookConfiguration", Name: "zz-policy", Sources: []Source{{Name: "corp", Path: "ca.pem"}}})
+	data, omitted := EncodeInjectedIndex(objects)
+	if len(data) > MaxInjectedIndexBytes {
+		t.Fatalf("the index is %d bytes; the bound is %d", len(data), MaxInjectedIndexBytes)
+	}
+	idx, err := ParseInjectedIndex(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idx.Unreadable != "" {
+		t.Fatalf("the index does not read back: %s", idx.Unreadable)
+	}
+	listed := map[string]int{}
+	for _, o := range idx.Objects {
+		listed[o.Namespace]++
+	}
+	if listed[""] != 1 {
+		t.Error("the caBundle object was crowded out")
+	}
+	for i := range 300 {
+		if ns := injectedObject(i).Namespace; listed[ns] != 1 {
+			t.Errorf("namespace %s's one object is not listed", ns)
+		}
+	}
+	if omitted == 0 || listed["aaa-hostile"] == 0 || listed["aaa-hostile"]+omitted != 120 {
+		t.Errorf("the hostile namespace: %d listed, %d omitted; want its objects beyond its share omitted, and only its", listed["aaa-hostile"], omitted)
+	}
+}
