@@ -1,6 +1,9 @@
 package bundle
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // RotationAnnotation, on a signer's live bundle, is where trustsync's signer says where
 // its CA rotation stands (RotationStatus as JSON): public, as the bundle is, so that
@@ -26,4 +29,21 @@ type RotationStatus struct {
 	// consumer of the bundle cannot be observed or none is observed at all (the
 	// signer's --ca-propagation-min-wait after PublishedAt).
 	FloorUntil *time.Time `json:"floorUntil,omitempty"`
+	// SkipPods are the pods an operator told the rotation not to wait for (the CA
+	// Secret's trustsync.io/rotation-skip-pods): namespace/pod, or namespace/*.
+	SkipPods []string `json:"skipPods,omitempty"`
+}
+
+// ParsePodList reads a comma-separated list of namespace/pod (or namespace/*),
+// dropping blanks and anything that is not of that shape.
+func ParsePodList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		ns, pod, ok := strings.Cut(item, "/")
+		if ok && ns != "" && pod != "" && !strings.Contains(pod, "/") {
+			out = append(out, item)
+		}
+	}
+	return out
 }

@@ -150,6 +150,7 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 		rot.Propagation = PropagationTimed
 		return rot, nil, nil
 	}
+	progress.Skip(st.SkipPods)
 	m.metrics.rotationPods.WithLabelValues(m.signer, "expected").Set(float64(progress.Expected))
 	m.metrics.rotationPods.WithLabelValues(m.signer, "holding").Set(float64(progress.Holding))
 	m.metrics.rotationPods.WithLabelValues(m.signer, "stragglers").Set(float64(len(progress.Stragglers)))
@@ -160,7 +161,7 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 	}
 	waitingFloor := floor != "" && m.clock.Now().Before(st.NextPublishedAt.Add(rot.Floor))
 	behind := progress.ObjectsBehind()
-	summary := fmt.Sprintf("%d/%d %s %s", progress.Holding, progress.Expected, describeObjects(behind), floor)
+	summary := fmt.Sprintf("%d/%d %s %s %v %v", progress.Holding, progress.Expected, describeObjects(behind), floor, progress.Skipped, progress.NotGranted)
 	if summary != m.lastProgress && m.events != nil && (!progress.Done() || waitingFloor) {
 		m.lastProgress = summary
 		var why []string
@@ -172,6 +173,12 @@ func (m *caManager) observe(ctx context.Context, secret *corev1.Secret, st *caSt
 		}
 		if waitingFloor {
 			why = append(why, fmt.Sprintf("%s; waiting the floor of %s, until %s", floor, rot.Floor, st.NextPublishedAt.Add(rot.Floor).UTC().Format(time.RFC3339)))
+		}
+		if len(progress.Skipped) > 0 {
+			why = append(why, fmt.Sprintf("not waiting for %s named in %s: %s", pods(len(progress.Skipped)), AnnotationSkipPods, describeStragglers(progress.Skipped)))
+		}
+		if len(progress.NotGranted) > 0 {
+			why = append(why, fmt.Sprintf("not waiting for %s of namespaces not granted %s: %s", pods(len(progress.NotGranted)), liveName(m.signer), firstTen(progress.NotGranted, func(s string) string { return s })))
 		}
 		m.events.Eventf(secret, corev1.EventTypeNormal, "RotationWaiting", "The new CA (SHA-256 %s) waits to sign: %s", bundle.AnchorID(st.Next.Cert.Raw), strings.Join(why, "; "))
 	}
@@ -241,6 +248,7 @@ func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
 	}
 	if st.Next != nil {
 		s.NewCA = bundle.AnchorID(st.Next.Cert.Raw)
+		s.SkipPods = st.SkipPods
 	}
 	if !st.NextPublishedAt.IsZero() {
 		at, by := st.NextPublishedAt.UTC(), st.NextPublishedAt.Add(rot.wait()).UTC()

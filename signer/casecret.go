@@ -10,6 +10,8 @@ import (
 	"github.com/cert-manager/cert-manager/pkg/util/pki"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // The CA Secret: a kubernetes.io/tls Secret, so one cert-manager issues can be
@@ -29,6 +31,10 @@ const (
 	AnnotationRotateHandled   = "trustsync.io/rotate-handled"
 	AnnotationPhase           = "trustsync.io/rotation-phase"
 	AnnotationAnchorsChanged  = "trustsync.io/anchors-changed-at"
+	// AnnotationSkipPods, set by an operator, names the pods (namespace/pod, or
+	// namespace/* for a whole namespace; comma-separated) a waiting rotation no
+	// longer waits for: known stragglers of a forced rotation, say.
+	AnnotationSkipPods = "trustsync.io/rotation-skip-pods"
 )
 
 // secretName is the CA Secret of signerName.
@@ -57,6 +63,7 @@ func stateFromSecret(s *corev1.Secret) (*caState, error) {
 		Managed:         s.Annotations[AnnotationManaged] == "true",
 		RotateRequested: s.Annotations[AnnotationRotateRequested],
 		RotateHandled:   s.Annotations[AnnotationRotateHandled],
+		SkipPods:        bundle.ParsePodList(s.Annotations[AnnotationSkipPods]),
 	}
 	if v := s.Annotations[AnnotationAnchorsChanged]; v != "" {
 		if st.AnchorsChangedAt, err = time.Parse(time.RFC3339, v); err != nil {

@@ -30,6 +30,9 @@ type caState struct {
 	// one dropped): the bundle endpoint's sequence, the same on every replica and
 	// after a restart. Zero in a Secret written before it was kept.
 	AnchorsChangedAt time.Time
+	// SkipPods are the pods an operator told a waiting rotation not to wait for
+	// (trustsync.io/rotation-skip-pods: namespace/pod or namespace/*).
+	SkipPods []string
 }
 
 // retiredAnchor is a former CA that signs nothing but is still trusted until Until,

@@ -6,7 +6,10 @@ import (
 	"path"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/tenancy"
 	"github.com/trustsync/trustsync/trustreport/query"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
@@ -26,6 +29,10 @@ type reportsGate struct {
 	reader    *reader.Reader
 	runCtx    context.Context
 	publisher *publisher
+	// grants, when tenancy is enforced, tells what each namespace is granted: a pod
+	// of a namespace not granted the bundle is not waited for (whatever it says of
+	// itself, it may not trust the bundle through trustsync).
+	grants tenancy.Lookup
 }
 
 func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progress, bool, error) {
@@ -37,7 +44,34 @@ func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progre
 	if err != nil {
 		return query.Progress{}, false, err
 	}
+	if c.Grants, err = grantsOf(ctx, g.grants, c.Pods); err != nil {
+		return query.Progress{}, false, err
+	}
 	return c.Progress(anchor, live), true, nil
+}
+
+// grantsOf is what the namespaces of pods are granted, for the read model (nil
+// without enforcement; an exempt namespace is left out, as the read model takes it).
+func grantsOf(ctx context.Context, lookup tenancy.Lookup, pods []*corev1.Pod) (map[string]tenancy.Grants, error) {
+	if lookup == nil {
+		return nil, nil
+	}
+	out := map[string]tenancy.Grants{}
+	seen := map[string]bool{}
+	for _, pod := range pods {
+		if seen[pod.Namespace] {
+			continue
+		}
+		seen[pod.Namespace] = true
+		g, exempt, err := lookup(ctx, pod.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("cannot tell what namespace %s is granted: %w", pod.Namespace, err)
+		}
+		if !exempt {
+			out[pod.Namespace] = g
+		}
+	}
+	return out, nil
 }
 
 // describeStragglers names up to ten pods, with why, and how many more.

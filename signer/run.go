@@ -42,6 +42,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 	"github.com/trustsync/trustsync/tenancy/grantcache"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
@@ -158,6 +159,18 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-signer"})
 
 	var synced []cache.InformerSynced
+	var grants tenancy.Lookup
+	if o.TenancyEnforced {
+		gc, err := grantcache.New(dyn, metaClient, o.Namespace, resync)
+		if err != nil {
+			return err
+		}
+		go gc.Run(ctx)
+		synced = append(synced, gc.HasSynced)
+		grants = gc.For
+		h.grants, pcrs.grants = grants, grants
+		klog.InfoS("Enforcing TrustPolicies on certificate requests and rotations", "exempt", o.Namespace)
+	}
 	managers := map[string]*caManager{}
 	// One reader of pods, reports and trust objects for every signer's rotation gate,
 	// watching from the first rotation that waits on.
@@ -174,7 +187,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			client: client, clock: clock.RealClock{}, metrics: m,
 			publisher: &publisher{signer: name}, events: recorder,
 		}
-		mgr.gate = &reportsGate{reader: cluster, runCtx: ctx, publisher: mgr.publisher}
+		mgr.gate = &reportsGate{reader: cluster, runCtx: ctx, publisher: mgr.publisher, grants: grants}
 		for _, api := range writers {
 			mgr.publisher.stores = append(mgr.publisher.stores, bundleapi.NewStore(dyn, api))
 		}
@@ -260,16 +273,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			go ctrl.RunWithContext(ctx)
 			synced = append(synced, ctrl.HasSynced)
 		}
-	}
-	if o.TenancyEnforced {
-		grants, err := grantcache.New(dyn, metaClient, o.Namespace, resync)
-		if err != nil {
-			return err
-		}
-		go grants.Run(ctx)
-		synced = append(synced, grants.HasSynced)
-		h.grants, pcrs.grants = grants.For, grants.For
-		klog.InfoS("Enforcing TrustPolicies on certificate requests", "exempt", o.Namespace)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil

@@ -125,9 +125,9 @@ func TestDecodePKCS12_OpensStoresWithinBounds(t *testing.T) {
 // jks builds a JKS store by hand, field by field, as a hostile tenant would write it.
 type jks struct{ bytes.Buffer }
 
-func (j *jks) u16(v uint16) *jks { binary.Write(&j.Buffer, binary.BigEndian, v); return j }
-func (j *jks) u32(v uint32) *jks { binary.Write(&j.Buffer, binary.BigEndian, v); return j }
-func (j *jks) str(s string) *jks { j.u16(uint16(len(s))); j.WriteString(s); return j }
+func (j *jks) u16(v uint16) *jks  { binary.Write(&j.Buffer, binary.BigEndian, v); return j }
+func (j *jks) u32(v uint32) *jks  { binary.Write(&j.Buffer, binary.BigEndian, v); return j }
+func (j *jks) str(s string) *jks  { j.u16(uint16(len(s))); j.WriteString(s); return j }
 func (j *jks) raw(b ...byte) *jks { j.Write(b); return j }
 
 func header(entries uint32) *jks {

@@ -603,6 +603,44 @@ type Progress struct {
 	// objects the controller's index leaves out, or an index that does not read):
 	// a rotation waits its floor for them.
 	Unobserved []string `json:"unobserved,omitempty"`
+	// NotGranted are the pods (namespace/name) whose trust files select the bundle
+	// in a namespace not granted it (TrustPolicies): not waited for, since trustsync
+	// delivers them none of it, whatever the pod says of itself.
+	NotGranted []string `json:"notGranted,omitempty"`
+	// Skipped are the pods an operator told the rotation not to wait for
+	// (Skip), with why each was behind.
+	Skipped []Straggler `json:"skipped,omitempty"`
+}
+
+// Skip stops waiting for the pods named (namespace/name, or namespace/* for every
+// pod of a namespace): those behind or not observable are moved to Skipped and no
+// longer counted. An operator ends a forced rotation's wait for known stragglers
+// this way, never the signer of its own accord.
+func (p *Progress) Skip(pods []string) {
+	if len(pods) == 0 {
+		return
+	}
+	skipped := func(s Straggler) bool {
+		return slices.Contains(pods, s.Namespace+"/"+s.Pod) || slices.Contains(pods, s.Namespace+"/*")
+	}
+	keep := p.Stragglers[:0]
+	for _, s := range p.Stragglers {
+		if skipped(s) {
+			p.Skipped = append(p.Skipped, s)
+			p.Expected--
+			continue
+		}
+		keep = append(keep, s)
+	}
+	p.Stragglers = keep
+	p.NotObservable = slices.DeleteFunc(p.NotObservable, func(s Straggler) bool {
+		if skipped(s) {
+			p.Skipped = append(p.Skipped, s)
+			return true
+		}
+		return false
+	})
+	slices.SortFunc(p.Skipped, byPod)
 }
 
 // ObjectProgress is how many of the objects one TrustTarget writes (one in each
@@ -677,6 +715,10 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 		if len(files) == 0 && len(env) == 0 {
 			continue
 		}
+		if !c.grantedAny(pod.Namespace, bundles) {
+			p.NotGranted = append(p.NotGranted, pod.Namespace+"/"+pod.Name)
+			continue
+		}
 		if !started(pod) {
 			p.NotStarted = append(p.NotStarted, pod.Namespace+"/"+pod.Name)
 			continue
@@ -712,8 +754,22 @@ func (c Cluster) Progress(anchor string, bundles []*certificatesv1.ClusterTrustB
 	p.Unobserved = c.unindexed()
 	slices.SortFunc(p.Stragglers, byPod)
 	slices.Sort(p.NotStarted)
+	slices.Sort(p.NotGranted)
 	slices.SortFunc(p.NotObservable, byPod)
 	return p
+}
+
+// grantedAny says whether namespace is granted one of bundles: always without
+// grants, or for an exempt namespace.
+func (c Cluster) grantedAny(namespace string, bundles []*certificatesv1.ClusterTrustBundle) bool {
+	g, ok := c.Grants[namespace]
+	if !ok {
+		return true
+	}
+	return slices.ContainsFunc(bundles, func(b *certificatesv1.ClusterTrustBundle) bool {
+		_, err := g.Bundle(tenancy.Bundle{Name: b.Name, SignerName: b.Spec.SignerName, Labels: b.Labels})
+		return err == nil
+	})
 }
 
 // objectsProgress counts, for each TrustTarget whose sources select one of bundles,

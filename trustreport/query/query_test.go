@@ -429,3 +429,38 @@ func TestUngranted_NamesTheAnchorsNoGrantedBundleHolds(t *testing.T) {
 		})
 	}
 }
+
+// Under TrustPolicies a pod of a namespace not granted the bundle holds no rotation
+// back, whatever its annotations say it reads: it is named, not waited for. An exempt
+// namespace (absent from the grants) and a granted one are waited for.
+func TestProgress_APodOfANamespaceNotGrantedTheBundleIsNotWaitedFor(t *testing.T) {
+	newCA := bundle.AnchorID(fixtures.CA("granted").Cert.Raw)
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: "b1"}}
+	in := func(p *corev1.Pod, ns string) *corev1.Pod { p.Namespace = ns; return p }
+	granted, ungranted, exempt := in(projected("granted", "a", "b1", true), "apps"), in(projected("forged", "a", "b1", true), "tenant"), in(projected("own", "a", "b1", true), "trustsync")
+	spec, err := v1alpha1.ParseTrustPolicySpec(&v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "apps"}}, Bundles: []v1alpha1.BundleGrant{{Name: "b1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := []tenancy.Policy{{Name: "apps", Spec: spec}}
+	c := Cluster{Pods: []*corev1.Pod{granted, ungranted, exempt}, Reports: []*v1alpha1.NodeTrustReport{nodeReport("a", "0000", granted, ungranted, exempt)},
+		Grants: map[string]tenancy.Grants{"apps": tenancy.For(policies, "apps", map[string]string{"team": "apps"}), "tenant": tenancy.For(policies, "tenant", map[string]string{})}}
+	p := c.Progress(newCA, []*certificatesv1.ClusterTrustBundle{b})
+	if p.Expected != 2 || len(p.Stragglers) != 2 || !slices.Equal(p.NotGranted, []string{"tenant/forged"}) {
+		t.Errorf("progress %+v; want apps/granted and trustsync/own waited for, tenant/forged named as not granted", p)
+	}
+}
+
+// An operator may tell a rotation not to wait for named stragglers (a pod, or every
+// pod of a namespace): they are moved to Skipped and no longer counted.
+func TestProgress_SkipStopsWaitingForTheNamedStragglersAlone(t *testing.T) {
+	p := Progress{Holding: 1, Expected: 4, Stragglers: []Straggler{{Namespace: "a", Pod: "stuck", Reason: Behind}, {Namespace: "b", Pod: "x", Reason: NotObserved}, {Namespace: "c", Pod: "y", Reason: Behind}},
+		NotObservable: []Straggler{{Namespace: "b", Pod: "env", Reason: NotObservable}}}
+	p.Skip([]string{"a/stuck", "b/*"})
+	if p.Expected != 2 || len(p.Stragglers) != 1 || p.Stragglers[0].Pod != "y" || len(p.NotObservable) != 0 || len(p.Skipped) != 3 {
+		t.Errorf("progress %+v; want c/y alone waited for, a/stuck, b/env and b/x skipped", p)
+	}
+	if p.Done() {
+		t.Error("a straggler not named was skipped")
+	}
+}

@@ -586,6 +586,11 @@ type Rotation struct {
 	// Unobserved says which annotated objects cannot be counted at all: the new CA
 	// waits the floor for them.
 	Unobserved []string `json:"unobserved,omitempty"`
+	// NotGranted are the pods selecting the bundle in namespaces not granted it:
+	// not waited for. Skipped are the stragglers an operator named in the CA
+	// Secret's trustsync.io/rotation-skip-pods: not waited for either.
+	NotGranted []string          `json:"notGranted,omitempty"`
+	Skipped    []query.Straggler `json:"skipped,omitempty"`
 }
 
 func (o *options) rotation(ctx context.Context, signer string) error {
@@ -612,7 +617,9 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if r.NewCA != "" {
 			p := c.Progress(r.NewCA, []*certificatesv1.ClusterTrustBundle{b})
+			p.Skip(r.SkipPods)
 			r.Holding, r.Expected, r.Stragglers, r.NotStarted, r.NotObservable, r.Objects, r.Unobserved = p.Holding, p.Expected, p.Stragglers, p.NotStarted, p.NotObservable, p.Objects, p.Unobserved
+			r.NotGranted, r.Skipped = p.NotGranted, p.Skipped
 			if !p.Done() {
 				o.code = ExitNotAll
 			}
@@ -676,6 +683,16 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 		}
 		if len(r.NotStarted) > 0 {
 			fmt.Fprintf(o.stdout, "Not waited for: %d pods none of whose containers has started (they read the current bundle when they start): %s\n", len(r.NotStarted), safe(strings.Join(r.NotStarted, ", ")))
+		}
+		if len(r.NotGranted) > 0 {
+			fmt.Fprintf(o.stdout, "Not waited for: %d pods of namespaces not granted the bundle (TrustPolicies): %s\n", len(r.NotGranted), safe(strings.Join(r.NotGranted, ", ")))
+		}
+		if len(r.Skipped) > 0 {
+			var named []string
+			for _, s := range r.Skipped {
+				named = append(named, s.Namespace+"/"+s.Pod+" ("+s.Reason+")")
+			}
+			fmt.Fprintf(o.stdout, "Not waited for: %d pods named in the CA Secret's trustsync.io/rotation-skip-pods: %s\n", len(r.Skipped), safe(strings.Join(named, ", ")))
 		}
 		printNotObservable(o.stdout, "the new CA waits the floor for them", r.NotObservable)
 		if len(r.Stragglers) > 0 {

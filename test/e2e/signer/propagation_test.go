@@ -39,8 +39,6 @@ const (
 // the maximum wait, when it proceeds with a Warning Event naming the pod.
 func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testing.T) {
 	cp := planes.Get(t, true)
-	ctx := context.Background()
-	admin := kube(t, cp.AdminConfig())
 	startObservedSigner(t, cp, observedNamespace, observedSigner, "--ca-propagation-max-wait="+observedMaxWait.String())
 	cli := controlplane.NewPlugin(t, cp)
 	// rotation asks kubectl trustsync; its exit code is 3 while pods lack the new CA.
@@ -62,24 +60,7 @@ func TestSigner_ObservedRotationWaitsForEveryPodThenForTheMaximumAlone(t *testin
 	// reports say what they hold.
 	pods := map[string]*corev1.Pod{}
 	for _, name := range []string{"holds-soon", "never-holds"} {
-		pod, err := admin.CoreV1().Pods(appNamespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: "node-" + name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
-				VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
-				Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-					{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To(observedSigner), LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"}}}}}}}}},
-			metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Running, as a kubelet would say: a pod none of whose containers started is
-		// not waited for.
-		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-		if pod, err = admin.CoreV1().Pods(appNamespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		pods[name] = pod
-		t.Cleanup(func() { _ = admin.CoreV1().Pods(appNamespace).Delete(ctx, name, *metav1.NewDeleteOptions(0)) })
+		pods[name] = selectingPod(t, cp, appNamespace, name, observedSigner)
 	}
 	hold := func(name string, anchors ...string) { writeReport(t, cp, pods[name], anchors...) }
 	hold("holds-soon", oldCA)
@@ -279,13 +260,44 @@ func nodeReport(node string, pods []*corev1.Pod, anchors ...string) (*unstructur
 // requestRotation asks the signer running in namespace to rotate its CA now.
 func requestRotation(t *testing.T, cp *controlplane.ControlPlane, namespace, signer string) {
 	t.Helper()
+	annotateCASecret(t, cp, namespace, signer, "trustsync.io/rotate-requested-at", time.Now().UTC().Format(time.RFC3339Nano))
+}
+
+// selectingPod makes a pod of namespace on its own node, selecting signer's bundles
+// through the kubelet's projection, and running as a kubelet would say (a pod none
+// of whose containers started is not waited for); deleted when the test ends.
+func selectingPod(t *testing.T, cp *controlplane.ControlPlane, namespace, name, signer string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	admin := kube(t, cp.AdminConfig())
+	pod, err := admin.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: "node-" + name, Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1",
+			VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+			Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To(signer), LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"}}}}}}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	if pod, err = admin.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Pods(namespace).Delete(ctx, name, *metav1.NewDeleteOptions(0)) })
+	return pod
+}
+
+// annotateCASecret sets an annotation on signer's CA Secret, as an operator would.
+func annotateCASecret(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, key, value string) {
+	t.Helper()
 	secrets := kube(t, cp.AdminConfig()).CoreV1().Secrets(namespace)
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		s, err := secrets.Get(ctx, caSecret(signer), metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		s.Annotations["trustsync.io/rotate-requested-at"] = time.Now().UTC().Format(time.RFC3339Nano)
+		s.Annotations[key] = value
 		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
 		return err == nil, nil
 	})
@@ -337,5 +349,55 @@ func waitEvent(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, r
 			}
 		}
 		return false
+	})
+}
+
+// With tenancy enforced, a rotation does not wait for a pod of a namespace not
+// granted the bundle, whatever the pod says it reads (one never sent to the webhook
+// may say anything): it is named, not counted. An operator may name known stragglers
+// in the CA Secret (trustsync.io/rotation-skip-pods), and the rotation proceeds
+// without them at its next check, long before its maximum wait.
+func TestSigner_ARotationWaitsNeitherForUngrantedPodsNorForThoseAnOperatorNames(t *testing.T) {
+	const namespace, signer, tenant = "skippable-signer", "example.com/skippable", "ungranted-tenant"
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	if err := cp.InstallPoliciesCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
+	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
+		"metadata": map[string]any{"name": "apps-skippable"},
+		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
+			"bundles": []any{map[string]any{"signerName": signer}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-skippable", metav1.DeleteOptions{}) })
+	if err := cp.CreateNamespace(ctx, tenant, nil); err != nil {
+		t.Fatal(err)
+	}
+	startObservedSigner(t, cp, namespace, signer, "--tenancy-enforced", "--ca-propagation-min-wait=1s")
+	cli := controlplane.NewPlugin(t, cp)
+	var r plugin.Rotation
+	poll.True(t, time.Minute, "the signer's live bundle, Stable", func() bool {
+		out, code := cli.Run(t, "rotation", signer, "-o", "json")
+		return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Phase == "Stable"
+	})
+	oldCA := r.CurrentCA
+	holds, stuck, forged := selectingPod(t, cp, appNamespace, "skippable-holds", signer), selectingPod(t, cp, appNamespace, "skippable-stuck", signer), selectingPod(t, cp, tenant, "forged", signer)
+	for _, p := range []*corev1.Pod{holds, stuck, forged} {
+		writeReport(t, cp, p, oldCA)
+	}
+	requestRotation(t, cp, namespace, signer)
+	poll.True(t, time.Minute, "a new CA waiting", func() bool { cli.JSON(t, &r, 3, "rotation", signer); return r.Phase == "Waiting" })
+	writeReport(t, cp, holds, oldCA, r.NewCA)
+	poll.True(t, time.Minute, "the pod that holds it counted", func() bool { cli.JSON(t, &r, 3, "rotation", signer); return r.Holding == 1 })
+	if r.Expected != 2 || len(r.Stragglers) != 1 || r.Stragglers[0].Pod != "skippable-stuck" || !slices.Equal(r.NotGranted, []string{tenant + "/forged"}) {
+		t.Errorf("rotation: %+v; want 1 of 2 pods of %s, skippable-stuck behind, %s/forged named as not granted", r, appNamespace, tenant)
+	}
+	annotateCASecret(t, cp, namespace, signer, "trustsync.io/rotation-skip-pods", appNamespace+"/skippable-stuck")
+	newCA := r.NewCA
+	poll.True(t, time.Minute, "the new CA signing without the stuck pod", func() bool {
+		out, code := cli.Run(t, "rotation", signer, "-o", "json")
+		return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Phase == "Stable" && r.CurrentCA == newCA
 	})
 }
