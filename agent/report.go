@@ -30,6 +30,9 @@ func BuildReport(node string, held []holdings.Pod, now time.Time) *v1alpha1.Node
 		ph := v1alpha1.PodHolding{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Files: []v1alpha1.FileHolding{}}
 		for _, f := range p.Files {
 			fh := v1alpha1.FileHolding{Path: f.Path(), Volume: f.Volume, File: f.File, Delivery: string(f.Delivery), Error: f.Err}
+			if f.SubPath != nil {
+				fh.SubPathContainer = f.SubPath.Container
+			}
 			if !f.ChangedAt.IsZero() {
 				t := metav1.NewMicroTime(f.ChangedAt.UTC())
 				fh.ChangedAt = &t

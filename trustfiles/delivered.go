@@ -27,6 +27,19 @@ type TrustFile struct {
 	MountPaths []string
 	// Sources are what the file is made of.
 	Sources []v1alpha1.Source
+	// SubPath, when set, is one container reading the file through a subPath
+	// mount (MountPaths is then that mount alone): the kubelet bind-mounts the file
+	// as it is when the container starts and never refreshes it, so the container
+	// sees that, not the volume's current file.
+	SubPath *SubPathMount
+}
+
+// SubPathMount is a container's subPath mount of a trust file: its name, and the
+// mount's index among the container's volumeMounts (which names the kubelet's bind
+// of it).
+type SubPathMount struct {
+	Container string
+	Index     int
 }
 
 // Path is where the app sees the file: its first mount path, or the file in the
@@ -91,7 +104,8 @@ func projectedTrust(p *corev1.ProjectedVolumeSource) []v1alpha1.Source {
 	return sources
 }
 
-// sourceFiles groups sources by the file they write, in the order of first mention.
+// sourceFiles groups sources by the file they write, in the order of first mention,
+// then adds each subPath reader of each file as a file of its own.
 func sourceFiles(pod *corev1.Pod, volume, sidecar string, delivery v1alpha1.Delivery, sources []v1alpha1.Source) []TrustFile {
 	var files []TrustFile
 	index := map[string]int{}
@@ -104,10 +118,31 @@ func sourceFiles(pod *corev1.Pod, volume, sidecar string, delivery v1alpha1.Deli
 		}
 		files[i].Sources = append(files[i].Sources, s)
 	}
-	return files
+	return withSubPathReaders(pod, files, sidecar)
 }
 
-// MountPaths are where the pod's containers but the sidecar see file of volume.
+// withSubPathReaders adds, after files, one file for each container mounting one of
+// them through subPath; a file that only subPath mounts read is replaced by them (no
+// container sees the volume's own file, so it is nobody's holding).
+func withSubPathReaders(pod *corev1.Pod, files []TrustFile, sidecar string) []TrustFile {
+	var out, subs []TrustFile
+	for _, f := range files {
+		readers := subPathReaders(pod, f.Volume, sidecar, f.File)
+		if len(f.MountPaths) > 0 || len(readers) == 0 {
+			out = append(out, f)
+		}
+		for _, r := range readers {
+			sub := f
+			sub.MountPaths, sub.SubPath = []string{r.path}, &SubPathMount{Container: r.container, Index: r.index}
+			subs = append(subs, sub)
+		}
+	}
+	return append(out, subs...)
+}
+
+// MountPaths are where the pod's containers but the sidecar see file of volume as
+// the volume holds it: mounts of the volume's directory. A subPath mount of the file
+// is not one (subPathReaders).
 func MountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
 	var out []string
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
@@ -115,20 +150,33 @@ func MountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
 			continue
 		}
 		for _, m := range c.VolumeMounts {
-			if m.Name != volume {
+			if m.Name != volume || m.SubPath != "" {
 				continue
 			}
-			p := ""
-			switch {
-			case m.SubPath == "":
-				p = path.Join(m.MountPath, file)
-			case m.SubPath == file:
-				p = m.MountPath
-			default:
-				continue
-			}
-			if !slices.Contains(out, p) {
+			if p := path.Join(m.MountPath, file); !slices.Contains(out, p) {
 				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+type subPathReader struct {
+	container, path string
+	index           int
+}
+
+// subPathReaders are the containers but the sidecar that mount file of volume
+// through subPath, each with where it sees the file and the mount's index.
+func subPathReaders(pod *corev1.Pod, volume, sidecar, file string) []subPathReader {
+	var out []subPathReader
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if c.Name == sidecar && sidecar != "" {
+			continue
+		}
+		for i, m := range c.VolumeMounts {
+			if m.Name == volume && m.SubPath == file {
+				out = append(out, subPathReader{container: c.Name, path: m.MountPath, index: i})
 			}
 		}
 	}

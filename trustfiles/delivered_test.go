@@ -1,6 +1,8 @@
 package trustfiles
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,6 +77,42 @@ func TestTrustFiles_ListsEveryDeliverysTrustFilesAndNeverACertificate(t *testing
 				if v1alpha1.ReservedPaths.Has(g.File) {
 					t.Errorf("file %d is a certificate's file %q", i, g.File)
 				}
+			}
+		})
+	}
+}
+
+func TestDelivered_ASubPathReaderIsAFileOfItsOwn(t *testing.T) {
+	mounts := func(ms ...corev1.VolumeMount) []corev1.Container {
+		return []corev1.Container{{Name: "app", VolumeMounts: ms}}
+	}
+	pod := func(containers []corev1.Container) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: containers,
+			Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp-roots"), Path: "ca.pem"}}}}}}}}}
+	}
+	dir := corev1.VolumeMount{Name: "roots", MountPath: "/etc/roots"}
+	sub := corev1.VolumeMount{Name: "roots", MountPath: "/etc/ssl/certs/corp.pem", SubPath: "ca.pem"}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want []string // path, and the subPath container and index
+	}{
+		{"a directory mount reads the volume's file", pod(mounts(dir)), []string{"/etc/roots/ca.pem"}},
+		{"a subPath mount alone is the container's own file, and the volume's file nobody's", pod(mounts(sub)), []string{"/etc/ssl/certs/corp.pem app 0"}},
+		{"both: the volume's file, then the subPath reader's", pod(mounts(dir, sub)), []string{"/etc/roots/ca.pem", "/etc/ssl/certs/corp.pem app 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range Delivered(tc.pod) {
+				s := f.Path()
+				if f.SubPath != nil {
+					s += " " + f.SubPath.Container + " " + strconv.Itoa(f.SubPath.Index)
+				}
+				got = append(got, s)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("files %v, want %v", got, tc.want)
 			}
 		})
 	}

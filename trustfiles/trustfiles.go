@@ -150,7 +150,7 @@ func filesOf(pod *corev1.Pod, volume string, delivery v1alpha1.Delivery, o *Obje
 		files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format,
 			MountPaths: MountPaths(pod, volume, "", file), Sources: k.Sources})
 	}
-	return files
+	return withSubPathReaders(pod, files, "")
 }
 
 // EnvReader is a container reading a trust object's key through its environment:

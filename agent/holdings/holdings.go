@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -120,12 +121,12 @@ func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 		p := Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 		for _, tf := range files {
 			f := File{TrustFile: tf}
-			dir, ok := VolumeDir(o.PodsDir, pod, tf.Volume)
+			loc, ok := locate(o.PodsDir, pod, tf)
 			if !ok {
 				continue
 			}
-			host := filepath.Join(dir, tf.File)
-			st := o.read(dir, tf, o.seen[host])
+			host := filepath.Join(loc.dir, loc.name)
+			st := o.read(loc, tf, o.seen[host])
 			if prev, ok := o.seen[host]; !ok || prev.stamp != st.stamp || prev.err != st.err {
 				changed = true
 			}
@@ -163,12 +164,34 @@ func (o *Scanner) Anchor(id string) (*bundle.Anchor, bool) {
 	return a, ok
 }
 
+// location is where the agent reads a trust file on the node: name beneath dir.
+// A subPath reader's file is the kubelet's bind mount of it for that container, a
+// mount point itself (bind).
+type location struct {
+	dir, name string
+	bind      bool
+}
+
+// locate is where tf of pod is on the node, as the container that reads it sees it:
+// the volume's file, or a subPath reader's own bind of it (which the kubelet keeps at
+// volume-subpaths/VOLUME/CONTAINER/INDEX, and never refreshes).
+func locate(podsDir string, pod *corev1.Pod, tf trustfiles.TrustFile) (location, bool) {
+	dir, ok := VolumeDir(podsDir, pod, tf.Volume)
+	if !ok {
+		return location{}, false
+	}
+	if tf.SubPath != nil {
+		return location{dir: filepath.Join(podsDir, string(pod.UID), "volume-subpaths", tf.Volume, tf.SubPath.Container), name: strconv.Itoa(tf.SubPath.Index), bind: true}, true
+	}
+	return location{dir: dir, name: tf.File}, true
+}
+
 // read observes one file, reusing prev's anchors when the file is the same one.
-func (o *Scanner) read(dir string, tf trustfiles.TrustFile, prev seenFile) seenFile {
+func (o *Scanner) read(loc location, tf trustfiles.TrustFile, prev seenFile) seenFile {
 	if s := trustfiles.PasswordSecret(tf); s != nil {
 		return seenFile{err: fmt.Sprintf("a %s truststore whose password is in Secret %s (key %s), which the agent does not read", tf.Format, s.Name, s.Key)}
 	}
-	f, err := openBeneath(dir, tf.File)
+	f, err := openBeneath(loc.dir, loc.name, loc.bind)
 	if err != nil {
 		return seenFile{err: describe(err)}
 	}

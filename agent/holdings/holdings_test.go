@@ -241,3 +241,41 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 		t.Errorf("files: %v; want %v (and secret.txt never read)", got, want)
 	}
 }
+
+// A container mounting the trust file through subPath sees what the kubelet bound
+// when it started, never a later write: what it holds is read from its own bind
+// (volume-subpaths/VOLUME/CONTAINER/INDEX), apart from the volume's file the other
+// containers see. (The agent read the volume's file alone, and counted subPath
+// readers as holding a CA they never got.)
+func TestScan_ASubPathReaderIsReadFromItsOwnBindOfTheFile(t *testing.T) {
+	podsDir := t.TempDir()
+	old, next := fixtures.CA("subpath old"), fixtures.CA("subpath new")
+	pod := projectedPod("subpath", "ca.pem")
+	pod.Spec.Containers = []corev1.Container{
+		{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}},
+		{Name: "legacy", VolumeMounts: []corev1.VolumeMount{{Name: "other", MountPath: "/x"}, {Name: "roots", MountPath: "/etc/ssl/certs/corp.pem", SubPath: "ca.pem"}}},
+	}
+	writeAtomic(t, volume(t, podsDir, pod), "ca.pem", []byte(fixtures.Bundle(next)), "2")
+	// The kubelet's bind of the file as it was when legacy started (index 1 of its
+	// mounts); a regular file stands in for the bind mount here.
+	bind := filepath.Join(podsDir, string(pod.UID), "volume-subpaths", "roots", "legacy")
+	must(t, os.MkdirAll(bind, 0o755))
+	must(t, os.WriteFile(filepath.Join(bind, "1"), []byte(fixtures.Bundle(old)), 0o644))
+
+	held, _ := (&Scanner{PodsDir: podsDir}).Scan([]*corev1.Pod{pod})
+	got := map[string][]string{}
+	for _, f := range held[0].Files {
+		container := ""
+		if f.SubPath != nil {
+			container = f.SubPath.Container
+		}
+		got[container+" "+f.Path()] = f.Anchors
+	}
+	want := map[string][]string{
+		" /etc/roots/ca.pem":              {bundle.AnchorID(next.Cert.Raw)},
+		"legacy /etc/ssl/certs/corp.pem": {bundle.AnchorID(old.Cert.Raw)},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("held %v, want %v", got, want)
+	}
+}

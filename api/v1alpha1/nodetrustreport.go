@@ -101,6 +101,11 @@ type FileHolding struct {
 	// deliveries' latencies are read from it.
 	ChangedAt *metav1.MicroTime `json:"changedAt,omitempty"`
 	Error     string            `json:"error,omitempty"`
+	// SubPathContainer names the one container that reads the file through a
+	// subPath mount: the kubelet never refreshes such a mount, so what it holds is
+	// read from the container's own bind of the file, and it follows a rotation
+	// only when the container restarts.
+	SubPathContainer string `json:"subPathContainer,omitempty"`
 }
 
 // Bound elides the largest anchor sets until the report fits MaxReportBytes.

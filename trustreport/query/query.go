@@ -379,8 +379,12 @@ func observed(r *v1alpha1.NodeTrustReport, pod *corev1.Pod, tf trustfiles.TrustF
 	if !ok {
 		return v1alpha1.FileHolding{}, false
 	}
+	container := ""
+	if tf.SubPath != nil {
+		container = tf.SubPath.Container
+	}
 	for _, f := range p.Files {
-		if f.Volume == tf.Volume && f.File == tf.File {
+		if f.Volume == tf.Volume && f.File == tf.File && f.SubPathContainer == container {
 			return f, true
 		}
 	}
