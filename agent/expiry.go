@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,7 +38,7 @@ func (e *AnchorExpiry) Observe(held []holdings.Pod, anchor func(string) (*bundle
 	if e.warner == nil {
 		e.warner, e.named = map[types.UID]*observe.ExpiryWarner{}, map[string]string{}
 	}
-	named := map[string]string{}
+	named := map[string]*bundle.Anchor{}
 	pods := map[types.UID]bool{}
 	for _, p := range held {
 		files := map[string][]*bundle.Anchor{}
@@ -46,10 +48,7 @@ func (e *AnchorExpiry) Observe(held []holdings.Pod, anchor func(string) (*bundle
 				if !ok || a.NotAfter.IsZero() {
 					continue
 				}
-				if _, ok := named[id]; !ok {
-					named[id] = a.Name
-					e.Gauge.WithLabelValues(id, a.Name).Set(float64(a.NotAfter.Unix()))
-				}
+				named[id] = a
 				files[fileName(f)] = append(files[fileName(f)], a)
 			}
 		}
@@ -64,12 +63,16 @@ func (e *AnchorExpiry) Observe(held []holdings.Pod, anchor func(string) (*bundle
 		}
 		w.Check(files)
 	}
+	series := soonest(named, MaxExpirySeries)
 	for id, name := range e.named {
-		if n, ok := named[id]; !ok || n != name {
+		if n, ok := series[id]; !ok || n != name {
 			e.Gauge.DeleteLabelValues(id, name)
 		}
 	}
-	e.named = named
+	for id, name := range series {
+		e.Gauge.WithLabelValues(id, name).Set(float64(named[id].NotAfter.Unix()))
+	}
+	e.named = series
 	for uid := range e.warner {
 		if !pods[uid] {
 			delete(e.warner, uid)
@@ -83,4 +86,24 @@ func fileName(f holdings.File) string {
 		return slices.Min(f.MountPaths)
 	}
 	return f.File
+}
+
+// MaxExpirySeries bounds the expiry gauge's series on one node: a pod may hold
+// thousands of anchors of its own, and each would be a series.
+const MaxExpirySeries = 1000
+
+// soonest names the n anchors of named that expire first (then by identity), by id.
+func soonest(named map[string]*bundle.Anchor, n int) map[string]string {
+	ids := slices.Collect(maps.Keys(named))
+	slices.SortFunc(ids, func(a, b string) int {
+		if c := named[a].NotAfter.Compare(named[b].NotAfter); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	out := map[string]string{}
+	for _, id := range ids[:min(n, len(ids))] {
+		out[id] = named[id].Name
+	}
+	return out
 }

@@ -51,9 +51,10 @@ func (f TrustFile) Path() string {
 	return f.File
 }
 
-// Delivered lists the trust files of a stored pod that trustsync delivers (what the
-// injector recorded in its trustsync.io/status annotation) or the kubelet projects
-// from bundles. It never lists a certificate or
+// Delivered lists the trust files of a stored pod that trustsync delivers (its
+// sidecar's, as the injector recorded them in its trustsync.io/status annotation and
+// the sidecar's arguments say; its node agent's, every volume of its CSI driver) or
+// the kubelet projects from bundles. It never lists a certificate or
 // key: only the paths of trust sources. A pod whose injected spec cannot be read back
 // (edited by hand) lists what can be.
 func Delivered(pod *corev1.Pod) []TrustFile {
@@ -66,7 +67,11 @@ func Delivered(pod *corev1.Pod) []TrustFile {
 		switch {
 		case v.Projected != nil:
 			sources = projectedTrust(v.Projected)
-		case injected && v.Name == st.Volume && st.Delivery == v1alpha1.DeliveryNode && v.CSI != nil:
+		case v.CSI != nil && v.CSI.Driver == contract.CSIDriverName:
+			// Every volume of trustsync's driver is a node delivery, injected or
+			// written by hand: the agent published it from these attributes (and
+			// checked them against the namespace's grants), whatever the pod's
+			// annotations say. A volume of any other driver is none.
 			delivery = v1alpha1.DeliveryNode
 			if spec, err := contract.SpecFromAttributes(v.CSI.VolumeAttributes, "/", "/"); err == nil {
 				sources = spec.Sources

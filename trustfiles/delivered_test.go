@@ -117,3 +117,32 @@ func TestDelivered_ASubPathReaderIsAFileOfItsOwn(t *testing.T) {
 		})
 	}
 }
+
+// A volume of trustsync's CSI driver is a node delivery whoever wrote it (the agent
+// published it); one of another driver is not, whatever the pod's annotations claim.
+func TestDelivered_ANodeDeliveryIsAVolumeOfTrustsyncsDriver(t *testing.T) {
+	csi := func(driver string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+			v1alpha1.AnnotationStatus: `{"volume": "roots", "delivery": "node"}`}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+				Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: driver,
+					VolumeAttributes: map[string]string{"sources": `[{"name": "corp-roots", "path": "ca.pem"}]`}}}}}}}
+	}
+	handWritten := csi("csi.trustsync.io")
+	handWritten.Annotations = nil
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		files int
+	}{
+		{"trustsync's driver, written by hand without annotations", handWritten, 1},
+		{"another driver, with a forged status saying node", csi("secrets-store.csi.k8s.io"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Delivered(tc.pod)
+			if len(got) != tc.files || (tc.files > 0 && (got[0].Delivery != v1alpha1.DeliveryNode || got[0].File != "ca.pem")) {
+				t.Errorf("files %+v; want %d node delivery of ca.pem", got, tc.files)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,9 +28,24 @@ import (
 	"github.com/trustsync/trustsync/trustfiles"
 )
 
-// MaxFileBytes bounds what is read of one trust file; a larger file is reported, not
-// read. 150 public roots are about 200 KiB.
-const MaxFileBytes = 4 << 20
+// What one pod may have the agent read is bounded, since any pod author writes the
+// files (and, for a pod never sent to the webhook, says where they are): a file, or
+// the pod's files together, beyond a bound are reported, not read. Memory then grows
+// with the node's pods (the kubelet runs at most 110), never with what one pod
+// writes. 150 public roots are about 200 KiB.
+const (
+	// MaxFileBytes bounds one trust file.
+	MaxFileBytes = 4 << 20
+	// MaxPodBytes bounds a pod's trust files together.
+	MaxPodBytes = 4 << 20
+	// MaxPodFiles bounds how many trust files of one pod are read.
+	MaxPodFiles = 16
+	// MaxNamedAnchors bounds the anchors the agent keeps a name and expiry of (for
+	// expiry warnings); beyond it an anchor is known by its identity alone.
+	MaxNamedAnchors = 10_000
+	// maxNameLength cuts what is kept of an anchor's name.
+	maxNameLength = 64
+)
 
 // File is what one pod holds in one trust file.
 type File struct {
@@ -81,6 +97,10 @@ type seenFile struct {
 	stamp   stamp
 	anchors []string
 	err     string
+	// final: err is the content's at this stamp (not a trust file, a store out of
+	// bounds), so the same file is not read again until it changes: a pod cannot
+	// have the agent decode four mebibytes of junk at every scan.
+	final bool
 }
 
 type stamp struct {
@@ -119,14 +139,23 @@ func (o *Scanner) Scan(pods []*corev1.Pod) (held []Pod, changed bool) {
 			continue
 		}
 		p := Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
-		for _, tf := range files {
+		budget := MaxPodBytes
+		for i, tf := range files {
 			f := File{TrustFile: tf}
+			if i == MaxPodFiles {
+				f.Err = fmt.Sprintf("the pod has %d trust files, more than the %d read of one pod: not read", len(files), MaxPodFiles)
+				p.Files = append(p.Files, f)
+				continue
+			}
+			if i > MaxPodFiles {
+				continue
+			}
 			loc, ok := locate(o.PodsDir, pod, tf)
 			if !ok {
 				continue
 			}
 			host := filepath.Join(loc.dir, loc.name)
-			st := o.read(loc, tf, o.seen[host])
+			st := o.read(loc, tf, o.seen[host], &budget)
 			if prev, ok := o.seen[host]; !ok || prev.stamp != st.stamp || prev.err != st.err {
 				changed = true
 			}
@@ -186,8 +215,9 @@ func locate(podsDir string, pod *corev1.Pod, tf trustfiles.TrustFile) (location,
 	return location{dir: dir, name: tf.File}, true
 }
 
-// read observes one file, reusing prev's anchors when the file is the same one.
-func (o *Scanner) read(loc location, tf trustfiles.TrustFile, prev seenFile) seenFile {
+// read observes one file, reusing what prev found when the file is the same one;
+// budget is what the pod may still have read, and is spent by the file's size.
+func (o *Scanner) read(loc location, tf trustfiles.TrustFile, prev seenFile, budget *int) seenFile {
 	if s := trustfiles.PasswordSecret(tf); s != nil {
 		return seenFile{err: fmt.Sprintf("a %s truststore whose password is in Secret %s (key %s), which the agent does not read", tf.Format, s.Name, s.Key)}
 	}
@@ -200,11 +230,15 @@ func (o *Scanner) read(loc location, tf trustfiles.TrustFile, prev seenFile) see
 	if err != nil {
 		return seenFile{err: err.Error()}
 	}
-	if st == prev.stamp && prev.err == "" {
-		return prev
-	}
 	if st.size > MaxFileBytes {
 		return seenFile{stamp: st, err: fmt.Sprintf("larger than %d bytes: not read", MaxFileBytes)}
+	}
+	if st.size > int64(*budget) {
+		return seenFile{stamp: st, err: fmt.Sprintf("the pod's trust files hold more than %d bytes together: not read", MaxPodBytes)}
+	}
+	*budget -= int(st.size)
+	if st == prev.stamp && (prev.err == "" || prev.final) {
+		return prev
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
@@ -212,18 +246,29 @@ func (o *Scanner) read(loc location, tf trustfiles.TrustFile, prev seenFile) see
 	}
 	ders, err := decode(tf.Format, data)
 	if err != nil {
-		return seenFile{stamp: st, err: err.Error()}
+		return seenFile{stamp: st, err: err.Error(), final: true}
 	}
 	anchors := make([]string, 0, len(ders))
 	for _, der := range ders {
 		id := bundle.AnchorID(der)
-		if _, ok := o.anchors[id]; !ok {
-			o.anchors[id] = bundle.NewAnchor(der)
+		if _, ok := o.anchors[id]; !ok && len(o.anchors) < MaxNamedAnchors {
+			o.anchors[id] = namedAnchor(der)
 		}
 		anchors = append(anchors, id)
 	}
 	slices.Sort(anchors)
 	return seenFile{stamp: st, anchors: slices.Compact(anchors)}
+}
+
+// namedAnchor keeps of der what expiry warnings need: its identity, validity and a
+// name cut to maxNameLength, not the certificate (a node's pods may hold thousands).
+func namedAnchor(der []byte) *bundle.Anchor {
+	full := bundle.NewAnchor(der)
+	a := &bundle.Anchor{Sum: full.Sum, NotBefore: full.NotBefore, NotAfter: full.NotAfter, Name: full.Name}
+	if len(a.Name) > maxNameLength {
+		a.Name = strings.ToValidUTF8(a.Name[:maxNameLength], "")
+	}
+	return a
 }
 
 // decode reads the certificates of a trust file in its format; a truststore is read

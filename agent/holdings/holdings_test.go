@@ -1,10 +1,18 @@
 package holdings
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,7 +160,7 @@ func TestScan_ReportsAChangeOnlyWhenAFileWasRewritten(t *testing.T) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -272,10 +280,130 @@ func TestScan_ASubPathReaderIsReadFromItsOwnBindOfTheFile(t *testing.T) {
 		got[container+" "+f.Path()] = f.Anchors
 	}
 	want := map[string][]string{
-		" /etc/roots/ca.pem":              {bundle.AnchorID(next.Cert.Raw)},
+		" /etc/roots/ca.pem":             {bundle.AnchorID(next.Cert.Raw)},
 		"legacy /etc/ssl/certs/corp.pem": {bundle.AnchorID(old.Cert.Raw)},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("held %v, want %v", got, want)
 	}
+}
+
+// distinctPEM is n distinct self-signed certificates (one key, a serial each), as
+// PEM: what a hostile pod fills its trust files with.
+func distinctPEM(t testing.TB, n, from int) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for i := range n {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(from + i + 1)), Subject: pkix.Name{CommonName: fmt.Sprintf("hostile %d", from+i)},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return out
+}
+
+// hostilePod is a pod of 20 projected trust files, each filled with size bytes of
+// certificates, distinct across files or the same in each (the attack: 20 files of
+// 4 MiB of distinct certificates took the agent past its 512 MiB limit).
+func hostilePod(t testing.TB, podsDir, uid string, size int, distinct bool) *corev1.Pod {
+	t.Helper()
+	pod := projectedPod(uid, "ca-00.pem")
+	sources := pod.Spec.Volumes[0].Projected.Sources[:0]
+	for i := range 20 {
+		sources = append(sources, corev1.VolumeProjection{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: ptr.To("corp"), Path: fmt.Sprintf("ca-%02d.pem", i)}})
+	}
+	pod.Spec.Volumes[0].Projected.Sources = sources
+	dir, _ := VolumeDir(podsDir, pod, "roots")
+	must(t, os.MkdirAll(dir, 0o755))
+	per := size / 380 // certificates per file, at about 380 bytes of PEM each
+	var data []byte
+	for i := range 20 {
+		if distinct || data == nil {
+			data = distinctPEM(t, per, i*per)
+		}
+		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("ca-%02d.pem", i)), data, 0o644))
+	}
+	return pod
+}
+
+// One pod may have the agent read at most MaxPodBytes of at most MaxPodFiles trust
+// files, and the agent names no more than MaxNamedAnchors: the rest is reported as
+// not read, saying which bound, and never held.
+func TestScan_WhatOnePodHasReadIsBounded(t *testing.T) {
+	podsDir := t.TempDir()
+	pod := hostilePod(t, podsDir, "hostile", 1<<20, false)
+	o := &Scanner{PodsDir: podsDir}
+	held, _ := o.Scan([]*corev1.Pod{pod})
+	var read, overBytes, overFiles, bytes int
+	for _, f := range held[0].Files {
+		switch {
+		case f.Err == "":
+			read++
+			info, err := os.Stat(filepath.Join(podsDir, string(pod.UID), "volumes/kubernetes.io~projected/roots", f.File))
+			must(t, err)
+			bytes += int(info.Size())
+		case strings.Contains(f.Err, "the pod's trust files hold more than 4194304 bytes together: not read"):
+			overBytes++
+		case strings.Contains(f.Err, "the pod has 20 trust files, more than the 16 read of one pod"):
+			overFiles++
+		default:
+			t.Errorf("%s: unexpected error %q", f.File, f.Err)
+		}
+	}
+	if read == 0 || bytes > MaxPodBytes || overBytes == 0 || overFiles != 1 || read+overBytes != MaxPodFiles {
+		t.Errorf("%d files read (%d bytes), %d over the bytes, %d over the files; want the first within %d bytes read, the rest of the first %d refused, one saying the count", read, bytes, overBytes, overFiles, MaxPodBytes, MaxPodFiles)
+	}
+	if len(o.anchors) > MaxNamedAnchors {
+		t.Errorf("%d anchors named, more than %d", len(o.anchors), MaxNamedAnchors)
+	}
+	for _, a := range o.anchors {
+		if len(a.DER) > 0 || len(a.Name) > maxNameLength {
+			t.Fatalf("an anchor kept with its certificate (%d bytes) or a name of %d bytes", len(a.DER), len(a.Name))
+		}
+	}
+}
+
+// A file that is not a trust file is not read again while it is unchanged: a pod
+// cannot have the agent decode its junk at every scan.
+func TestScan_AFileThatIsNoTrustFileIsNotReadAgainUnchanged(t *testing.T) {
+	podsDir := t.TempDir()
+	pod := projectedPod("junk", "ca.pem")
+	must(t, os.WriteFile(filepath.Join(volume(t, podsDir, pod), "ca.pem"), []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), 0o644))
+	o := &Scanner{PodsDir: podsDir}
+	first, _ := o.Scan([]*corev1.Pod{pod})
+	if !strings.Contains(first[0].Files[0].Err, "not a PEM trust file") {
+		t.Fatalf("error %q", first[0].Files[0].Err)
+	}
+	if _, changed := o.Scan([]*corev1.Pod{pod}); changed {
+		t.Error("an unchanged file that is no trust file was seen as a change")
+	}
+	if st := o.seen[filepath.Join(podsDir, string(pod.UID), "volumes/kubernetes.io~projected/roots/ca.pem")]; !st.final {
+		t.Error("its refusal is not kept for its stamp: it would be decoded again at every scan")
+	}
+}
+
+// BenchmarkScan_HostilePod is what the agent keeps (the Go heap in use after a scan,
+// the garbage collected) for one pod whose 20 trust files are each filled with 1 MiB
+// of distinct certificates (about 2,700 each): at most MaxPodBytes of it is read.
+func BenchmarkScan_HostilePod(b *testing.B) {
+	podsDir := b.TempDir()
+	pod := hostilePod(b, podsDir, "hostile", 1<<20, true)
+	var before, after runtime.MemStats
+	for b.Loop() {
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		o := &Scanner{PodsDir: podsDir}
+		o.Scan([]*corev1.Pod{pod})
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(o)
+	}
+	b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "MiB-kept")
 }

@@ -103,6 +103,8 @@ func expiryMessage(a *tsbundle.Anchor, paths []string, now time.Time) string {
 	subject := "(unparsable)"
 	if c, err := x509.ParseCertificate(a.DER); err == nil {
 		subject = c.Subject.String()
+	} else if len(a.DER) == 0 && a.Name != "" {
+		subject = "CN=" + a.Name // an anchor kept without its certificate
 	}
 	what := fmt.Sprintf("Trust anchor %q (SHA-256 %x) in %s", subject, a.Sum[:8], strings.Join(paths, ", "))
 	at := a.NotAfter.UTC().Format(time.RFC3339)
