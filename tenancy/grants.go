@@ -80,15 +80,24 @@ func For(policies []Policy, namespace string, nsLabels map[string]string) Grants
 type Bundle struct {
 	Name, SignerName string
 	Labels           map[string]string
+	// Unknown: the bundle does not exist (yet), so its labels are not known.
+	Unknown bool
 }
 
 // Bundle returns the policy granting a bundle, or an error saying it is not granted.
+// A bundle that does not exist yet is granted by its name, or by a grant of all its
+// signer's bundles, never by a label selector: labels it does not have yet would match
+// a negative selector (tier notin (restricted)) and grant what it may be labelled
+// against later.
 func (g Grants) Bundle(b Bundle) (string, error) {
 	signer := b.SignerName
 	if signer == "" {
 		signer = bundle.SignerOfName(b.Name)
 	}
 	for _, bg := range g.Bundles {
+		if b.Unknown && bg.Name == "" && (bg.Labels == nil || !bg.Labels.Empty()) {
+			continue
+		}
 		if bg.Grants(b.Name, signer, b.Labels) {
 			return bg.Policy, nil
 		}
@@ -107,7 +116,7 @@ func (g Grants) Source(src v1alpha1.Source, lookup BundleLookup) error {
 	case src.DefaultCAs, src.ConfigMap != nil, src.Secret != nil:
 		return nil
 	case src.Name != "":
-		b := Bundle{Name: src.Name}
+		b := Bundle{Name: src.Name, Unknown: true}
 		if lookup != nil {
 			if found, ok := lookup(src.Name); ok {
 				b = found

@@ -176,3 +176,42 @@ func TestGrants_CheckNamesTheFirstAskNotCoveredAndWhereItWasAsked(t *testing.T) 
 		})
 	}
 }
+
+// A bundle asked for by name that does not exist yet carries no labels, so a label
+// selector cannot tell whether it will be granted: a negative one would match its
+// empty labels and grant a bundle later labelled against it. It is granted by its
+// name, or by a grant of all its signer's bundles, and no other way.
+func TestGrants_ABundleNotYetThereIsGrantedByNameOrByAllOfItsSignersBundles(t *testing.T) {
+	grant := func(b v1alpha1.BundleGrant) Grants {
+		return For(Parse([]*v1alpha1.TrustPolicy{{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+			Spec: v1alpha1.TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{}, Bundles: []v1alpha1.BundleGrant{b}}}}), "ten-a", nil)
+	}
+	notRestricted := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"restricted"}}}}
+	noTier := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpDoesNotExist}}}
+	const name = "example.com:s:future"
+	for _, tc := range []struct {
+		grant   v1alpha1.BundleGrant
+		what    string
+		granted bool
+	}{
+		{v1alpha1.BundleGrant{Name: name}, "by its name", true},
+		{v1alpha1.BundleGrant{SignerName: "example.com/s"}, "by all of its signer's bundles", true},
+		{v1alpha1.BundleGrant{SignerName: "example.com/s", LabelSelector: notRestricted}, "not by a NotIn selector", false},
+		{v1alpha1.BundleGrant{SignerName: "example.com/s", LabelSelector: noTier}, "not by a DoesNotExist selector", false},
+		{v1alpha1.BundleGrant{SignerName: "example.com/s", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "open"}}}, "not by a label it may get", false},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			err := grant(tc.grant).Source(v1alpha1.Source{Name: name}, func(string) (Bundle, bool) { return Bundle{}, false })
+			if (err == nil) != tc.granted {
+				t.Errorf("Source = %v; want granted %v", err, tc.granted)
+			}
+		})
+	}
+	// Once it exists, its labels decide.
+	exists := func(string) (Bundle, bool) {
+		return Bundle{Name: name, SignerName: "example.com/s", Labels: map[string]string{"tier": "open"}}, true
+	}
+	if err := grant(v1alpha1.BundleGrant{SignerName: "example.com/s", LabelSelector: notRestricted}).Source(v1alpha1.Source{Name: name}, exists); err != nil {
+		t.Errorf("an existing bundle its labels let through: %v", err)
+	}
+}
