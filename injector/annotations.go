@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -369,7 +371,7 @@ func (p *annotationParser) shorthand() []v1alpha1.Source {
 	if s.SignerName != "" {
 		s.LabelSelector = &metav1.LabelSelector{}
 		if v, ok := p.a[AnnotationLabelSelector]; ok {
-			sel, err := metav1.ParseToLabelSelector(v)
+			sel, err := parseLabelSelector(v)
 			if err != nil {
 				p.invalid(AnnotationLabelSelector, fmt.Sprintf("must be a label selector in kubectl syntax, such as kubernetes.io/cluster-trust-bundle-version=live: %v", err))
 				return nil
@@ -508,4 +510,39 @@ func splitList(v string) []string {
 		}
 	}
 	return out
+}
+
+// parseLabelSelector reads a selector in kubectl's syntax. apimachinery's
+// ParseToLabelSelector refuses "!=", which kubectl takes: key!=value is read as
+// key notin (value), which matches the same labels (those without the key too).
+func parseLabelSelector(v string) (*metav1.LabelSelector, error) {
+	parsed, err := labels.Parse(v)
+	if err != nil {
+		return nil, err
+	}
+	reqs, _ := parsed.Requirements()
+	sel := &metav1.LabelSelector{}
+	for _, r := range reqs {
+		values := r.Values().List()
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals:
+			if sel.MatchLabels == nil {
+				sel.MatchLabels = map[string]string{}
+			}
+			sel.MatchLabels[r.Key()] = values[0]
+		case selection.NotEquals:
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: metav1.LabelSelectorOpNotIn, Values: values})
+		case selection.In:
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: metav1.LabelSelectorOpIn, Values: values})
+		case selection.NotIn:
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: metav1.LabelSelectorOpNotIn, Values: values})
+		case selection.Exists:
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: metav1.LabelSelectorOpExists})
+		case selection.DoesNotExist:
+			sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: r.Key(), Operator: metav1.LabelSelectorOpDoesNotExist})
+		default:
+			return nil, fmt.Errorf("%q is not an operator a label selector may use", r.Operator())
+		}
+	}
+	return sel, nil
 }
