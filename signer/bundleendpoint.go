@@ -223,8 +223,8 @@ func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svi
 // the network (a LoadBalancer) and runs in the process that holds the CA keys, so
 // nothing a client does may grow that process without bound.
 type endpointLimits struct {
-	maxConns int
-	idle     time.Duration
+	maxConns, maxClientConns int
+	idle                     time.Duration
 }
 
 // endpointReadTimeout bounds a request, from the TLS handshake to the end of its
@@ -276,11 +276,67 @@ func (e *bundleEndpoint) serve(ctx context.Context, address string, limits endpo
 	go func() {
 		// Beyond maxConns, connections wait in the kernel's backlog, costing this
 		// process nothing, until a slot frees (within the timeouts above).
-		if err := srv.ServeTLS(netutil.LimitListener(listener, limits.maxConns), "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.ServeTLS(netutil.LimitListener(perClient(listener, limits.maxClientConns), limits.maxConns), "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			klog.ErrorS(err, "Bundle endpoint stopped")
 		}
 	}()
 	return nil
+}
+
+// perClient closes at once a connection from a source address that holds max
+// already, so that no one client can take every slot of the endpoint (the global
+// limit alone let one client hold them all, and every peer wait). netutil has the
+// global limit; nothing well kept has this one.
+func perClient(l net.Listener, max int) net.Listener {
+	return &clientLimiter{Listener: l, max: max, held: map[string]int{}}
+}
+
+type clientLimiter struct {
+	net.Listener
+	max  int
+	mu   sync.Mutex
+	held map[string]int
+}
+
+func (l *clientLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		full := l.held[host] >= l.max
+		if !full {
+			l.held[host]++
+		}
+		l.mu.Unlock()
+		if full {
+			_ = c.Close()
+			continue
+		}
+		return &clientConn{Conn: c, release: func() { l.release(host) }}, nil
+	}
+}
+
+func (l *clientLimiter) release(host string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[host]--; l.held[host] <= 0 {
+		delete(l.held, host)
+	}
+}
+
+type clientConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // onlyBodilessGets refuses anything but a GET without a body, before the

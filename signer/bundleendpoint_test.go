@@ -3,10 +3,13 @@ package signer
 import (
 	"context"
 	"crypto/x509"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +78,7 @@ func TestBundleEndpoint_ServesEachTrustDomainAuthenticatedByItsOwnBundle(t *test
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr := freePort(t)
-	if err := e.serve(ctx, addr, endpointLimits{maxConns: 8, idle: time.Second}); err != nil {
+	if err := e.serve(ctx, addr, endpointLimits{maxConns: 8, maxClientConns: 8, idle: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	tdA := spiffeid.RequireTrustDomainFromString("a.example")
@@ -208,4 +211,64 @@ func TestBundleEndpoint_AnswersOnlyAGetWithoutABody(t *testing.T) {
 			}
 		})
 	}
+}
+
+// No one client holds every connection of the endpoint: beyond its share, its next
+// connection is closed at once, while another client's is taken, and a connection it
+// closes gives its slot back.
+func TestPerClient_NoClientTakesMoreThanItsShare(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := perClient(ln, 2)
+	defer l.Close()
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closed says whether the server closed c: a read sees the end at once.
+	closed := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	}
+	take := func(what string) net.Conn {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			return c
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s was not accepted", what)
+			return nil
+		}
+	}
+	first, _ := dial("127.0.0.1"), dial("127.0.0.1")
+	held := take("the first connection")
+	take("the second connection")
+	if third := dial("127.0.0.1"); !closed(third) {
+		t.Error("a third connection of one client was kept beyond its share of 2")
+	}
+	dial("127.0.0.2")
+	take("another client's connection")
+	_ = first.Close()
+	_ = held.Close()
+	dial("127.0.0.1")
+	take("a connection after the client closed one")
 }

@@ -45,7 +45,10 @@ type Options struct {
 	// BundleEndpointMaxConnections and BundleEndpointIdleTimeout bound what the
 	// network can hold of the process that holds the CA keys.
 	BundleEndpointMaxConnections int
-	BundleEndpointIdleTimeout    time.Duration
+	// BundleEndpointMaxClientConnections bounds one client's (one source address's)
+	// share of them.
+	BundleEndpointMaxClientConnections int
+	BundleEndpointIdleTimeout          time.Duration
 }
 
 // NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
@@ -67,9 +70,10 @@ func NewOptions() *Options {
 		CAPropagationMaxWait: time.Hour,
 		CAPropagationMinWait: DefaultMinWait,
 
-		BundleEndpointRefreshHint:    time.Minute,
-		BundleEndpointMaxConnections: 128,
-		BundleEndpointIdleTimeout:    30 * time.Second,
+		BundleEndpointRefreshHint:          time.Minute,
+		BundleEndpointMaxConnections:       128,
+		BundleEndpointMaxClientConnections: 16,
+		BundleEndpointIdleTimeout:          30 * time.Second,
 	}
 }
 
@@ -98,6 +102,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BundleEndpointAddress, "bundle-endpoint-bind-address", o.BundleEndpointAddress, "Address (HOST:PORT) serving each signer's trust domain TD's SPIFFE bundle at https://HOST:PORT/TD (profile https_spiffe: the endpoint presents spiffe://TD/trustsync/bundle-endpoint, issued by the first signer's CA), for other clusters to federate with; empty serves none. Every replica serves it, from the CA Secrets.")
 	fs.DurationVar(&o.BundleEndpointRefreshHint, "bundle-endpoint-refresh-hint", o.BundleEndpointRefreshHint, "The refresh hint the bundles carry: how often peers fetch them. With the endpoint on, a new CA waits at least "+fmt.Sprint(peerPolls)+" refresh hints after it is published before it signs, so that peers have it too; keep it well below --ca-propagation-window and --ca-propagation-max-wait.")
 	fs.IntVar(&o.BundleEndpointMaxConnections, "bundle-endpoint-max-connections", o.BundleEndpointMaxConnections, "The most connections the bundle endpoint holds at once; more wait in the kernel's backlog until one closes. Each costs about 30 KiB of the signer's memory, so this bounds what the network can make the key holder spend.")
+	fs.IntVar(&o.BundleEndpointMaxClientConnections, "bundle-endpoint-max-client-connections", o.BundleEndpointMaxClientConnections, "The most of those connections one client (one source address) holds at once; a connection beyond it is closed at once, so no one client takes every slot. Behind a load balancer that hides clients' addresses (SNAT), every client is the balancer: preserve them (externalTrafficPolicy: Local) or raise this to --bundle-endpoint-max-connections.")
 	fs.DurationVar(&o.BundleEndpointIdleTimeout, "bundle-endpoint-idle-timeout", o.BundleEndpointIdleTimeout, "How long the bundle endpoint keeps an idle keep-alive connection; peers fetch once per refresh hint, so a connection is rarely worth keeping longer.")
 	fs.DurationVar(&o.CAPropagationMinWait, "ca-propagation-min-wait", o.CAPropagationMinWait, "With --ca-propagation=observed: the least a new CA waits when any consumer of the signer's bundle cannot be observed (a trust object read through env, a truststore whose password is in a Secret) or none is observed at all: seeing nobody is not everybody holding it. The default covers the kubelet's worst refresh of a configMap or secret volume; never more than --ca-propagation-max-wait. 0 is safe only where every consumer is a pod whose trust files the node agents observe.")
 	fs.StringVar(&o.InjectedIndex, "injected-index", o.InjectedIndex, "NAMESPACE/NAME of the ConfigMap in which the controller lists the objects annotation injection fills and the anchors each holds (default: $POD_NAMESPACE/"+v1alpha1.InjectedIndexName+"): a rotation waits until those filled from the signer's bundle hold the new CA (caBundle fields included). Empty: they are not counted. Only that ConfigMap is read.")
@@ -197,6 +202,9 @@ func (o *Options) Validate() error {
 		}
 		if o.BundleEndpointMaxConnections < 1 {
 			errs = append(errs, fmt.Errorf("--bundle-endpoint-max-connections must be at least 1, not %d", o.BundleEndpointMaxConnections))
+		}
+		if o.BundleEndpointMaxClientConnections < 1 || o.BundleEndpointMaxClientConnections > o.BundleEndpointMaxConnections {
+			errs = append(errs, fmt.Errorf("--bundle-endpoint-max-client-connections must be between 1 and --bundle-endpoint-max-connections (%d), not %d", o.BundleEndpointMaxConnections, o.BundleEndpointMaxClientConnections))
 		}
 		if o.BundleEndpointIdleTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("--bundle-endpoint-idle-timeout %s must be positive: an idle connection is never kept forever", o.BundleEndpointIdleTimeout))

@@ -107,7 +107,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 			return err
 		}
 		endpoint.watch(ctx, client, o.Namespace)
-		if err := endpoint.serve(ctx, o.BundleEndpointAddress, endpointLimits{maxConns: o.BundleEndpointMaxConnections, idle: o.BundleEndpointIdleTimeout}); err != nil {
+		if err := endpoint.serve(ctx, o.BundleEndpointAddress, endpointLimits{maxConns: o.BundleEndpointMaxConnections, maxClientConns: o.BundleEndpointMaxClientConnections, idle: o.BundleEndpointIdleTimeout}); err != nil {
 			return err
 		}
 	}
