@@ -198,3 +198,71 @@ func TestConsumers_ARotationWaitsForPodsReadingATargetsConfigMap(t *testing.T) {
 		t.Errorf("with no consumer observed the new CA signed at %s, before its floor %s", signed.Format(time.RFC3339), floor.Format(time.RFC3339))
 	}
 }
+
+// A container that drops one CA file into an existing directory with subPath never
+// sees the file change: the kubelet binds it once, when the container starts. After a
+// rotation publishes a new CA, the agent reads what each container sees, so the
+// subPath reader is named Behind (and who-trusts does not list it with the new CA)
+// while its neighbour mounting the directory holds it; it stays behind, as the
+// container still reads the old file. An operator names it in the CA Secret, as
+// signer.md teaches, and the rotation proceeds without it.
+func TestConsumers_ASubPathReaderIsSeenAsItReadsAndCanBeSkipped(t *testing.T) {
+	n := installChart(t)
+	ns := n.Namespace(t, "subpath", restricted)
+	live := map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]any{liveLabel: "live"}}, "path": "ca.pem"}
+	createTarget(t, n, "e2e-subpath", ns, "trust-ca", live)
+	poll.True(t, time.Minute, "the TrustTarget's ConfigMap", func() bool {
+		_, err := n.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), "trust-ca", metav1.GetOptions{})
+		return err == nil
+	})
+	mounting := func(name string, m corev1.VolumeMount) *corev1.Pod {
+		pod := appPod(name, nil, 1000, "exec sleep 3600")
+		pod.Spec.Volumes = []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "trust-ca"}}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{m}
+		return pod
+	}
+	createPod(t, ns, mounting("directory", corev1.VolumeMount{Name: "trust", MountPath: "/etc/trust", ReadOnly: true}))
+	createPod(t, ns, mounting("subpath", corev1.VolumeMount{Name: "trust", MountPath: "/etc/ssl/certs/corp.pem", SubPath: "ca.pem", ReadOnly: true}))
+	for _, name := range []string{"directory", "subpath"} {
+		n.WaitPod(t, ns, name, 2*time.Minute, "Ready", cluster.PodReady)
+	}
+	var r plugin.Rotation
+	poll.True(t, time.Minute, "a stable rotation", func() bool { r = workloadRotation(t, n); return r.Phase == "Stable" })
+	requestRotation(t, n)
+	poll.True(t, time.Minute, "a new CA waiting", func() bool { r = workloadRotation(t, n); return r.Phase == "Waiting" && r.NewCA != "" })
+	newCA := r.NewCA
+	reads := func(pod, file string) bool {
+		out, err := n.Exec(context.Background(), ns, pod, "app", "cat", file)
+		return err == nil && slices.Contains(anchorSet(t, out), newCA)
+	}
+	poll.True(t, 3*time.Minute, "the directory's file holding the new CA, as the kubelet refreshes it", func() bool { return reads("directory", "/etc/trust/ca.pem") })
+	behind := func(s query.Straggler) bool {
+		return s.Namespace == ns && s.Pod == "subpath" && s.Reason == query.Behind && strings.Contains(s.Detail, "/etc/ssl/certs/corp.pem")
+	}
+	var who struct{ Items []query.Holder }
+	poll.True(t, time.Minute, "the agent seeing the directory pod hold the new CA and the subPath pod behind", func() bool {
+		r = workloadRotation(t, n)
+		who.Items = nil
+		kubectlTrustsync(t, n, &who, "who-trusts", newCA, "-n", ns)
+		return slices.ContainsFunc(r.Stragglers, behind) && slices.ContainsFunc(who.Items, func(h query.Holder) bool { return h.Pod == "directory" })
+	})
+	if slices.ContainsFunc(who.Items, func(h query.Holder) bool { return h.Pod == "subpath" }) {
+		t.Errorf("who-trusts the new CA lists the subPath pod, which cannot see it: %+v", who.Items)
+	}
+	if reads("subpath", "/etc/ssl/certs/corp.pem") {
+		t.Fatal("the subPath container reads the new CA: the kubelet refreshed a subPath mount, and this test's premise is wrong")
+	}
+
+	if _, err := n.Run(context.Background(), "kubectl", "-n", releaseNamespace, "annotate", "secret", "trustsync-ca-trustsync.io-workload",
+		"trustsync.io/rotation-skip-pods="+ns+"/subpath", "--overwrite"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = n.Run(context.Background(), "kubectl", "-n", releaseNamespace, "annotate", "secret", "trustsync-ca-trustsync.io-workload", "trustsync.io/rotation-skip-pods-")
+	})
+	poll.True(t, 3*time.Minute, "the new CA signing without the skipped pod", func() bool {
+		r = workloadRotation(t, n)
+		return r.Phase == "Stable" && r.CurrentCA == newCA
+	})
+}
