@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"encoding/asn1"
 	"encoding/base64"
 	"fmt"
 	"slices"
@@ -14,10 +16,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
 
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
@@ -215,4 +220,90 @@ func TestInject_ATenantCannotExhaustTheController(t *testing.T) {
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "modest", metav1.GetOptions{})
 		return err == nil && cm.Data["ca.crt"] == string(root.CertPEM())
 	})
+}
+
+// hostilePKCS12 is a PKCS#12 truststore holding root whose MAC asks for 2^62
+// iterations (673 bytes in the attack): the library took the count from the file and
+// derived for ever.
+func hostilePKCS12(t *testing.T, root *fixtures.Cert) []byte {
+	t.Helper()
+	data, err := pkcs12.Modern2023.EncodeTrustStoreEntries([]pkcs12.TrustStoreEntry{{Cert: root.Cert, FriendlyName: "root"}}, "changeit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Version  int
+		AuthSafe asn1.RawValue
+		MacData  struct {
+			Mac        asn1.RawValue
+			MacSalt    []byte
+			Iterations int
+		}
+	}
+	if _, err := asn1.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.MacData.Iterations = 1 << 62
+	out, err := asn1.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// One tenant's truststores cannot stop the controller every tenant shares: two
+// annotated ConfigMaps whose existing PKCS#12 keys ask for 2^62 MAC iterations (one
+// for each injection worker; the controller used to spin on both for ever, filling no
+// ConfigMap of any tenant) are refused as out of bounds and written anew (the tenant
+// applied them as the controller's field manager, so they are the controller's to
+// write), and an ordinary annotated ConfigMap in another namespace is filled.
+func TestInject_AHostileTruststoreStopsNoOneElsesInjection(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	hostile, other := "hostile-"+run, "neighbour-"+run
+	controlplane.LabelledNamespace(t, client, hostile, nil)
+	controlplane.LabelledNamespace(t, client, other, nil)
+	root := fixtures.CA("hostile store's neighbour")
+	controlplane.NativeBundle(t, client, "stores-"+run, root)
+	store := hostilePKCS12(t, fixtures.CA("hostile"))
+	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/sources": `[{"name": "stores-` + run + `", "path": "trust.p12", "format": "pkcs12"}]`}
+	for _, name := range []string{"spin-a", "spin-b"} {
+		// The key applied as the controller's own field manager: the controller's
+		// first rendering reads it back as what it wrote before.
+		if _, err := client.CoreV1().ConfigMaps(hostile).Apply(ctx, applycorev1.ConfigMap(name, hostile).WithBinaryData(map[string][]byte{"trust.p12": store}),
+			metav1.ApplyOptions{FieldManager: "trustsync-inject", Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		cm, err := client.CoreV1().ConfigMaps(hostile).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Annotations = annotations
+		if _, err := client.CoreV1().ConfigMaps(hostile).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modest := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "stores-" + run, "trustsync.io/path": "ca.crt"}
+	if _, err := client.CoreV1().ConfigMaps(other).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "modest", Annotations: modest}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, time.Minute, "the neighbour's ConfigMap filled", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(other).Get(ctx, "modest", metav1.GetOptions{})
+		return err == nil && cm.Data["ca.crt"] == string(root.CertPEM())
+	})
+	for _, name := range []string{"spin-a", "spin-b"} {
+		poll.True(t, time.Minute, name+" written anew with the bundle's anchor", func() bool {
+			cm, err := client.CoreV1().ConfigMaps(hostile).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || bytes.Equal(cm.BinaryData["trust.p12"], store) {
+				return false
+			}
+			ders, err := truststore.DecodePKCS12(cm.BinaryData["trust.p12"], "changeit")
+			return err == nil && len(ders) == 1 && bytes.Equal(ders[0], root.Cert.Raw)
+		})
+	}
+	if controllers[cp].Exited() {
+		t.Fatal("the controller exited")
+	}
 }
