@@ -361,17 +361,7 @@ func TestSigner_ARotationWaitsNeitherForUngrantedPodsNorForThoseAnOperatorNames(
 	const namespace, signer, tenant = "skippable-signer", "example.com/skippable", "ungranted-tenant"
 	cp := planes.Get(t, true)
 	ctx := context.Background()
-	if err := cp.InstallPoliciesCRD(ctx); err != nil {
-		t.Fatal(err)
-	}
-	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
-	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
-		"metadata": map[string]any{"name": "apps-skippable"},
-		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
-			"bundles": []any{map[string]any{"signerName": signer}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-skippable", metav1.DeleteOptions{}) })
+	grantApps(t, cp, "apps-skippable", "bundles", map[string]any{"signerName": signer})
 	if err := cp.CreateNamespace(ctx, tenant, nil); err != nil {
 		t.Fatal(err)
 	}

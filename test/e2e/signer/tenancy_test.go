@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/test/controlplane"
 )
 
 // With tenancy enforced, the signer certifies a ServiceAccount only for what its
@@ -25,17 +26,7 @@ func TestSigner_TenancyCertifiesOnlyWhatTheNamespaceIsGranted(t *testing.T) {
 	const namespace, signer = "tenanted-signer", "example.com/tenanted"
 	cp := planes.Get(t, true)
 	ctx := context.Background()
-	if err := cp.InstallPoliciesCRD(ctx); err != nil {
-		t.Fatal(err)
-	}
-	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
-	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
-		"metadata": map[string]any{"name": "apps-web"},
-		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
-			"signers": []any{map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-web", metav1.DeleteOptions{}) })
+	policies := grantApps(t, cp, "apps-web", "signers", map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}})
 	startObservedSigner(t, cp, namespace, signer, "--ca-propagation=timed", "--tenancy-enforced")
 
 	decided := func(dns string) *certificatesv1.CertificateSigningRequest {
@@ -80,17 +71,7 @@ func TestSigner_TenancyHoldsAtSigningWhoeverApproved(t *testing.T) {
 	const namespace, signer = "tenanted-approved", "example.com/admin-approved"
 	cp := planes.Get(t, true)
 	ctx := context.Background()
-	if err := cp.InstallPoliciesCRD(ctx); err != nil {
-		t.Fatal(err)
-	}
-	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
-	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
-		"metadata": map[string]any{"name": "apps-admin-approved"},
-		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
-			"signers": []any{map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}}}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = policies.Delete(ctx, "apps-admin-approved", metav1.DeleteOptions{}) })
+	grantApps(t, cp, "apps-admin-approved", "signers", map[string]any{"signerName": signer, "dnsNames": []any{"web.*.svc"}})
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(file, []byte("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: "+signer+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -123,4 +104,23 @@ func TestSigner_TenancyHoldsAtSigningWhoeverApproved(t *testing.T) {
 	if len(csr.Status.Certificate) > 0 {
 		t.Error("an approved request outside the grant was signed")
 	}
+}
+
+// grantApps creates TrustPolicy name granting the app namespace the one grant of kind
+// ("bundles" or "signers"), deleted when the test ends, and returns the policies.
+func grantApps(t *testing.T, cp *controlplane.ControlPlane, name, kind string, grant map[string]any) dynamic.ResourceInterface {
+	t.Helper()
+	ctx := context.Background()
+	if err := cp.InstallPoliciesCRD(ctx); err != nil {
+		t.Fatal(err)
+	}
+	policies := dynamic.NewForConfigOrDie(cp.AdminConfig()).Resource(v1alpha1.TrustPolicyResource)
+	if _, err := policies.Create(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TrustPolicy",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": appNamespace}},
+			kind: []any{grant}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.Delete(ctx, name, metav1.DeleteOptions{}) })
+	return policies
 }
