@@ -19,6 +19,11 @@ const (
 	// expiryWarningEvery: an anchor about to expire is worth one Event a day on each
 	// pod that trusts it, not one per sync.
 	expiryWarningEvery = 24 * time.Hour
+	// MaxExpiryWarnings bounds the anchors one pod is warned of per
+	// expiryWarningEvery; the rest are counted in one more Event. A pod's files may
+	// hold thousands of anchors (the node's agent reads any pod's), and one Event
+	// each would be thousands of API writes, and as many goroutines waiting on them.
+	MaxExpiryWarnings = 10
 )
 
 // ExpiryWarner records a Warning Event on the pod for each anchor it is given that
@@ -30,6 +35,8 @@ type ExpiryWarner struct {
 	events podevents.OnceRecorder
 	clock  clock.PassiveClock
 	warned map[[32]byte]time.Time
+	// moreSaid is the day the anchors beyond MaxExpiryWarnings were last counted.
+	moreSaid string
 }
 
 // NewExpiryWarner warns days ahead; nil (no warner) for 0 days.
@@ -62,10 +69,6 @@ func (w *ExpiryWarner) Check(files map[string][]*tsbundle.Anchor) {
 		}
 	}
 	// One Event per anchor, naming every file it is in.
-	type expiring struct {
-		anchor *tsbundle.Anchor
-		paths  []string
-	}
 	var soon []*expiring
 	bySum := map[[32]byte]*expiring{}
 	paths := make([]string, 0, len(files))
@@ -91,12 +94,41 @@ func (w *ExpiryWarner) Check(files map[string][]*tsbundle.Anchor) {
 		}
 	}
 	slices.SortFunc(soon, func(a, b *expiring) int { return a.anchor.NotAfter.Compare(b.anchor.NotAfter) })
-	for _, e := range soon {
+	day := now.UTC().Format("20060102")
+	budget := max(MaxExpiryWarnings-len(w.warned), 0)
+	for _, e := range soon[:min(budget, len(soon))] {
 		msg := expiryMessage(e.anchor, e.paths, now)
 		klog.InfoS("Trust anchor expires soon", "message", msg)
-		w.events.WarningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], now.UTC().Format("20060102")), reasonAnchorExpiring, msg)
+		w.events.WarningOnce(fmt.Sprintf("expiry-%x-%s", e.anchor.Sum[:8], day), reasonAnchorExpiring, msg)
 		w.warned[e.anchor.Sum] = now
 	}
+	if more := len(soon) - budget; more > 0 && w.moreSaid != day {
+		w.moreSaid = day
+		// Said once a day, however many there are.
+		w.events.WarningOnce("expiry-more-"+day, reasonAnchorExpiring, fmt.Sprintf(
+			"%d more trust anchors in %s expire within %s, beyond the %d warned of today one by one (kubectl trustsync status names the files)",
+			more, strings.Join(sortedPaths(soon[budget:]), ", "), w.window, MaxExpiryWarnings))
+	}
+}
+
+// expiring is an anchor about to expire and the files it is in.
+type expiring struct {
+	anchor *tsbundle.Anchor
+	paths  []string
+}
+
+// sortedPaths is every file the anchors are in, once, sorted, at most ten.
+func sortedPaths(items []*expiring) []string {
+	var out []string
+	for _, it := range items {
+		for _, p := range it.paths {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out[:min(len(out), 10)]
 }
 
 func expiryMessage(a *tsbundle.Anchor, paths []string, now time.Time) string {

@@ -97,3 +97,32 @@ func TestExpiryWarner_OncePerAnchorPerDay(t *testing.T) {
 		t.Error("a window of 0 days still warns")
 	}
 }
+
+// A pod's files may hold thousands of anchors about to expire (any pod author writes
+// its own): it is warned of the MaxExpiryWarnings soonest one by one, and of the rest
+// in one Event, once a day, never one Event (and one API write) per anchor.
+func TestExpiryWarner_ThousandsOfAnchorsExpiringMakeFewEvents(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(now)
+	events := &podeventstest.Recorder{}
+	w := NewExpiryWarner(30, events, clk)
+	var anchors []*tsbundle.Anchor
+	for i := range 30 {
+		anchors = append(anchors, tsbundle.NewAnchor(fixtures.MustNew(fixtures.Options{CommonName: fmt.Sprintf("expiring %02d", i), NotAfter: now.Add(time.Duration(i+1) * time.Hour)}).Cert.Raw))
+	}
+	files := map[string][]*tsbundle.Anchor{"ca.pem": anchors}
+	for range 5 {
+		w.Check(files)
+		clk.Step(time.Minute)
+	}
+	got := events.Events()
+	if len(got) != MaxExpiryWarnings+1 {
+		t.Fatalf("%d events, want %d one by one and one for the rest:\n%s", len(got), MaxExpiryWarnings+1, strings.Join(got, "\n"))
+	}
+	if !strings.Contains(got[0], `"CN=expiring 00"`) || !strings.Contains(got[MaxExpiryWarnings-1], `"CN=expiring 09"`) {
+		t.Errorf("the one-by-one warnings are not the soonest: %q ... %q", got[0], got[MaxExpiryWarnings-1])
+	}
+	if !strings.Contains(got[MaxExpiryWarnings], "20 more trust anchors in ca.pem expire within 720h0m0s") {
+		t.Errorf("the rest: %q", got[MaxExpiryWarnings])
+	}
+}
