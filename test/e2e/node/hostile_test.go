@@ -94,6 +94,12 @@ func TestObservation_AHostilePodDoesNotStopTheAgent(t *testing.T) {
 	}
 	after := agentRSS(t, n)
 	t.Logf("the agent's resident memory: %d KiB before the hostile pod, %d KiB with it (20 files of 4 MiB of distinct certificates)", before, after)
+	// A bound, not a timing: what one pod writes must not grow the agent toward its
+	// 512 MiB limit (it kept its anchors' certificates, then sent an Event per
+	// expiring anchor, and reached 357 MiB).
+	if grew := (after - before) >> 10; grew > 128 {
+		t.Errorf("the agent grew by %d MiB under one hostile pod; want a bounded cost, under 128 MiB", grew)
+	}
 }
 
 // writeHostileFiles fills files ca-00.pem... of dir with size bytes of distinct
