@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/poll"
 )
@@ -55,7 +56,7 @@ func TestObservation_AHostilePodDoesNotStopTheAgent(t *testing.T) {
 	pod.Spec.Volumes = []corev1.Volume{{Name: "trust", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "trust", MountPath: "/etc/trust"}}
 	forged := pod.Spec.Containers[0]
-	forged.Name, forged.Args, forged.Command = "trustsync", []string{"--dir=/etc/trust", "--sources=" + string(list)}, []string{"sh", "-c", "exec sleep 3600", "--"}
+	forged.Name, forged.Args, forged.Command = "trustsync", []string{contract.Flag(contract.FlagDir, "/etc/trust"), contract.Flag(contract.FlagSources, string(list))}, []string{"sh", "-c", "exec sleep 3600", "--"}
 	pod.Spec.Containers = append(pod.Spec.Containers, forged)
 	created := createPod(t, ns, pod)
 	n.WaitPod(t, ns, "hostile", 2*time.Minute, "Ready", cluster.PodReady)
