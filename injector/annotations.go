@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,6 +71,7 @@ var (
 	AnnotationReloadURL       = annotation("reload-url")
 	AnnotationReloadSignal    = annotation("reload-signal")
 	AnnotationReloadContainer = annotation("reload-container")
+	AnnotationReloadSettle    = annotation("reload-settle")
 )
 
 const (
@@ -495,6 +497,18 @@ func (p *annotationParser) reload() *contract.Reload {
 	}
 	if _, ok := p.a[AnnotationReloadContainer]; ok && r.Signal == "" {
 		p.invalid(AnnotationReloadContainer, fmt.Sprintf("names the container that gets %s; set that too, or remove this", AnnotationReloadSignal))
+	}
+	r.Settle = contract.DefaultReloadSettle
+	if v, ok := p.a[AnnotationReloadSettle]; ok {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d < 0 || d > contract.ReloadMaxDelay:
+			p.invalid(AnnotationReloadSettle, fmt.Sprintf("must be a duration from 0s to %s, such as 500ms: the first change after this long without a reload is told at once, and changes within it of a reload together once they stop", contract.ReloadMaxDelay))
+		case r.URL == "" && r.Signal == "":
+			p.invalid(AnnotationReloadSettle, fmt.Sprintf("paces the reloads %s or %s asks for; set one, or remove this", AnnotationReloadURL, AnnotationReloadSignal))
+		default:
+			r.Settle = d
+		}
 	}
 	if r.URL == "" && r.Signal == "" {
 		return nil

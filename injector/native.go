@@ -41,7 +41,7 @@ func checkNative(a map[string]string, r *request, cfg Config) field.ErrorList {
 			invalid(key, "there is no sidecar for it to configure; remove it")
 		}
 	}
-	for _, key := range []string{AnnotationReloadURL, AnnotationReloadSignal, AnnotationReloadContainer} {
+	for _, key := range []string{AnnotationReloadURL, AnnotationReloadSignal, AnnotationReloadContainer, AnnotationReloadSettle} {
 		if _, set := a[key]; set {
 			invalid(key, fmt.Sprintf("the kubelet updates the files without telling the app, so nothing would reload it; use %s: sidecar", AnnotationDelivery))
 		}

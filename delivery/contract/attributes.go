@@ -27,7 +27,7 @@ const KubeletAttributePrefix = "csi.storage.k8s.io/"
 // attributeFlags are the Spec's flags a volume attribute may set.
 var attributeFlags = []string{
 	FlagSources, FlagCertificate, FlagCertificateSigner, FlagCertificateKeyType, FlagCertificateExpirationSeconds,
-	FlagCertificateDNSNames, FlagCertificateCredentialBundle, FlagTrustDomain, FlagReloadURL, FlagExpiryWarningDays,
+	FlagCertificateDNSNames, FlagCertificateCredentialBundle, FlagTrustDomain, FlagReloadURL, FlagReloadSettle, FlagExpiryWarningDays,
 }
 
 // Attributes renders the spec as volume attributes for the node agent: the flags Args

@@ -48,6 +48,7 @@ const (
 	FlagReloadURL                    = "reload-url"
 	FlagReloadSignal                 = "reload-signal"
 	FlagReloadContainer              = "reload-container"
+	FlagReloadSettle                 = "reload-settle"
 	FlagExpiryWarningDays            = "expiry-warning-days"
 
 	FlagPodName              = "pod-name"
@@ -96,7 +97,19 @@ type Reload struct {
 	// Container is the container that receives Signal. The injector mounts
 	// ReloadMarkerPath into it alone, which is how the sidecar finds its processes.
 	Container string
+	// Settle paces the reloads: the first change after Settle without a reload is
+	// told at once; changes within Settle of a reload are told together once none
+	// came for Settle (at most ReloadMaxDelay after the first). 0 tells every change
+	// at once.
+	Settle time.Duration
 }
+
+// DefaultReloadSettle is Reload.Settle unless a pod asks for another, and
+// ReloadMaxDelay the longest any change waits to be told, and so Settle's maximum.
+const (
+	DefaultReloadSettle = 2 * time.Second
+	ReloadMaxDelay      = 30 * time.Second
+)
 
 // ReloadMarkerPath is mounted into the container that receives the reload signal and
 // no other: the sidecar reads each process's mount table (world-readable, unlike its
@@ -194,6 +207,10 @@ func (s Spec) optionArgs() []string {
 		if r.Signal != "" {
 			args = append(args, Flag(FlagReloadSignal, r.Signal), Flag(FlagReloadContainer, r.Container))
 		}
+		// The default is left out, so pods injected before the flag read the same.
+		if r.Settle != DefaultReloadSettle {
+			args = append(args, Flag(FlagReloadSettle, r.Settle.String()))
+		}
 	}
 	if s.ExpiryWarningDays != DefaultExpiryWarningDays {
 		args = append(args, Flag(FlagExpiryWarningDays, strconv.Itoa(s.ExpiryWarningDays)))
@@ -230,6 +247,9 @@ func (s Spec) Validate() error {
 		}
 		if r.Signal != "" && !slices.Contains(ReloadSignals, r.Signal) {
 			errs = append(errs, fmt.Errorf("--%s %q is not one of %s", FlagReloadSignal, r.Signal, strings.Join(ReloadSignals, ", ")))
+		}
+		if r.Settle < 0 || r.Settle > ReloadMaxDelay {
+			errs = append(errs, fmt.Errorf("--%s %s must be between 0s and %s", FlagReloadSettle, r.Settle, ReloadMaxDelay))
 		}
 		if r.Signal != "" && r.Container == "" {
 			errs = append(errs, fmt.Errorf("--%s is required with --%s: the container whose processes get the signal", FlagReloadContainer, FlagReloadSignal))
@@ -289,6 +309,7 @@ type Flags struct {
 	certificate   bool
 	cert          Certificate
 	reload        Reload
+	reloadSettle  time.Duration
 	expiryDays    int
 }
 
@@ -312,6 +333,7 @@ func AddFlags(fs *pflag.FlagSet, rt *Runtime) *Flags {
 	fs.StringVar(&f.reload.URL, FlagReloadURL, "", "URL on the pod's loopback (http or https, host 127.0.0.1 or localhost) to POST to after the set of anchors of a file, or the workload certificate, changed. Not at start-up.")
 	fs.StringVar(&f.reload.Signal, FlagReloadSignal, "", "Signal ("+strings.Join(ReloadSignals, ", ")+") to send to the main process of --"+FlagReloadContainer+" after the set of anchors of a file, or the workload certificate, changed. Needs the pod's process namespace shared. Not at start-up.")
 	fs.StringVar(&f.reload.Container, FlagReloadContainer, "", "The container that gets --"+FlagReloadSignal+"; the injector mounts "+ReloadMarkerPath+" into it alone, which is how its processes are found.")
+	fs.DurationVar(&f.reloadSettle, FlagReloadSettle, DefaultReloadSettle, "How reloads are paced: the first change after this long without a reload is told at once; changes within it of a reload are told together once none came for this long (at most "+ReloadMaxDelay.String()+" after the first). 0 tells every change at once.")
 	fs.IntVar(&f.expiryDays, FlagExpiryWarningDays, DefaultExpiryWarningDays, "Record a Warning Event on the pod, at most once a day per anchor, for each anchor written that expires within this many days. 0 for none.")
 
 	rt.Flags.AddFlags(fs, "the pod's ServiceAccount", "")
@@ -331,6 +353,7 @@ func (f *Flags) Spec() (Spec, error) {
 	s := Spec{Dir: f.dir, ExpiryWarningDays: f.expiryDays}
 	if f.reload != (Reload{}) {
 		r := f.reload
+		r.Settle = f.reloadSettle
 		s.Reload = &r
 	}
 	list, flag := f.sources, FlagSources

@@ -16,18 +16,21 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/delivery/metrics"
 	"github.com/trustsync/trustsync/delivery/podevents"
 )
 
-// How reloads are paced. A bundle edit often comes as several watch events, and a CA
-// rotation as an add and later a remove: one reload after the changes settle serves
-// them all, but a stream of changes that never settles still reloads within
-// reloadMaxDelay. A failed reload is retried from reloadRetryMin, doubling to
-// reloadRetryMax.
+// How reloads are paced. The first change after a quiet spell (settle without a
+// reload) is told at once: the file is whole when the sync that wrote it reports, so
+// the app gains nothing by waiting. A bundle edit often comes as several watch events,
+// and a CA rotation as an add and later a remove: changes within settle of a reload are
+// told together once none came for settle, and a stream of changes that never settles
+// still within reloadMaxDelay of its first, so the app is never left on an old file
+// and is told a few times per burst, not once per change. A failed reload is retried
+// from reloadRetryMin, doubling to reloadRetryMax.
 const (
-	reloadSettle   = 2 * time.Second
-	reloadMaxDelay = 30 * time.Second
+	reloadMaxDelay = contract.ReloadMaxDelay
 	reloadRetryMin = time.Second
 	reloadRetryMax = 2 * time.Minute
 )
@@ -55,20 +58,21 @@ type Reloader struct {
 	events  podevents.Recorder
 	clock   clock.Clock
 	metrics *metrics.Metrics
+	settle  time.Duration
 
 	mu       sync.Mutex
 	baseline string
 	known    bool
 	// first and last are when the changes not yet delivered began and when the latest
-	// came; zero first means none is pending.
-	first, last time.Time
-	kick        chan struct{}
+	// came; zero first means none is pending. told is when the last delivery began.
+	first, last, told time.Time
+	kick              chan struct{}
 }
 
-// NewReloader reloads through targets, recording Events and, when m is not nil,
-// metrics.
-func NewReloader(targets []Target, events podevents.Recorder, clk clock.Clock, m *metrics.Metrics) *Reloader {
-	return &Reloader{targets: targets, events: events, clock: clk, metrics: m, kick: make(chan struct{}, 1)}
+// NewReloader reloads through targets, paced by settle (contract.Reload.Settle),
+// recording Events and, when m is not nil, metrics.
+func NewReloader(targets []Target, events podevents.Recorder, clk clock.Clock, m *metrics.Metrics, settle time.Duration) *Reloader {
+	return &Reloader{targets: targets, events: events, clock: clk, metrics: m, settle: settle, kick: make(chan struct{}, 1)}
 }
 
 // Wrote takes the state a sync wrote, or the one a previous run left on disk.
@@ -95,7 +99,7 @@ func (r *Reloader) observe(state string, complete bool) {
 	case state == r.baseline:
 		return
 	}
-	klog.InfoS("What the app trusts or presents changed; it will be told once the changes settle", "settle", reloadSettle)
+	klog.InfoS("What the app trusts or presents changed; it will be told", "settle", r.settle)
 	r.baseline = state
 	r.last = r.clock.Now()
 	if r.first.IsZero() {
@@ -107,27 +111,31 @@ func (r *Reloader) observe(state string, complete bool) {
 	}
 }
 
-// due is when the pending changes should be delivered: once none came for
-// reloadSettle, or reloadMaxDelay after the first. ok is false when none is pending.
+// due is when the pending changes should be delivered: at once when they began after
+// settle without a reload; else once none came for settle, or reloadMaxDelay after
+// the first. ok is false when none is pending.
 func (r *Reloader) due() (time.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.first.IsZero() {
 		return time.Time{}, false
 	}
-	due := r.last.Add(reloadSettle)
+	if r.told.IsZero() || r.first.Sub(r.told) >= r.settle {
+		return r.first, true
+	}
+	due := r.last.Add(r.settle)
 	if limit := r.first.Add(reloadMaxDelay); limit.Before(due) {
 		due = limit
 	}
 	return due, true
 }
 
-// take marks the pending changes as being delivered; changes observed from now on
-// make a new round.
+// take marks the pending changes as being delivered, now; changes observed from now
+// on make a new round.
 func (r *Reloader) take() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.first, r.last = time.Time{}, time.Time{}
+	r.first, r.last, r.told = time.Time{}, time.Time{}, r.clock.Now()
 }
 
 // Run delivers reloads until ctx is done.

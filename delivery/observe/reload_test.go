@@ -65,11 +65,18 @@ func (c *countingTarget) failWith(err error) {
 // startReloader runs a reloader on a fake clock; step advances the clock once the
 // reloader waits on it.
 func startReloader(t *testing.T) (r *Reloader, target *countingTarget, events *podeventstest.Recorder, step func(time.Duration), waiting func() bool) {
+	return startReloaderSettling(t, reloadSettle)
+}
+
+// reloadSettle is the default pacing the tests run with.
+const reloadSettle = contract.DefaultReloadSettle
+
+func startReloaderSettling(t *testing.T, settle time.Duration) (r *Reloader, target *countingTarget, events *podeventstest.Recorder, step func(time.Duration), waiting func() bool) {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Now())
 	target = newCountingTarget()
 	events = &podeventstest.Recorder{}
-	r = NewReloader([]Target{target}, events, clk, nil)
+	r = NewReloader([]Target{target}, events, clk, nil, settle)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
@@ -103,7 +110,7 @@ func waitCalls(t *testing.T, c *countingTarget, n int) {
 }
 
 func TestReloader_TheFirstCompleteStateIsTheBaseline(t *testing.T) {
-	r := NewReloader(nil, &podeventstest.Recorder{}, clocktesting.NewFakeClock(time.Now()), nil)
+	r := NewReloader(nil, &podeventstest.Recorder{}, clocktesting.NewFakeClock(time.Now()), nil, reloadSettle)
 	for _, tc := range []struct {
 		state    string
 		complete bool
@@ -130,40 +137,65 @@ func TestReloader_TheFirstCompleteStateIsTheBaseline(t *testing.T) {
 	}
 }
 
-func TestReloader_ABurstOfChangesGivesOneReloadOnceItSettles(t *testing.T) {
+// The first change after a quiet spell is told at once (the file is whole when its
+// sync reports); the changes that follow within the settle time are told together
+// once they stop, so the app ends on the last file, told twice for a burst of five.
+func TestReloader_TheFirstChangeIsToldAtOnceAndTheRestOfABurstOnceItSettles(t *testing.T) {
 	r, target, _, step, _ := startReloader(t)
 	r.observe("s0", true)
-	for i := 1; i <= 5; i++ {
+	r.observe("s1", true)
+	waitCalls(t, target, 1) // no step of the clock: at once
+	for i := 2; i <= 5; i++ {
 		r.observe("s"+strconv.Itoa(i), true)
 		step(reloadSettle / 2) // each change within the settle time of the last
 	}
-	if got := target.reloads(); got != 0 {
-		t.Fatalf("%d reloads before the changes settled", got)
-	}
-	step(reloadSettle)
-	waitCalls(t, target, 1)
 	if got := target.reloads(); got != 1 {
-		t.Fatalf("%d reloads for one burst, want 1", got)
+		t.Fatalf("%d reloads before the rest of the burst settled, want the first alone", got)
+	}
+	step(reloadSettle / 2)
+	waitCalls(t, target, 1)
+	// Quiet for the settle time since that reload (nothing pending, so the reloader
+	// waits on no timer): the next change is told at once.
+	r.clock.(*clocktesting.FakeClock).Step(reloadSettle)
+	r.observe("s6", true)
+	waitCalls(t, target, 1)
+	if got := target.reloads(); got != 3 {
+		t.Fatalf("%d reloads, want 3: the burst's first, its rest, and the change after a quiet spell", got)
+	}
+}
+
+// With a settle time of 0 every change is told at once.
+func TestReloader_NoSettleTimeTellsEveryChange(t *testing.T) {
+	r, target, _, _, _ := startReloaderSettling(t, 0)
+	r.observe("s0", true)
+	for i := 1; i <= 3; i++ {
+		r.observe("s"+strconv.Itoa(i), true)
+		waitCalls(t, target, 1)
+	}
+	if got := target.reloads(); got != 3 {
+		t.Fatalf("%d reloads for three changes, want 3", got)
 	}
 }
 
 func TestReloader_ChangesThatNeverSettleStillReloadWithinTheMaximumDelay(t *testing.T) {
 	r, target, _, step, waiting := startReloader(t)
 	r.observe("s0", true)
+	r.observe("s1", true)
+	waitCalls(t, target, 1) // the first, at once
 	elapsed := time.Duration(0)
-	for i := 1; target.reloads() == 0; i++ {
+	for i := 2; target.reloads() == 1; i++ {
 		if elapsed > reloadMaxDelay {
-			t.Fatalf("no reload %s after the first change", elapsed)
+			t.Fatalf("no second reload %s after the changes began coming without pause", elapsed)
 		}
 		r.observe("s"+strconv.Itoa(i), true)
 		step(reloadSettle - time.Millisecond)
 		elapsed += reloadSettle - time.Millisecond
 		// The step was taken in: the reloader waits on its clock again, or it
 		// reloaded (after which it waits for the next change alone).
-		poll.True(t, 10*time.Second, "the reloader to take in the step", func() bool { return waiting() || target.calls() > 0 })
+		poll.True(t, 10*time.Second, "the reloader to take in the step", func() bool { return waiting() || target.calls() > 1 })
 	}
 	if elapsed < reloadMaxDelay {
-		t.Errorf("reloaded %s after the first change, before the maximum delay %s, though changes kept coming", elapsed, reloadMaxDelay)
+		t.Errorf("reloaded again %s after the changes began, before the maximum delay %s, though they kept coming", elapsed, reloadMaxDelay)
 	}
 }
 
@@ -172,8 +204,7 @@ func TestReloader_AFailedReloadIsRetriedWithBackoffAndReported(t *testing.T) {
 	target.failWith(errors.New("connection refused"))
 	r.observe("s0", true)
 	r.observe("s1", true)
-	step(reloadSettle)
-	waitCalls(t, target, 1) // the first attempt fails
+	waitCalls(t, target, 1) // the first attempt, at once, fails
 	for _, d := range []time.Duration{reloadRetryMin, 2 * reloadRetryMin} {
 		calls := target.calls()
 		step(d / 2)

@@ -86,7 +86,7 @@ func Assemble(p Parts) (*Assembled, error) {
 		observers = append(observers, w)
 	}
 	if p.Spec.Reload != nil && len(p.ReloadTargets) > 0 {
-		a.Reload = observe.NewReloader(p.ReloadTargets, p.Events, p.Clock, p.Metrics)
+		a.Reload = observe.NewReloader(p.ReloadTargets, p.Events, p.Clock, p.Metrics, p.Spec.Reload.Settle)
 		observers = append(observers, a.Reload)
 	}
 	if p.Observer != nil {
