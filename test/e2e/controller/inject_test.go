@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,6 +20,7 @@ import (
 	applycorev1 "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -306,4 +308,64 @@ func TestInject_AHostileTruststoreStopsNoOneElsesInjection(t *testing.T) {
 	if controllers[cp].Exited() {
 		t.Fatal("the controller exited")
 	}
+}
+
+// A write of an annotated object the API server refuses is tried again with the
+// queue's backoff: once the refusal ends (here an admission policy refusing every
+// write in the namespace, withdrawn), the object is filled within seconds, without
+// waiting for a change of the object or the 10-minute resync.
+func TestInject_AWriteRefusedOnceIsWrittenByTheRetry(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ns := "refused-" + run
+	controlplane.LabelledNamespace(t, client, ns, map[string]string{"e2e-refuse-writes": run})
+	root := fixtures.CA("refused once")
+	controlplane.NativeBundle(t, client, "refused-"+run, root)
+	policies := client.AdmissionregistrationV1()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "refuse-writes-" + run},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}}}},
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "the-controller", Expression: "request.options.?fieldManager.orValue('') == 'trustsync-inject'"}},
+			Validations:     []admissionregistrationv1.Validation{{Expression: "false", Message: "writes refused for now"}},
+		}}
+	if _, err := policies.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = policies.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{}) })
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"e2e-refuse-writes": run}}}}}
+	if _, err := policies.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = policies.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
+	})
+	// The policy is in force once it refuses a write like the controller's.
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, time.Minute, "the admission policy refusing the controller's writes", func() bool {
+		_, err := client.CoreV1().ConfigMaps(ns).Update(ctx, probe, metav1.UpdateOptions{FieldManager: "trustsync-inject"})
+		return err != nil && strings.Contains(err.Error(), "writes refused for now")
+	})
+
+	annotations := map[string]string{"trustsync.io/inject": "true", "trustsync.io/bundle-name": "refused-" + run, "trustsync.io/path": "ca.crt"}
+	if _, err := client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-trust", Annotations: annotations}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitEventOn(t, client, ns, "app-trust", "TrustInjectFailed", "writes refused for now")
+	if err := policies.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.True(t, 30*time.Second, "the refused ConfigMap written by a retry", func() bool {
+		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "app-trust", metav1.GetOptions{})
+		return err == nil && cm.Data["ca.crt"] == string(root.CertPEM())
+	})
 }
