@@ -81,7 +81,7 @@ func TestSidecar_TruststoreWaitsForItsPasswordAndReloadsOnlyOnANewSet(t *testing
 		data, _ := os.ReadFile(s.Process.LogPath)
 		return strings.Count(string(data), line)
 	}
-	const wrote, decided = "Wrote trust files", "it will be told once the changes settle"
+	const wrote, decided = "Wrote trust files", "What the app trusts or presents changed; it will be told"
 	waitLogged := func(what, line string, atLeast int) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
