@@ -27,9 +27,6 @@ type Unreadable struct {
 type Listing struct {
 	Reports    []*v1alpha1.NodeTrustReport
 	Unreadable []Unreadable
-	// Served is false when the reports' API is not served (no agent reports in
-	// this cluster), which is not an error.
-	Served bool
 }
 
 // UnreadableByNode says, by node, why its report could not be read (what
@@ -65,7 +62,7 @@ func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
 // FromObjects judges the reports a list or a watch's cache holds
 // (*unstructured.Unstructured) at now, as List does.
 func FromObjects(objs []any, now time.Time) Listing {
-	l := Listing{Served: true}
+	var l Listing
 	for _, obj := range objs {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {

@@ -30,8 +30,6 @@ const (
 	MaxInjectedIndexBytes = 900 << 10
 	// WriterAnnotation is the writer an annotated object is listed under.
 	WriterAnnotation = "annotation"
-	// CABundleKey is the key an object's caBundle fields are listed under.
-	CABundleKey = "caBundle"
 )
 
 // InjectedIndex lists what annotation injection fills.

@@ -36,7 +36,6 @@ type Peer struct {
 }
 
 func (o *options) federation(ctx context.Context, name string) error {
-	o.allNamespaces = true // an imported bundle concerns every pod that selects it
 	cl, err := o.clients()
 	if err != nil {
 		return err
@@ -45,7 +44,7 @@ func (o *options) federation(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	c, err := o.cluster(ctx, "")
+	c, err := o.cluster(ctx, "") // an imported bundle concerns every pod that selects it
 	if err != nil {
 		return err
 	}

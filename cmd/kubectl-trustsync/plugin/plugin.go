@@ -600,7 +600,6 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 	if !o.allNamespaces {
 		ns = ptr.Deref(o.flags.Namespace, "")
 	}
-	o.allNamespaces = ns == ""
 	c, err := o.cluster(ctx, ns)
 	if err != nil {
 		return err
