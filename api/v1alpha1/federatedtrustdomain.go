@@ -9,7 +9,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -206,9 +205,5 @@ func ParseFederatedTrustDomainSpec(s *FederatedTrustDomainSpec) (*ParsedFederate
 
 // FederatedTrustDomainFromUnstructured decodes a FederatedTrustDomain read through a dynamic client.
 func FederatedTrustDomainFromUnstructured(u *unstructured.Unstructured) (*FederatedTrustDomain, error) {
-	f := &FederatedTrustDomain{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, f); err != nil {
-		return nil, fmt.Errorf("FederatedTrustDomain %s: %w", u.GetName(), err)
-	}
-	return f, nil
+	return fromUnstructured[FederatedTrustDomain](u, FederatedTrustDomainKind+" %s")
 }

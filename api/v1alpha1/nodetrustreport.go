@@ -178,9 +178,9 @@ func (r *NodeTrustReport) ToUnstructured() (*unstructured.Unstructured, error) {
 // NodeTrustReportFromUnstructured decodes a report read through a dynamic client, and checks what
 // readers rely on: it is its node's (named after it), and its anchors are SHA-256s.
 func NodeTrustReportFromUnstructured(u *unstructured.Unstructured) (*NodeTrustReport, error) {
-	r := &NodeTrustReport{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, r); err != nil {
-		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)
+	r, err := fromUnstructured[NodeTrustReport](u, "report of node %s unreadable")
+	if err != nil {
+		return nil, err
 	}
 	if err := r.check(); err != nil {
 		return nil, fmt.Errorf("report of node %s unreadable: %w", u.GetName(), err)

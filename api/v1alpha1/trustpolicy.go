@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -252,9 +251,5 @@ func (g ParsedSignerGrant) AllowsDNSNames(names []string) (string, bool) {
 
 // TrustPolicyFromUnstructured decodes a TrustPolicy read through a dynamic client.
 func TrustPolicyFromUnstructured(u *unstructured.Unstructured) (*TrustPolicy, error) {
-	p := &TrustPolicy{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
-		return nil, fmt.Errorf("TrustPolicy %s: %w", u.GetName(), err)
-	}
-	return p, nil
+	return fromUnstructured[TrustPolicy](u, TrustPolicyKind+" %s")
 }

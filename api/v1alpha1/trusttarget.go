@@ -200,9 +200,16 @@ func ParseTrustTargetSpec(s *TrustTargetSpec) (*ParsedTrustTargetSpec, error) {
 
 // TrustTargetFromUnstructured decodes a TrustTarget read through a dynamic client.
 func TrustTargetFromUnstructured(u *unstructured.Unstructured) (*TrustTarget, error) {
-	t := &TrustTarget{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, t); err != nil {
-		return nil, fmt.Errorf("TrustTarget %s: %w", u.GetName(), err)
+	return fromUnstructured[TrustTarget](u, TrustTargetKind+" %s")
+}
+
+// fromUnstructured converts an object read through a dynamic client into a T, the one
+// way every kind of this API is read; named (a format taking the object's name) says
+// what it is in the error.
+func fromUnstructured[T any](u *unstructured.Unstructured, named string) (*T, error) {
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		return nil, fmt.Errorf(named+": %w", u.GetName(), err)
 	}
-	return t, nil
+	return out, nil
 }
