@@ -81,6 +81,7 @@ type Controller struct {
 	metadata map[objects.Kind]cache.GenericLister
 
 	state  *objects.Tended // per target, between reconciles
+	claims claimCache
 	status readystatus.Writer
 }
 
@@ -115,10 +116,12 @@ func New(cfg Config) *Controller {
 	all := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
 	ns := all.Core().V1().Namespaces()
 	c.namespaces = ns.Lister()
+	// A namespace concerns only the targets that select it: a new one under 1,000
+	// targets costs a reconcile of those whose selector picks it, not of all.
 	_, _ = ns.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueAll() },
+		AddFunc:    func(obj any) { c.enqueueSelecting(obj) },
 		UpdateFunc: func(o, n any) { c.namespaceChanged(o, n) },
-		DeleteFunc: func(any) { c.enqueueAll() },
+		DeleteFunc: func(obj any) { c.enqueueSelecting(obj) },
 	})
 	// Only what the controller wrote: the objects carrying its label.
 	written := informers.NewSharedInformerFactoryWithOptions(cfg.Client, cfg.Resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel }))
@@ -211,13 +214,37 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
-// namespaceChanged enqueues every target when a namespace's labels changed (it may be
-// selected now, or no more) or it began terminating.
+// namespaceChanged enqueues the targets that selected the namespace or select it now,
+// when its labels changed (it may be selected now, or no more) or it began
+// terminating.
 func (c *Controller) namespaceChanged(o, n any) {
 	old, ok1 := o.(*corev1.Namespace)
 	cur, ok2 := n.(*corev1.Namespace)
 	if !ok1 || !ok2 || !maps.Equal(old.Labels, cur.Labels) || old.Status.Phase != cur.Status.Phase {
-		c.enqueueAll()
+		c.enqueueSelecting(o, n)
+	}
+}
+
+// enqueueSelecting enqueues the targets whose namespace selector picks one of the
+// namespaces; every target when one is not a namespace (a deletion's tombstone). A
+// target that claims nothing (an invalid spec, a Secret it may not write) says so in
+// its status whatever the namespaces are.
+func (c *Controller) enqueueSelecting(objs ...any) {
+	var sets []labels.Labels
+	for _, obj := range objs {
+		ns, ok := obj.(*corev1.Namespace)
+		if !ok {
+			c.enqueueAll()
+			return
+		}
+		sets = append(sets, labels.Set(ns.Labels))
+	}
+	for _, cls := range c.claims.claims(c.targets.GetStore().List(), c.permitsSecret) {
+		for _, cl := range cls {
+			if slices.ContainsFunc(sets, cl.selector.Matches) {
+				c.queue.Add(cl.target)
+			}
+		}
 	}
 }
 
@@ -234,7 +261,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 	if !exists {
 		c.state.Forget(name)
 		c.cfg.Metrics.TargetGone(name)
-		return 0, c.releaseAll(ctx, name, nil, claims(c.targets.GetStore().List(), c.permitsSecret))
+		return 0, c.releaseAll(ctx, name, nil, c.claims.claims(c.targets.GetStore().List(), c.permitsSecret))
 	}
 	u := obj.(*unstructured.Unstructured)
 	t, spec, refused := c.admit(u)
@@ -249,7 +276,7 @@ func (c *Controller) reconcile(ctx context.Context, name string) (time.Duration,
 		return time.Second, nil
 	}
 	r := c.render(st, name, spec)
-	claimed := claims(c.targets.GetStore().List(), c.permitsSecret)
+	claimed := c.claims.claims(c.targets.GetStore().List(), c.permitsSecret)
 	out, err := c.writeSelected(ctx, st, t, spec, r, claimed)
 	if err != nil {
 		return 0, err
@@ -323,7 +350,7 @@ type tally struct {
 // writeSelected brings the target's object up to date in every namespace it selects
 // and is granted. An error is one that must leave everything as it is (the grants
 // cannot be told): nothing is released on it.
-func (c *Controller) writeSelected(ctx context.Context, st *objects.Watched, t *v1alpha1.TrustTarget, spec *v1alpha1.ParsedTrustTargetSpec, r *render.Rendering, claimed []claim) (*tally, error) {
+func (c *Controller) writeSelected(ctx context.Context, st *objects.Watched, t *v1alpha1.TrustTarget, spec *v1alpha1.ParsedTrustTargetSpec, r *render.Rendering, claimed claimSet) (*tally, error) {
 	all, err := c.namespaces.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -425,7 +452,7 @@ func (e *conflictError) Error() string { return e.msg }
 // write brings target's object in namespace ns up to date, and says whether it holds
 // the current content. note names another claimant of an object this target writes;
 // an object another target (or an annotation) writes is left to it: an error.
-func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.Namespace, kind objects.Kind, object, target string, sources []v1alpha1.Source, r *render.Rendering, claimed []claim) (ok bool, note string, err error) {
+func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.Namespace, kind objects.Kind, object, target string, sources []v1alpha1.Source, r *render.Rendering, claimed claimSet) (ok bool, note string, err error) {
 	live := c.written(kind, ns.Name, object)
 	labelled := ""
 	if live != nil {
@@ -629,7 +656,7 @@ func (c *Controller) apply(ctx context.Context, kind objects.Kind, namespace, ob
 // does not keep (all of them when keep is nil). An object another target claims
 // passes to it whole (that target's next apply replaces the keys): nothing is
 // released or deleted under it.
-func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind objects.Kind, namespace, name string) bool, claimed []claim) error {
+func (c *Controller) releaseAll(ctx context.Context, target string, keep func(kind objects.Kind, namespace, name string) bool, claimed claimSet) error {
 	found, err := c.writtenBy(target)
 	if err != nil {
 		return err

@@ -769,3 +769,54 @@ func TestReconcile_AKeyEditedByHandIsReportedNotTaken(t *testing.T) {
 		t.Errorf("status = %+v; want team-a named as not written", status)
 	}
 }
+
+// A namespace that comes, goes or changes its labels concerns only the targets whose
+// selector picks it (before or after): under 1,000 targets a new namespace costs a
+// reconcile of those that select it, not of all of them.
+func TestNamespaceEvents_EnqueueOnlyTheTargetsSelectingTheNamespace(t *testing.T) {
+	selecting := func(tt *v1alpha1.TrustTarget, team string) *v1alpha1.TrustTarget {
+		tt.Spec.Target.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}
+		return tt
+	}
+	h := start(t, world{targets: []*v1alpha1.TrustTarget{
+		selecting(target("a-roots", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem")), "a"),
+		selecting(target("b-roots", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem")), "b"),
+		selecting(target("a-more", v1alpha1.KindConfigMap, "more", bundleSource("corp", "ca.pem")), "a"),
+	}}, Config{})
+	queued := func() []string {
+		var out []string
+		for h.c.queue.Len() > 0 {
+			k, _ := h.c.queue.Get()
+			h.c.queue.Done(k)
+			h.c.queue.Forget(k)
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	// What the informers' start added: every target, for each target added; once
+	// they are all in and the handlers quiet, the queue is drained.
+	poll.True(t, 10*time.Second, "the targets' own additions queued", func() bool { return h.c.queue.Len() == 3 })
+	time.Sleep(200 * time.Millisecond)
+	queued()
+	for _, tc := range []struct {
+		name  string
+		event func()
+		want  []string
+	}{
+		{"a new namespace of team a", func() { h.c.enqueueSelecting(ns("new", map[string]string{"team": "a"})) }, []string{"a-more", "a-roots"}},
+		{"a namespace moving from team a to team b", func() {
+			h.c.namespaceChanged(ns("moved", map[string]string{"team": "a"}), ns("moved", map[string]string{"team": "b"}))
+		}, []string{"a-more", "a-roots", "b-roots"}},
+		{"a namespace no target selects", func() { h.c.enqueueSelecting(ns("other", map[string]string{"team": "c"})) }, nil},
+		{"a namespace of team b terminating", func() { h.c.namespaceChanged(ns("old", map[string]string{"team": "b"}), terminating("old", map[string]string{"team": "b"})) }, []string{"b-roots"}},
+		{"a deletion known only by its tombstone", func() { h.c.enqueueSelecting(cache.DeletedFinalStateUnknown{Key: "gone"}) }, []string{"a-more", "a-roots", "b-roots"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.event()
+			if got := queued(); !slices.Equal(got, tc.want) {
+				t.Errorf("enqueued %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
