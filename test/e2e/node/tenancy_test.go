@@ -20,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
 )
 
 // With the chart's tenancy.enforced=true, every place trust enters a namespace on the
@@ -191,13 +192,17 @@ func TestTenancy_EnforcedEverywhereTrustEntersANamespace(t *testing.T) {
 	}
 
 	// Withdrawn: team-a's policy goes. The running agent volume looks again at once
-	// (no source changed) and says why it leaves the bundle out; the bundle's next
-	// anchor, which the sidecar (not enforcing) takes, never reaches it; status flags
-	// the files still holding what is no longer granted.
+	// (no source changed), takes the bundle out of its file, and says so; the bundle's
+	// next anchor, which the sidecar (not enforcing) takes, never reaches it; status
+	// flags the files still holding what is no longer granted (the sidecar's).
 	if err := policies.Delete(ctx, "team-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitWarning(t, n, tenA, "agent", "Left bundle e2e-ten-a out of the trust files: namespace ten-a may not trust bundle e2e-ten-a")
+	waitWarning(t, n, tenA, "agent", "Left bundle e2e-ten-a out of the trust files, which are written without it: namespace ten-a may not trust bundle e2e-ten-a")
+	poll.True(t, time.Minute, "the agent's file written without the bundle no longer granted", func() bool {
+		got, err := n.Exec(ctx, tenA, "agent", "app", "cat", mountPath+"/ca_certificates.pem")
+		return err == nil && !strings.Contains(got, string(caA.CertPEM()))
+	})
 	bundleA.Spec.TrustBundle = pemOf(caA, caA2)
 	if _, err := n.Client.CertificatesV1().ClusterTrustBundles().Update(ctx, bundleA, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -209,8 +214,8 @@ func TestTenancy_EnforcedEverywhereTrustEntersANamespace(t *testing.T) {
 		t.Fatal("the edit never reached the sidecar, which would have shown it reached the node's watches")
 	}
 	if got, err := n.Exec(ctx, tenA, "agent", "app", "cat", mountPath+"/ca_certificates.pem"); err != nil || strings.Contains(got, string(caA2.CertPEM())) ||
-		!strings.Contains(got, string(caA.CertPEM())) {
-		t.Errorf("the agent's volume wrote the bundle no longer granted, or lost its last good content (err %v):\n%s", err, got)
+		strings.Contains(got, string(caA.CertPEM())) {
+		t.Errorf("the agent's volume holds the bundle no longer granted (err %v):\n%s", err, got)
 	}
 	statusOut, _ := n.Run(ctx, "kubectl", "trustsync", "status", "-n", tenA, "-o", "json")
 	var files struct {
