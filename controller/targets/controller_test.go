@@ -809,7 +809,9 @@ func TestNamespaceEvents_EnqueueOnlyTheTargetsSelectingTheNamespace(t *testing.T
 			h.c.namespaceChanged(ns("moved", map[string]string{"team": "a"}), ns("moved", map[string]string{"team": "b"}))
 		}, []string{"a-more", "a-roots", "b-roots"}},
 		{"a namespace no target selects", func() { h.c.enqueueSelecting(ns("other", map[string]string{"team": "c"})) }, nil},
-		{"a namespace of team b terminating", func() { h.c.namespaceChanged(ns("old", map[string]string{"team": "b"}), terminating("old", map[string]string{"team": "b"})) }, []string{"b-roots"}},
+		{"a namespace of team b terminating", func() {
+			h.c.namespaceChanged(ns("old", map[string]string{"team": "b"}), terminating("old", map[string]string{"team": "b"}))
+		}, []string{"b-roots"}},
 		{"a deletion known only by its tombstone", func() { h.c.enqueueSelecting(cache.DeletedFinalStateUnknown{Key: "gone"}) }, []string{"a-more", "a-roots", "b-roots"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
