@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/tenancy"
@@ -51,7 +52,9 @@ func (g *reportsGate) progress(ctx context.Context, anchor string) (query.Progre
 }
 
 // grantsOf is what the namespaces of pods are granted, for the read model (nil
-// without enforcement; an exempt namespace is left out, as the read model takes it).
+// without enforcement). A namespace left out is waited for as any other: an exempt
+// one, and one whose grants cannot be told (going, or not listed yet), since a
+// rotation must never stop waiting for pods it is unsure of.
 func grantsOf(ctx context.Context, lookup tenancy.Lookup, pods []*corev1.Pod) (map[string]tenancy.Grants, error) {
 	if lookup == nil {
 		return nil, nil
@@ -65,7 +68,8 @@ func grantsOf(ctx context.Context, lookup tenancy.Lookup, pods []*corev1.Pod) (m
 		seen[pod.Namespace] = true
 		g, exempt, err := lookup(ctx, pod.Namespace)
 		if err != nil {
-			return nil, fmt.Errorf("cannot tell what namespace %s is granted: %w", pod.Namespace, err)
+			klog.FromContext(ctx).V(2).Info("Cannot tell what a namespace is granted; its pods are waited for", "namespace", pod.Namespace, "err", err)
+			continue
 		}
 		if !exempt {
 			out[pod.Namespace] = g

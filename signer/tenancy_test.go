@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
@@ -43,5 +44,27 @@ func TestNotGranted_ARequestIsDecidedByItsNamespacesGrantsOrRetried(t *testing.T
 				t.Errorf("refusal %q; want one saying %q", why, tc.want)
 			}
 		})
+	}
+}
+
+// A rotation stops waiting only for pods of namespaces it knows are not granted the
+// bundle: one whose grants cannot be told (going, or not listed yet) is left out of
+// the grants, so its pods are waited for as any other's, and so is the exempt one.
+func TestGrantsOf_LeavesOutWhatItCannotTellAndTheExempt(t *testing.T) {
+	fake := tenancytest.New(t, map[string]v1alpha1.TrustPolicySpec{"web": {NamespaceSelector: &metav1.LabelSelector{},
+		Bundles: []v1alpha1.BundleGrant{{Name: "corp"}}}})
+	fake.Exempt, fake.Unknown = "trustsync", "unlisted"
+	pod := func(ns string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}}
+	}
+	got, err := grantsOf(context.Background(), fake.Lookup, []*corev1.Pod{pod("apps"), pod("apps"), pod("trustsync"), pod("unlisted")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got["apps"]; !ok || len(got) != 1 {
+		t.Errorf("grants of %v; want apps alone (trustsync exempt, unlisted not told)", got)
+	}
+	if none, _ := grantsOf(context.Background(), nil, []*corev1.Pod{pod("apps")}); none != nil {
+		t.Errorf("grants without enforcement: %v, want none", none)
 	}
 }
