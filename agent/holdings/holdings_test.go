@@ -1,14 +1,7 @@
 package holdings
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -288,27 +281,6 @@ func TestScan_ASubPathReaderIsReadFromItsOwnBindOfTheFile(t *testing.T) {
 	}
 }
 
-// distinctPEM is n distinct self-signed certificates (one key, a serial each), as
-// PEM: what a hostile pod fills its trust files with.
-func distinctPEM(t testing.TB, n, from int) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []byte
-	for i := range n {
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(from + i + 1)), Subject: pkix.Name{CommonName: fmt.Sprintf("hostile %d", from+i)},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	return out
-}
-
 // hostilePod is a pod of 20 projected trust files, each filled with size bytes of
 // certificates, distinct across files or the same in each (the attack: 20 files of
 // 4 MiB of distinct certificates took the agent past its 512 MiB limit).
@@ -322,11 +294,12 @@ func hostilePod(t testing.TB, podsDir, uid string, size int, distinct bool) *cor
 	pod.Spec.Volumes[0].Projected.Sources = sources
 	dir, _ := VolumeDir(podsDir, pod, "roots")
 	must(t, os.MkdirAll(dir, 0o755))
-	per := size / 380 // certificates per file, at about 380 bytes of PEM each
 	var data []byte
 	for i := range 20 {
 		if distinct || data == nil {
-			data = distinctPEM(t, per, i*per)
+			var err error
+			data, err = fixtures.DistinctPEM(size, int64(i)<<32)
+			must(t, err)
 		}
 		must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("ca-%02d.pem", i)), data, 0o644))
 	}

@@ -2,15 +2,8 @@ package node
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,6 +20,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/test/poll"
 )
 
@@ -107,29 +101,17 @@ func TestObservation_AHostilePodDoesNotStopTheAgent(t *testing.T) {
 // certificates each, generated on every core.
 func writeHostileFiles(t *testing.T, dir string, files, size int) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var wg sync.WaitGroup
 	errs := make(chan error, files)
 	for i := range files {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var out []byte
-			// Just under size, as a file at the bound is read.
-			for serial := int64(i) << 32; len(out)+1024 < size; serial++ {
-				tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial + 1), Subject: pkix.Name{CommonName: "hostile " + strconv.FormatInt(serial, 10)},
-					NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-				der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-				if err != nil {
-					errs <- err
-					return
-				}
-				out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+			data, err := fixtures.DistinctPEM(size, int64(i)<<32)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("ca-%02d.pem", i)), data, 0o644)
 			}
-			errs <- os.WriteFile(filepath.Join(dir, fmt.Sprintf("ca-%02d.pem", i)), out, 0o644)
+			errs <- err
 		}()
 	}
 	wg.Wait()
