@@ -119,73 +119,48 @@ func sourceFiles(pod *corev1.Pod, volume, sidecar string, delivery v1alpha1.Deli
 		if !ok {
 			i = len(files)
 			index[s.Path] = i
-			files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: s.Path, Format: s.FileFormat(), MountPaths: MountPaths(pod, volume, sidecar, s.Path)})
+			files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: s.Path, Format: s.FileFormat()})
 		}
 		files[i].Sources = append(files[i].Sources, s)
 	}
-	return withSubPathReaders(pod, files, sidecar)
+	return withMounts(pod, files, sidecar)
 }
 
-// withSubPathReaders adds, after files, one file for each container mounting one of
-// them through subPath; a file that only subPath mounts read is replaced by them (no
-// container sees the volume's own file, so it is nobody's holding).
-func withSubPathReaders(pod *corev1.Pod, files []TrustFile, sidecar string) []TrustFile {
+// withMounts says where the pod's containers but the sidecar read each of files:
+// MountPaths, their mounts of the volume's directory; and, after files, one file for
+// each container mounting one of them through subPath (the kubelet binds the file as
+// it is when the container starts and never refreshes it). A file that only subPath
+// mounts read is replaced by them: no container sees the volume's own file, so it is
+// nobody's holding.
+func withMounts(pod *corev1.Pod, files []TrustFile, sidecar string) []TrustFile {
 	var out, subs []TrustFile
 	for _, f := range files {
-		readers := subPathReaders(pod, f.Volume, sidecar, f.File)
+		f.MountPaths = nil
+		var readers []TrustFile
+		for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+			if c.Name == sidecar && sidecar != "" {
+				continue
+			}
+			for i, m := range c.VolumeMounts {
+				switch {
+				case m.Name != f.Volume:
+				case m.SubPath == "":
+					if p := path.Join(m.MountPath, f.File); !slices.Contains(f.MountPaths, p) {
+						f.MountPaths = append(f.MountPaths, p)
+					}
+				case m.SubPath == f.File:
+					sub := f
+					sub.MountPaths, sub.SubPath = []string{m.MountPath}, &SubPathMount{Container: c.Name, Index: i}
+					readers = append(readers, sub)
+				}
+			}
+		}
 		if len(f.MountPaths) > 0 || len(readers) == 0 {
 			out = append(out, f)
 		}
-		for _, r := range readers {
-			sub := f
-			sub.MountPaths, sub.SubPath = []string{r.path}, &SubPathMount{Container: r.container, Index: r.index}
-			subs = append(subs, sub)
-		}
+		subs = append(subs, readers...)
 	}
 	return append(out, subs...)
-}
-
-// MountPaths are where the pod's containers but the sidecar see file of volume as
-// the volume holds it: mounts of the volume's directory. A subPath mount of the file
-// is not one (subPathReaders).
-func MountPaths(pod *corev1.Pod, volume, sidecar, file string) []string {
-	var out []string
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		if c.Name == sidecar && sidecar != "" {
-			continue
-		}
-		for _, m := range c.VolumeMounts {
-			if m.Name != volume || m.SubPath != "" {
-				continue
-			}
-			if p := path.Join(m.MountPath, file); !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-type subPathReader struct {
-	container, path string
-	index           int
-}
-
-// subPathReaders are the containers but the sidecar that mount file of volume
-// through subPath, each with where it sees the file and the mount's index.
-func subPathReaders(pod *corev1.Pod, volume, sidecar, file string) []subPathReader {
-	var out []subPathReader
-	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
-		if c.Name == sidecar && sidecar != "" {
-			continue
-		}
-		for i, m := range c.VolumeMounts {
-			if m.Name == volume && m.SubPath == file {
-				out = append(out, subPathReader{container: c.Name, path: m.MountPath, index: i})
-			}
-		}
-	}
-	return out
 }
 
 func sidecarContainer(pod *corev1.Pod, name string) *corev1.Container {

@@ -147,10 +147,9 @@ func filesOf(pod *corev1.Pod, volume string, delivery v1alpha1.Delivery, o *Obje
 			}
 			file = items[i].Path
 		}
-		files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format,
-			MountPaths: MountPaths(pod, volume, "", file), Sources: k.Sources})
+		files = append(files, TrustFile{Delivery: delivery, Volume: volume, File: file, Format: k.Format, Sources: k.Sources})
 	}
-	return withSubPathReaders(pod, files, "")
+	return withMounts(pod, files, "")
 }
 
 // EnvReader is a container reading a trust object's key through its environment:

@@ -50,11 +50,6 @@ type objectName struct {
 	object string
 }
 
-// claims are every TrustTarget's claims (see claimSet).
-func claims(store []any, secrets func(name string) bool) claimSet {
-	return (&claimCache{}).claims(store, secrets)
-}
-
 // claimCache keeps each target's claim for the resourceVersion it was parsed at:
 // parsing every target's spec at every reconcile cost 15 ms at 1,000 targets, and
 // grew with the square of them when each of them was reconciled.

@@ -53,7 +53,7 @@ func TestWriter_OneWriterPerObjectSettledTheSameWayByEveryone(t *testing.T) {
 		target("apart", 0, "other", nil),
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"team": "a"}}}
-	all := claims(store, func(string) bool { return false })
+	all := (&claimCache{}).claims(store, func(string) bool { return false })
 	for _, tc := range []struct {
 		name, labelled, want string
 		others               []string
@@ -122,7 +122,7 @@ func BenchmarkClaims_1000Targets(b *testing.B) {
 	none := func(string) bool { return false }
 	b.Run("parsed every reconcile", func(b *testing.B) {
 		for b.Loop() {
-			claims(store, none)
+			(&claimCache{}).claims(store, none)
 		}
 	})
 	b.Run("kept", func(b *testing.B) {
