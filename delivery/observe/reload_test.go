@@ -141,7 +141,7 @@ func TestReloader_TheFirstCompleteStateIsTheBaseline(t *testing.T) {
 // sync reports); the changes that follow within the settle time are told together
 // once they stop, so the app ends on the last file, told twice for a burst of five.
 func TestReloader_TheFirstChangeIsToldAtOnceAndTheRestOfABurstOnceItSettles(t *testing.T) {
-	r, target, _, step, _ := startReloader(t)
+	r, target, _, step, waiting := startReloader(t)
 	r.observe("s0", true)
 	r.observe("s1", true)
 	waitCalls(t, target, 1) // no step of the clock: at once
@@ -149,6 +149,9 @@ func TestReloader_TheFirstChangeIsToldAtOnceAndTheRestOfABurstOnceItSettles(t *t
 		r.observe("s"+strconv.Itoa(i), true)
 		step(reloadSettle / 2) // each change within the settle time of the last
 	}
+	// Once it waits on its clock again, the reloader has taken in the last step: a
+	// reload it were to make then would have been made.
+	poll.True(t, 10*time.Second, "the reloader to take in the last step", func() bool { return waiting() || target.calls() > 1 })
 	if got := target.reloads(); got != 1 {
 		t.Fatalf("%d reloads before the rest of the burst settled, want the first alone", got)
 	}
