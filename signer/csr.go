@@ -39,6 +39,8 @@ type csrHandler struct {
 	metrics *Metrics
 	// grants, when set, enforces tenancy: what the requester's namespace is granted.
 	grants tenancy.Lookup
+	// seen is when each request in flight was first seen, for the request latency.
+	seen *seenAt[csrKey]
 }
 
 var errCANotReady = errors.New("the signing CA is not loaded yet")
@@ -52,17 +54,21 @@ func (h *csrHandler) handle(ctx context.Context, key csrKey) error {
 	}
 	csr, err := sr.csrs.Get(key.name)
 	if apierrors.IsNotFound(err) {
+		h.seen.done(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if csr.Spec.SignerName != key.signer || len(csr.Status.Certificate) > 0 || hasCondition(csr, certificatesv1.CertificateFailed) || hasCondition(csr, certificatesv1.CertificateDenied) {
+		h.seen.done(key)
 		return nil
 	}
 	if !hasCondition(csr, certificatesv1.CertificateApproved) {
 		if sr.rules.Approval == nil {
-			return nil // another approver's business
+			// Another approver's business: the signer's clock starts at the approval.
+			h.seen.done(key)
+			return nil
 		}
 		return h.approveOrDeny(ctx, csr.DeepCopy(), sr)
 	}
@@ -99,6 +105,9 @@ func (h *csrHandler) approveOrDeny(ctx context.Context, csr *certificatesv1.Cert
 		return fmt.Errorf("failed to record the decision on CertificateSigningRequest %q: %w", csr.Name, err)
 	}
 	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, result, cond.Reason).Inc()
+	if !d.approve {
+		h.seen.done(csrKey{signer: sr.rules.SignerName, name: csr.Name})
+	}
 	klog.FromContext(ctx).V(2).Info("Decided on CSR", "csr", csr.Name, "requester", csr.Spec.Username, "result", result, "message", d.message)
 	return nil
 }
@@ -140,6 +149,9 @@ func (h *csrHandler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	}
 	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, "signed", "").Inc()
 	h.metrics.signLatency.WithLabelValues(sr.rules.SignerName).Observe(h.clock.Since(start).Seconds())
+	if since, ok := h.seen.done(csrKey{signer: sr.rules.SignerName, name: csr.Name}); ok {
+		h.metrics.requestLatency.WithLabelValues(sr.rules.SignerName, kindCSR).Observe(since.Seconds())
+	}
 	if req.Set {
 		h.metrics.requested.WithLabelValues(sr.rules.SignerName).Inc()
 		if !dec.Clamped {
@@ -177,6 +189,7 @@ func (h *csrHandler) fail(ctx context.Context, csr *certificatesv1.CertificateSi
 		return fmt.Errorf("failed to mark CertificateSigningRequest %q Failed: %w", csr.Name, err)
 	}
 	h.metrics.csrs.WithLabelValues(sr.rules.SignerName, "failed", r.reason).Inc()
+	h.seen.done(csrKey{signer: sr.rules.SignerName, name: csr.Name})
 	klog.FromContext(ctx).Info("Refused to sign CSR", "csr", csr.Name, "requester", csr.Spec.Username, "reason", r.reason, "message", r.message)
 	return nil
 }

@@ -51,12 +51,15 @@ type Options struct {
 	BundleEndpointIdleTimeout          time.Duration
 }
 
-// NewOptions returns the defaults. Like kube-controller-manager, the signer talks to
-// the API server at 20 QPS with bursts of 30: client-go's 5/10 would throttle a burst
-// of CSRs.
+// NewOptions returns the defaults. The signer talks to the API server at up to 300
+// QPS with bursts of 500: each certificate is one status write, and a node's pods
+// starting together, or a cluster's after a rotation, ask for theirs at once; at
+// kube-controller-manager's 20 QPS they would wait on the signer's own rate limiter
+// (20 issued a second), where the API server's priority and fairness is what protects
+// it from a client that asks too much.
 func NewOptions() *Options {
 	return &Options{
-		Flags:                clientflags.Flags{QPS: 20, Burst: 30},
+		Flags:                clientflags.Flags{QPS: 300, Burst: 500},
 		Namespace:            os.Getenv("POD_NAMESPACE"),
 		InjectedIndex:        v1alpha1.DefaultInjectedIndex(os.Getenv("POD_NAMESPACE")),
 		TrustDomain:          policy.DefaultTrustDomain,

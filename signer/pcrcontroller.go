@@ -54,6 +54,8 @@ type pcrHandler struct {
 	refreshAt func() float64
 	// grants, when set, enforces tenancy: what the pod's namespace is granted.
 	grants tenancy.Lookup
+	// seen is when each request in flight was first seen, for the request latency.
+	seen *seenAt[pcrKey]
 }
 
 func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
@@ -63,12 +65,14 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	}
 	pcr, pub, why, beta, err := ps.get(key)
 	if apierrors.IsNotFound(err) {
+		h.seen.done(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if pcr.Spec.SignerName != key.signer || decided(pcr) {
+		h.seen.done(key)
 		return nil
 	}
 	start := h.clock.Now()
@@ -104,9 +108,13 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 		return fmt.Errorf("failed to write the status of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}
 	h.metrics.pcrs.WithLabelValues(key.signer, out.result, out.reason).Inc()
+	since, seen := h.seen.done(key)
 	logger := klog.FromContext(ctx).WithValues("podCertificateRequest", klog.KObj(pcr), "pod", pcr.Spec.PodName, "serviceAccount", pcr.Spec.ServiceAccountName)
 	if out.result == "issued" {
 		h.metrics.pcrLatency.WithLabelValues(key.signer).Observe(h.clock.Since(start).Seconds())
+		if seen {
+			h.metrics.requestLatency.WithLabelValues(key.signer, kindPCR).Observe(since.Seconds())
+		}
 		logger.V(2).Info("Issued pod certificate", "notAfter", out.status.NotAfter, "beginRefreshAt", out.status.BeginRefreshAt)
 		return nil
 	}

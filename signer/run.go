@@ -144,10 +144,10 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	defer caQueue.ShutDown()
 	defer csrQueue.ShutDown()
 
-	h := &csrHandler{client: client, signers: map[string]*signerRuntime{}, clock: clock.RealClock{}, metrics: m}
+	h := &csrHandler{client: client, signers: map[string]*signerRuntime{}, clock: clock.RealClock{}, metrics: m, seen: newSeenAt[csrKey](clock.RealClock{}, m.waiting.WithLabelValues(kindCSR))}
 	pcrQueue := queue.New[pcrKey]("trustsync_signer_pcr")
 	defer pcrQueue.ShutDown()
-	pcrs := &pcrHandler{client: client, signers: map[string]*pcrSigner{}, clock: clock.RealClock{}, metrics: m, refreshAt: spreadRefresh}
+	pcrs := &pcrHandler{client: client, signers: map[string]*pcrSigner{}, clock: clock.RealClock{}, metrics: m, refreshAt: spreadRefresh, seen: newSeenAt[pcrKey](clock.RealClock{}, m.waiting.WithLabelValues(kindPCR))}
 	pcrVersion, err := podCertificateRequestVersion(client)
 	if err != nil {
 		return err
@@ -213,12 +213,27 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 		}))
 		csrInformer := csrInformers.Certificates().V1().CertificateSigningRequests()
+		// Each event marks the request seen (the handler forgets it once nothing is
+		// left to do), then queues it.
+		csrKeyOf := func(obj any) (csrKey, bool) {
+			m, err := meta.Accessor(obj)
+			if err != nil {
+				return csrKey{}, false
+			}
+			return csrKey{signer: name, name: m.GetName()}, true
+		}
 		enqueueCSR := func(obj any) {
-			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
-				csrQueue.Add(csrKey{signer: name, name: csr.Name})
+			if key, ok := csrKeyOf(obj); ok {
+				h.seen.saw(key)
+				csrQueue.Add(key)
 			}
 		}
-		if _, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCSR, UpdateFunc: func(_, n any) { enqueueCSR(n) }}); err != nil {
+		forgetCSR := func(obj any) {
+			if key, ok := csrKeyOf(deletedObject(obj)); ok {
+				h.seen.done(key)
+			}
+		}
+		if _, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCSR, UpdateFunc: func(_, n any) { enqueueCSR(n) }, DeleteFunc: forgetCSR}); err != nil {
 			return err
 		}
 		csrLister = csrInformer.Lister()
@@ -233,9 +248,22 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			pcrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 				lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 			}))
+			pcrKeyOf := func(obj any) (pcrKey, bool) {
+				m, err := meta.Accessor(obj)
+				if err != nil {
+					return pcrKey{}, false
+				}
+				return pcrKey{signer: name, namespace: m.GetNamespace(), name: m.GetName()}, true
+			}
 			enqueuePCR := func(obj any) {
-				if m, err := meta.Accessor(obj); err == nil {
-					pcrQueue.Add(pcrKey{signer: name, namespace: m.GetNamespace(), name: m.GetName()})
+				if key, ok := pcrKeyOf(obj); ok {
+					pcrs.seen.saw(key)
+					pcrQueue.Add(key)
+				}
+			}
+			forgetPCR := func(obj any) {
+				if key, ok := pcrKeyOf(deletedObject(obj)); ok {
+					pcrs.seen.done(key)
 				}
 			}
 			var informer cache.SharedIndexInformer
@@ -246,7 +274,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 				i := pcrInformers.Certificates().V1beta1().PodCertificateRequests()
 				informer, ps.betaPCRs = i.Informer(), i.Lister()
 			}
-			if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }}); err != nil {
+			if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }, DeleteFunc: forgetPCR}); err != nil {
 				return err
 			}
 			pcrs.signers[name] = ps
@@ -289,6 +317,15 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
 	<-ctx.Done()
 	return nil
+}
+
+// deletedObject is the object of a delete event, also when the informer only knows
+// its last state.
+func deletedObject(obj any) any {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return tomb.Obj
+	}
+	return obj
 }
 
 // requeueAll queues every CSR of signer, for when its first CA is loaded.

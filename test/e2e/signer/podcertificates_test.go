@@ -35,36 +35,13 @@ import (
 func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 	cp := planes.Get(t, true)
 	client := kube(t, cp.AdminConfig())
-	ctx := context.Background()
-	served, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(resourceNames(served.APIResources), "podcertificaterequests") {
+	if !servesPodCertificateRequests(t, client) {
 		t.Skip("this API server does not serve certificates.k8s.io/v1 PodCertificateRequests")
 	}
 	node, sa, pod := boundPod(t, client, "pcr")
 	request := func(name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
 		t.Helper()
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stub, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pcr, err := client.CertificatesV1().PodCertificateRequests(appNamespace).Create(ctx, &certificatesv1.PodCertificateRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: certificatesv1.PodCertificateRequestSpec{
-				SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
-				NodeName: types.NodeName(node.Name), NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
-				UnverifiedUserAnnotations: annotations,
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pcr := createPCR(t, client, node, sa, pod, name, annotations)
 		return waitDecided(t, client.CertificatesV1().PodCertificateRequests(appNamespace), pcr.Name)
 	}
 
@@ -98,6 +75,43 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 			t.Error("a denied request carries a certificate")
 		}
 	})
+}
+
+// createPCR creates a PodCertificateRequest for the signer workload as the kubelet of
+// node would for pod, with a fresh key.
+func createPCR(t *testing.T, client kubernetes.Interface, node *corev1.Node, sa *corev1.ServiceAccount, pod *corev1.Pod, name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcr, err := client.CertificatesV1().PodCertificateRequests(pod.Namespace).Create(context.Background(), &certificatesv1.PodCertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.PodCertificateRequestSpec{
+			SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
+			NodeName: types.NodeName(node.Name), NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
+			UnverifiedUserAnnotations: annotations,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pcr
+}
+
+// servesPodCertificateRequests says whether the API server serves certificates.k8s.io/v1
+// PodCertificateRequests.
+func servesPodCertificateRequests(t *testing.T, client kubernetes.Interface) bool {
+	t.Helper()
+	served, err := client.Discovery().ServerResourcesForGroupVersion("certificates.k8s.io/v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(resourceNames(served.APIResources), "podcertificaterequests")
 }
 
 // boundPod creates a node <prefix>-node, a ServiceAccount <prefix>-web and a pod
