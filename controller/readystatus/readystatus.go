@@ -45,6 +45,9 @@ type Writer struct {
 	Resource     schema.GroupVersionResource
 	FieldManager string
 	Events       record.EventRecorder
+	// Wrote, when set, is told the resourceVersion each status write returned, so
+	// that its controller can tell the write's own watch event from a change.
+	Wrote func(name, resourceVersion string)
 }
 
 // Set makes ready the Ready condition among conditions (a copy of the object's, in
@@ -76,7 +79,10 @@ func (w Writer) Write(ctx context.Context, u *unstructured.Unstructured, old, st
 	}
 	updated := u.DeepCopy()
 	updated.Object["status"] = m
-	_, err = w.Dynamic.Resource(w.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: w.FieldManager})
+	written, err := w.Dynamic.Resource(w.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: w.FieldManager})
+	if err == nil && w.Wrote != nil {
+		w.Wrote(written.GetName(), written.GetResourceVersion())
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil

@@ -83,6 +83,9 @@ type Controller struct {
 	state  *objects.Tended // per target, between reconciles
 	claims claimCache
 	status readystatus.Writer
+	// echoes are the controller's own writes (objects and statuses), whose events
+	// change nothing the reconcile that made them did not know.
+	echoes objects.Echoes
 }
 
 // New sets up the informers; Run starts them.
@@ -90,7 +93,8 @@ func New(cfg Config) *Controller {
 	c := &Controller{cfg: cfg,
 		queue: queue.New[string]("trustsync_targets")}
 	c.state = objects.NewTended(cfg.Registry, func(name string) { c.queue.Add(name) })
-	c.status = readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.TrustTargetResource, FieldManager: FieldManager, Events: cfg.Events}
+	c.status = readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.TrustTargetResource, FieldManager: FieldManager, Events: cfg.Events,
+		Wrote: func(name, rv string) { c.echoes.Wrote(statusKey(name), rv) }}
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
@@ -99,18 +103,21 @@ func New(cfg Config) *Controller {
 		}
 	}
 	// A target that comes, goes or changes its spec may claim (or let go of) an
-	// object another target names: every target looks again. A status update
-	// concerns only its own target.
+	// object other targets name: it and they look again, no other. A status update
+	// concerns only its own target, and the controller's own status write none.
 	_, _ = c.targets.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { c.enqueueAll() },
+		AddFunc: func(obj any) { c.enqueueClaimants(obj) },
 		UpdateFunc: func(o, n any) {
-			if om, nm, err := metaPair(o, n); err == nil && om.GetGeneration() == nm.GetGeneration() {
-				enqueue(n)
+			om, nm, err := metaPair(o, n)
+			if err == nil && om.GetGeneration() == nm.GetGeneration() {
+				if !c.echoes.Echo(statusKey(nm.GetName()), nm.GetResourceVersion()) {
+					enqueue(n)
+				}
 				return
 			}
-			c.enqueueAll()
+			c.enqueueClaimants(o, n)
 		},
-		DeleteFunc: func(obj any) { enqueue(obj); c.enqueueAll() },
+		DeleteFunc: func(obj any) { c.enqueueClaimants(obj) },
 	})
 
 	all := informers.NewSharedInformerFactory(cfg.Client, cfg.Resync)
@@ -130,17 +137,28 @@ func New(cfg Config) *Controller {
 			c.queue.Add(m.GetLabels()[v1alpha1.TargetLabel])
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: byTarget, UpdateFunc: func(_, n any) { byTarget(n) }, DeleteFunc: byTarget}
+	// An object as the controller wrote it is no news to the target that wrote it.
+	unlessEcho := func(kind objects.Kind) func(any) {
+		return func(obj any) {
+			if m, err := objects.MetaOf(obj); err == nil && c.echoes.Echo(objectKey(kind, m.GetNamespace(), m.GetName()), m.GetResourceVersion()) {
+				return
+			}
+			byTarget(obj)
+		}
+	}
+	handler := func(kind objects.Kind) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{AddFunc: unlessEcho(kind), UpdateFunc: func(_, n any) { unlessEcho(kind)(n) }, DeleteFunc: byTarget}
+	}
 	cms := written.Core().V1().ConfigMaps()
 	c.configMaps = cms.Lister()
-	_, _ = cms.Informer().AddEventHandler(handler)
+	_, _ = cms.Informer().AddEventHandler(handler(objects.ConfigMap))
 	c.synced = []cache.InformerSynced{c.targets.HasSynced, ns.Informer().HasSynced, cms.Informer().HasSynced}
 	var starts []func(<-chan struct{})
 	if cfg.Secrets {
 		listers, infs, more := objects.WrittenSecrets(cfg.Client, cfg.Resync, cfg.SecretNames, func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.TargetLabel })
 		c.secrets, starts = listers, append(starts, more...)
 		for _, inf := range infs {
-			_, _ = inf.AddEventHandler(handler)
+			_, _ = inf.AddEventHandler(handler(objects.Secret))
 			c.synced = append(c.synced, inf.HasSynced)
 		}
 	}
@@ -210,6 +228,48 @@ func (c *Controller) enqueueAll() {
 	for _, obj := range c.targets.GetStore().List() {
 		if m, err := meta.Accessor(obj); err == nil {
 			c.queue.Add(m.GetName())
+		}
+	}
+}
+
+// enqueueClaimants enqueues the targets that are objs (a target's old and new
+// versions), and every target naming the same object in a namespace one of them
+// selects: claims on one object are settled among the targets that claim it in the
+// same namespace (claims.go), and no other target's objects change with them. A
+// thousand teams' targets each writing "roots" into their own namespaces are not
+// looked at when one of them comes or goes.
+func (c *Controller) enqueueClaimants(objs ...any) {
+	claimed := c.claims.claims(c.targets.GetStore().List(), c.permitsSecret)
+	namespaces, err := c.namespaces.List(labels.Everything())
+	if err != nil {
+		c.enqueueAll()
+		return
+	}
+	for _, obj := range objs {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			c.enqueueAll()
+			return
+		}
+		c.queue.Add(u.GetName())
+		cl, ok := claimOf(u, c.permitsSecret)
+		if !ok {
+			continue
+		}
+		others := claimed[objectName{cl.kind, cl.object}]
+		for _, ns := range namespaces {
+			set := labels.Set(ns.Labels)
+			if !cl.selector.Matches(set) {
+				continue
+			}
+			for _, other := range others {
+				if other.selector.Matches(set) {
+					c.queue.Add(other.target)
+				}
+			}
 		}
 	}
 }
@@ -521,8 +581,16 @@ func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.
 		before = live.Meta.GetResourceVersion()
 	}
 	st.Applied[ns.Name] = objects.Applied{Digest: digest, Before: before, After: rv}
+	c.echoes.Wrote(objectKey(kind, ns.Name, object), rv)
 	return true, note, nil
 }
+
+// objectKey and statusKey name what the controller writes among its echoes.
+func objectKey(kind objects.Kind, namespace, name string) string {
+	return kind.Name + "/" + namespace + "/" + name
+}
+
+func statusKey(target string) string { return v1alpha1.TrustTargetKind + "/" + target }
 
 // enqueueWriters queues the targets that write an object of kind named as obj is,
 // where obj is not one the controller wrote (those come through their label).

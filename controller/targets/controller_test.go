@@ -783,22 +783,7 @@ func TestNamespaceEvents_EnqueueOnlyTheTargetsSelectingTheNamespace(t *testing.T
 		selecting(target("b-roots", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem")), "b"),
 		selecting(target("a-more", v1alpha1.KindConfigMap, "more", bundleSource("corp", "ca.pem")), "a"),
 	}}, Config{})
-	queued := func() []string {
-		var out []string
-		for h.c.queue.Len() > 0 {
-			k, _ := h.c.queue.Get()
-			h.c.queue.Done(k)
-			h.c.queue.Forget(k)
-			out = append(out, k)
-		}
-		slices.Sort(out)
-		return out
-	}
-	// What the informers' start added: every target, for each target added; once
-	// they are all in and the handlers quiet, the queue is drained.
-	poll.True(t, 10*time.Second, "the targets' own additions queued", func() bool { return h.c.queue.Len() == 3 })
-	time.Sleep(200 * time.Millisecond)
-	queued()
+	queued := drainStarted(t, h, 3)
 	for _, tc := range []struct {
 		name  string
 		event func()
@@ -813,6 +798,69 @@ func TestNamespaceEvents_EnqueueOnlyTheTargetsSelectingTheNamespace(t *testing.T
 			h.c.namespaceChanged(ns("old", map[string]string{"team": "b"}), terminating("old", map[string]string{"team": "b"}))
 		}, []string{"b-roots"}},
 		{"a deletion known only by its tombstone", func() { h.c.enqueueSelecting(cache.DeletedFinalStateUnknown{Key: "gone"}) }, []string{"a-more", "a-roots", "b-roots"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.event()
+			if got := queued(); !slices.Equal(got, tc.want) {
+				t.Errorf("enqueued %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// drainStarted waits until the informers' start has queued every one of the n
+// targets and the handlers are quiet, empties the queue, and returns what drains it
+// again: the keys queued since, sorted.
+func drainStarted(t *testing.T, h *harness, n int) func() []string {
+	t.Helper()
+	queued := func() []string {
+		var out []string
+		for h.c.queue.Len() > 0 {
+			k, _ := h.c.queue.Get()
+			h.c.queue.Done(k)
+			h.c.queue.Forget(k)
+			out = append(out, k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	poll.True(t, 10*time.Second, "the targets' own additions queued", func() bool { return h.c.queue.Len() == n })
+	time.Sleep(200 * time.Millisecond)
+	queued()
+	return queued
+}
+
+// A target that comes, goes or changes the object it names is looked at again with
+// the targets naming the same object in a namespace it selects (their claims are
+// settled among them), and no other: not those naming another object, nor those
+// naming the same object in other namespaces.
+func TestTargetEvents_EnqueueTheTargetAndThoseNamingItsObjectInItsNamespacesOnly(t *testing.T) {
+	teamTarget := func(name, object string) *v1alpha1.TrustTarget {
+		tt := target(name, v1alpha1.KindConfigMap, object, bundleSource("corp", "ca.pem"))
+		tt.Spec.Target.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
+		return tt
+	}
+	h := start(t, world{targets: []*v1alpha1.TrustTarget{
+		target("a-roots", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem")),
+		target("b-roots", v1alpha1.KindConfigMap, "roots", bundleSource("corp", "ca.pem")),
+		target("a-more", v1alpha1.KindConfigMap, "more", bundleSource("corp", "ca.pem")),
+		teamTarget("other-roots", "roots"),
+	}, namespaces: []*corev1.Namespace{ns("apps", map[string]string{"trust": "corp"}), ns("other", map[string]string{"team": "other"})}}, Config{})
+	queued := drainStarted(t, h, 4)
+	u := func(name, object string) *unstructured.Unstructured {
+		return unstructuredOf(t, target(name, v1alpha1.KindConfigMap, object, bundleSource("corp", "ca.pem")))
+	}
+	for _, tc := range []struct {
+		name  string
+		event func()
+		want  []string
+	}{
+		{"a new target naming roots", func() { h.c.enqueueClaimants(u("c-roots", "roots")) }, []string{"a-roots", "b-roots", "c-roots"}},
+		{"a new target naming an object no other names", func() { h.c.enqueueClaimants(u("lone", "elsewhere")) }, []string{"lone"}},
+		{"a target moving from more to roots", func() { h.c.enqueueClaimants(u("a-more", "more"), u("a-more", "roots")) }, []string{"a-more", "a-roots", "b-roots"}},
+		{"a target deleted, known by its tombstone", func() {
+			h.c.enqueueClaimants(cache.DeletedFinalStateUnknown{Key: "b-roots", Obj: u("b-roots", "roots")})
+		}, []string{"a-roots", "b-roots"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.event()

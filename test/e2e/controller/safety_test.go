@@ -328,6 +328,24 @@ func targetWrites(t testing.TB, p *controlplane.Process) (writes, reconciles flo
 // reconcileAll waits until the controller has reconciled n targets once more after
 // whatever came before (a label no target selects, set on namespace, enqueues them
 // all), and returns the writes it has sent by then: complete, with no sleep.
+// quietReconciles is the controller's count of TrustTarget reconciles once it has
+// stayed the same for two seconds: what an event cost, echoes included, has been
+// counted.
+func quietReconciles(t testing.TB, p *controlplane.Process) float64 {
+	t.Helper()
+	_, last := targetWrites(t, p)
+	for still := 0; still < 2; {
+		time.Sleep(time.Second)
+		_, now := targetWrites(t, p)
+		if now == last {
+			still++
+		} else {
+			still, last = 0, now
+		}
+	}
+	return last
+}
+
 func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string, n int) float64 {
 	t.Helper()
 	ctx := context.Background()
@@ -347,8 +365,9 @@ func reconcileAll(t testing.TB, cp *controlplane.ControlPlane, namespace string,
 }
 
 // Writes grow with what changed, not with targets times namespaces: a new namespace
-// costs one write per target selecting it, an edit one per object it changes, and a
-// reconcile with nothing to change none.
+// costs one write and one reconcile per target selecting it (the controller's own
+// writes coming back reconcile nothing), an edit one write per object it changes,
+// and a reconcile with nothing to change none.
 func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 	cp := planes.Get(t, true)
 	client := kube(t, cp.AdminConfig())
@@ -386,8 +405,13 @@ func TestTargets_WritesFollowWhatChanged(t *testing.T) {
 		t.Errorf("reconciling targets with nothing to change sent %v writes; want 0", again-idle)
 	}
 
+	quiet := func() float64 { return quietReconciles(t, controllers[cp]) }
+	reconciled := quiet()
 	controlplane.LabelledNamespace(t, client, fmt.Sprintf("writes-%s-new", run), label)
 	poll.True(t, time.Minute, "the new namespace filled", synced(nNamespaces+1))
+	if got := quiet() - reconciled; got != nTargets {
+		t.Errorf("a new namespace cost %v reconciles; want %d, one per target selecting it", got, nTargets)
+	}
 	afterNamespace := settled()
 	if got := afterNamespace - idle; got != nTargets {
 		t.Errorf("a new namespace cost %v writes; want %d, one per target selecting it", got, nTargets)

@@ -23,7 +23,17 @@ import (
 // trustsync_targets_writes_total) and the time until every object holds the result.
 // The needed writes are 20 for the namespace and 1,001 for the edit; an idle round
 // (every target reconciled with nothing changed) should cost none.
+//
+// The targets=1000 case is a thousand teams' targets, each writing ConfigMap roots
+// into its own team's namespaces (1,000 namespaces, 1,000 ConfigMaps): a team's new
+// namespace needs one reconcile and one write, and so does a new team's target,
+// whatever the other 999 do.
 func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
+	b.Run("targets=20", benchTargetsSelectingEveryNamespace)
+	b.Run("targets=1000", benchTargetsOfAThousandTeams)
+}
+
+func benchTargetsSelectingEveryNamespace(b *testing.B) {
 	cp := planes.Get(b, true)
 	ctx := context.Background()
 	client := kube(b, cp.AdminConfig())
@@ -72,15 +82,17 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 	idleBefore := poke()
 	idle := poke() - idleBefore
 
-	var nsWrites, nsTime, editWrites, editTime []float64
+	var nsWrites, nsReconciles, nsTime, editWrites, editTime []float64
 	b.ResetTimer()
 	for i := range b.N {
 		before := poke()
+		_, reconciled := targetWrites(b, controllers[cp])
 		t0 := time.Now()
 		controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-new-%d", run, i), label)
 		namespaces++
 		waitLong(b, "the new namespace filled by every target", 5*time.Minute, synced)
 		nsTime = append(nsTime, time.Since(t0).Seconds())
+		nsReconciles = append(nsReconciles, quietReconciles(b, controllers[cp])-reconciled)
 		afterNs := poke()
 		nsWrites = append(nsWrites, afterNs-before)
 
@@ -108,9 +120,92 @@ func BenchmarkTargets_1000Namespaces20Targets(b *testing.B) {
 	b.ReportMetric(fill.Seconds(), "fill-20000-s")
 	b.ReportMetric(idle, "writes/idle-round")
 	b.ReportMetric(median(nsWrites), "writes/new-namespace")
+	b.ReportMetric(median(nsReconciles), "reconciles/new-namespace")
 	b.ReportMetric(median(nsTime), "s/new-namespace")
 	b.ReportMetric(median(editWrites), "writes/edit")
 	b.ReportMetric(median(editTime), "s/edit")
+}
+
+func benchTargetsOfAThousandTeams(b *testing.B) {
+	cp := planes.Get(b, true)
+	client := kube(b, cp.AdminConfig())
+	const teams = 1000
+	run := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	teamLabel := func(i int) string { return fmt.Sprintf("bench-%s-team-%d", run, i) }
+	root := fixtures.CA("bench teams")
+	controlplane.NativeBundle(b, client, "bench-teams-"+run, root)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	for i := range teams {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), map[string]string{teamLabel(i): "member"})
+		}()
+	}
+	wg.Wait()
+	createTeamTarget := func(i int) {
+		controlplane.CreateTarget(b, cp, teamLabel(i), map[string]any{
+			"sources": []any{map[string]any{"name": "bench-teams-" + run, "path": "ca.crt"}},
+			"target":  map[string]any{"configMap": map[string]any{"name": "roots"}, "namespaceSelector": map[string]any{"matchLabels": map[string]any{teamLabel(i): "member"}}},
+		})
+	}
+	start := time.Now()
+	for i := range teams {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			createTeamTarget(i)
+		}()
+	}
+	wg.Wait()
+	writes := func() float64 { w, _ := targetWrites(b, controllers[cp]); return w }
+	waitLong(b, "every team's ConfigMap written", 15*time.Minute, func() bool { return writes() >= teams })
+	fill := time.Since(start)
+	quiet := func() float64 { return quietReconciles(b, controllers[cp]) }
+
+	var nsWrites, nsReconciles, nsTime, tWrites, tReconciles, tTime []float64
+	b.ResetTimer()
+	for i := range b.N {
+		// A second namespace of team i.
+		reconciled, wrote := quiet(), writes()
+		name := fmt.Sprintf("bench-%s-%04d-more", run, i)
+		t0 := time.Now()
+		controlplane.LabelledNamespace(b, client, name, map[string]string{teamLabel(i): "member"})
+		waitLong(b, "roots in the team's new namespace", 5*time.Minute, func() bool {
+			_, err := client.CoreV1().ConfigMaps(name).Get(context.Background(), "roots", metav1.GetOptions{})
+			return err == nil
+		})
+		nsTime = append(nsTime, time.Since(t0).Seconds())
+		nsReconciles = append(nsReconciles, quiet()-reconciled)
+		nsWrites = append(nsWrites, writes()-wrote)
+
+		// A new team: its namespace, then its target.
+		team := teams + i
+		controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, team), map[string]string{teamLabel(team): "member"})
+		reconciled, wrote = quiet(), writes()
+		t0 = time.Now()
+		createTeamTarget(team)
+		waitLong(b, "the new team's roots", 5*time.Minute, func() bool {
+			_, err := client.CoreV1().ConfigMaps(fmt.Sprintf("bench-%s-%04d", run, team)).Get(context.Background(), "roots", metav1.GetOptions{})
+			return err == nil
+		})
+		tTime = append(tTime, time.Since(t0).Seconds())
+		tReconciles = append(tReconciles, quiet()-reconciled)
+		tWrites = append(tWrites, writes()-wrote)
+	}
+	b.StopTimer()
+	b.ReportMetric(fill.Seconds(), "fill-1000-s")
+	b.ReportMetric(median(nsWrites), "writes/new-namespace")
+	b.ReportMetric(median(nsReconciles), "reconciles/new-namespace")
+	b.ReportMetric(median(nsTime), "s/new-namespace")
+	b.ReportMetric(median(tWrites), "writes/new-target")
+	b.ReportMetric(median(tReconciles), "reconciles/new-target")
+	b.ReportMetric(median(tTime), "s/new-target")
 }
 
 // waitLong polls ok every second for up to d.
