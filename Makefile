@@ -106,6 +106,7 @@ bench: controlplane
 	$(GO) test -run='^$$' -bench=Reports_1000Nodes -benchtime=3x -timeout 40m ./test/e2e/agent/
 	$(GO) test -run='^$$' -bench=Targets_1000Namespaces20Targets -benchtime=3x -timeout 50m ./test/e2e/controller/
 	$(GO) test -run='^$$' -bench=RotationGate_10000Pods1000Nodes -benchtime=1x -count=3 -timeout 60m ./test/e2e/signer/
+	$(GO) test -run='^$$' -bench=SignerMemory_10000Pods1000Nodes -benchtime=1x -count=3 -timeout 60m ./test/e2e/signer/
 
 # Each native edit waits for the kubelet's periodic sync (about a minute): 5 edits, after
 # the discarded first run testing makes.

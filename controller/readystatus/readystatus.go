@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/controller/objects"
 )
 
 // Ready is how a reconcile ended: the Ready condition's status, reason and message.
@@ -45,9 +46,13 @@ type Writer struct {
 	Resource     schema.GroupVersionResource
 	FieldManager string
 	Events       record.EventRecorder
-	// Wrote, when set, is told the resourceVersion each status write returned, so
-	// that its controller can tell the write's own watch event from a change.
-	Wrote func(name, resourceVersion string)
+	// Echoes, when set, records each status write (under EchoKey of the object's
+	// name), so that its controller can tell the write's own watch event from a
+	// change; Requeue is then told of a change that came while the write was in
+	// flight.
+	Echoes  *objects.Echoes
+	EchoKey func(name string) string
+	Requeue func(name string)
 }
 
 // Set makes ready the Ready condition among conditions (a copy of the object's, in
@@ -79,9 +84,18 @@ func (w Writer) Write(ctx context.Context, u *unstructured.Unstructured, old, st
 	}
 	updated := u.DeepCopy()
 	updated.Object["status"] = m
+	if w.Echoes != nil {
+		w.Echoes.Writing(w.EchoKey(u.GetName()))
+	}
 	written, err := w.Dynamic.Resource(w.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: w.FieldManager})
-	if err == nil && w.Wrote != nil {
-		w.Wrote(written.GetName(), written.GetResourceVersion())
+	if w.Echoes != nil {
+		rv := ""
+		if err == nil {
+			rv = written.GetResourceVersion()
+		}
+		if w.Echoes.Wrote(w.EchoKey(u.GetName()), rv) {
+			w.Requeue(u.GetName())
+		}
 	}
 	switch {
 	case apierrors.IsNotFound(err):

@@ -94,7 +94,7 @@ func New(cfg Config) *Controller {
 		queue: queue.New[string]("trustsync_targets")}
 	c.state = objects.NewTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	c.status = readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.TrustTargetResource, FieldManager: FieldManager, Events: cfg.Events,
-		Wrote: func(name, rv string) { c.echoes.Wrote(statusKey(name), rv) }}
+		Echoes: &c.echoes, EchoKey: statusKey, Requeue: func(name string) { c.queue.Add(name) }}
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
@@ -572,7 +572,12 @@ func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.
 	if live != nil && last.Digest == digest && last.Before == live.Meta.GetResourceVersion() {
 		return true, note, nil // the informer has yet to see this controller's write
 	}
+	key := objectKey(kind, ns.Name, object)
+	c.echoes.Writing(key)
 	rv, err := c.apply(ctx, kind, ns.Name, object, d)
+	if c.echoes.Wrote(key, rv) {
+		c.queue.Add(target) // someone else's change came while the write was in flight
+	}
 	if err != nil {
 		return false, note, err
 	}
@@ -581,7 +586,6 @@ func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.
 		before = live.Meta.GetResourceVersion()
 	}
 	st.Applied[ns.Name] = objects.Applied{Digest: digest, Before: before, After: rv}
-	c.echoes.Wrote(objectKey(kind, ns.Name, object), rv)
 	return true, note, nil
 }
 

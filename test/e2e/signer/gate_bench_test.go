@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,8 @@ import (
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/fixtures"
+	"github.com/trustsync/trustsync/test/poll"
+	"github.com/trustsync/trustsync/test/scrape"
 	"github.com/trustsync/trustsync/trustreport"
 	"github.com/trustsync/trustsync/trustreport/query"
 	"github.com/trustsync/trustsync/trustreport/reader"
@@ -80,39 +83,7 @@ func BenchmarkRotationGate_10000Pods1000Nodes(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = store.Delete(context.Background(), live.Name, metav1.DeleteOptions{}) })
 
-	// The pods, bound to their simulated nodes and running, as a kubelet would say
-	// (never run: there is no kubelet); each node's report says they hold the old CA.
-	pods := make([]*corev1.Pod, nodes*perNode)
-	parallel(b, len(pods), func(i int) error {
-		p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i)},
-			Spec: corev1.PodSpec{NodeName: simNode(i / perNode),
-				Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
-				Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
-					{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To(signerName), LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"}}}}}}}}},
-			metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
-		pods[i], err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
-		return err
-	})
-	report := func(n int, anchors ...string) error {
-		obj, err := nodeReport(simNode(n), pods[n*perNode:(n+1)*perNode], anchors...)
-		if err != nil {
-			return err
-		}
-		if cur, err := reports.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
-			obj.SetResourceVersion(cur.GetResourceVersion())
-			_, err = reports.Update(ctx, obj, metav1.UpdateOptions{})
-			return err
-		}
-		_, err = reports.Create(ctx, obj, metav1.CreateOptions{})
-		return err
-	}
-	parallel(b, nodes, func(n int) error { return report(n, oldID) })
-
+	pods, report := simulatedCluster(b, admin, reports, ns, signerName, nodes, perNode, oldID)
 	// caught is how many nodes report their pods holding the new CA; one more each
 	// second while catchUp runs.
 	var caught atomic.Int64
@@ -267,6 +238,45 @@ func watchingGate(store *bundleapi.Store, signerName, anchor string) gate {
 	}
 }
 
+// simulatedCluster makes nodes*perNode pods of ns, perNode on each simulated node,
+// each projecting signerName's bundles and running as a kubelet would say (never run:
+// there is no kubelet), and each node's report saying its pods hold anchors. report
+// writes node n's report again with other anchors.
+func simulatedCluster(b *testing.B, admin kubernetes.Interface, reports dynamic.ResourceInterface, ns, signerName string, nodes, perNode int, anchors ...string) ([]*corev1.Pod, func(n int, anchors ...string) error) {
+	ctx := context.Background()
+	pods := make([]*corev1.Pod, nodes*perNode)
+	parallel(b, len(pods), func(i int) error {
+		p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i)},
+			Spec: corev1.PodSpec{NodeName: simNode(i / perNode),
+				Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1", VolumeMounts: []corev1.VolumeMount{{Name: "roots", MountPath: "/etc/roots"}}}},
+				Volumes: []corev1.Volume{{Name: "roots", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{SignerName: ptr.To(signerName), LabelSelector: &metav1.LabelSelector{}, Path: "ca.pem"}}}}}}}}},
+			metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", Image: "registry.example/app:1",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+		pods[i], err = admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	report := func(n int, anchors ...string) error {
+		obj, err := nodeReport(simNode(n), pods[n*perNode:(n+1)*perNode], anchors...)
+		if err != nil {
+			return err
+		}
+		if cur, err := reports.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+			obj.SetResourceVersion(cur.GetResourceVersion())
+			_, err = reports.Update(ctx, obj, metav1.UpdateOptions{})
+			return err
+		}
+		_, err = reports.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	parallel(b, nodes, func(n int) error { return report(n, anchors...) })
+	return pods, report
+}
+
 func simNode(n int) string { return fmt.Sprintf("sim-%04d", n) }
 
 // parallel runs do(0..n-1) 32 at a time and stops the benchmark at the first error.
@@ -329,4 +339,103 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	c.n.Add(int64(n))
 
 	return n, err
+}
+
+// BenchmarkSignerMemory_10000Pods1000Nodes gives what the signer's watch of every pod
+// (the rotation gate's) costs it: trustsync-signer as released, its rotation gate's
+// watches started by a first waiting rotation while none of its pods exists (idle),
+// then 10,000 pods over 1,000 simulated nodes projecting its bundle, every node's
+// report saying they hold an older CA, and a rotation waiting for them all. It
+// reports the signer's resident memory and Go heap in use at idle and waiting, their
+// growth per pod, and the watches the API server holds open at each.
+func BenchmarkSignerMemory_10000Pods1000Nodes(b *testing.B) {
+	const nodes, perNode = 1000, 10
+	cp := planes.Get(b, true)
+	ctx := context.Background()
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 1000, 2000
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	reports := dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.NodeTrustReportResource)
+	for b.Loop() {
+		run := fmt.Sprint(time.Now().Unix())
+		ns, signerNamespace, signerName := "memory-"+run, "memory-signer-"+run, "example.com/memory-"+run
+		if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+			b.Fatal(err)
+		}
+		p := startObservedSigner(b, cp, signerNamespace, signerName, "--ca-propagation-max-wait=1h", "--ca-propagation-min-wait=1h")
+		metrics := func() scrape.Metrics {
+			b.Helper()
+			text, err := p.Metrics()
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := scrape.Parse(text)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}
+		sample := func(name string) float64 { return metrics().Sum(name, nil) }
+		// The gate's last count of the pods selecting the signer's bundle; -1 before
+		// it has counted.
+		expected := func() float64 {
+			m := metrics()
+			if m["trustsync_signer_ca_rotation_pods"] == nil {
+				return -1
+			}
+			return m.Sum("trustsync_signer_ca_rotation_pods", map[string]string{"signer": signerName, "state": "expected"})
+		}
+		waitForBundle(b, cp, bundle.NamePrefix(signerName, bundle.NativeForm)+signer.LiveValue)
+		requestRotation(b, cp, signerNamespace, signerName)
+		// The minimum wait holds the rotation while no pod is seen, its gate watching.
+		poll.True(b, 2*time.Minute, "the idle signer's gate answering", func() bool { return expected() == 0 })
+		idleRSS, idleHeap := settledMemory(b, sample)
+		idle, err := cp.Usage(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		older := bundle.AnchorID(fixtures.CA("memory older").Cert.Raw)
+		simulatedCluster(b, admin, reports, ns, signerName, nodes, perNode, older)
+		poll.True(b, 5*time.Minute, "the gate counting every pod", func() bool { return expected() == nodes*perNode })
+		rss, heap := settledMemory(b, sample)
+		waiting, err := cp.Usage(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pods := float64(nodes * perNode)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(idleRSS/(1<<20), "idle-rss-MiB")
+		b.ReportMetric(rss/(1<<20), "rss-MiB")
+		b.ReportMetric((rss-idleRSS)/pods/1024, "rss-KiB/pod")
+		b.ReportMetric(idleHeap/(1<<20), "idle-heap-MiB")
+		b.ReportMetric((heap-idleHeap)/pods/1024, "heap-KiB/pod")
+		b.ReportMetric(idle.Watches, "watches-idle")
+		b.ReportMetric(waiting.Watches, "watches-waiting")
+
+		b.StopTimer()
+		p.Stop(10 * time.Second)
+		_ = admin.CoreV1().Pods(ns).DeleteCollection(context.Background(), *metav1.NewDeleteOptions(0), metav1.ListOptions{})
+		_ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		_ = reports.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		b.StartTimer()
+	}
+}
+
+// settledMemory reads a process's resident memory and Go heap in use once its
+// resident memory has stayed within 1% for 5 s (a list's garbage collected).
+func settledMemory(b *testing.B, sample func(string) float64) (rss, heap float64) {
+	b.Helper()
+	last := sample("process_resident_memory_bytes")
+	for still := 0; still < 5; {
+		time.Sleep(time.Second)
+		now := sample("process_resident_memory_bytes")
+		if math.Abs(now-last) <= last/100 {
+			still++
+		} else {
+			still = 0
+		}
+		last = now
+	}
+	return last, sample("go_memstats_heap_inuse_bytes")
 }

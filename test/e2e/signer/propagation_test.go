@@ -188,18 +188,18 @@ func signerRotation(t *testing.T, cli controlplane.Plugin, signer string, r *plu
 
 // startObservedSigner runs a signer of its own in namespace, with observed
 // propagation, until the test ends (its log shown if the test failed).
-func startObservedSigner(t *testing.T, cp *controlplane.ControlPlane, namespace, signer string, extra ...string) {
+func startObservedSigner(t testing.TB, cp *controlplane.ControlPlane, namespace, signer string, extra ...string) *controlplane.Process {
 	t.Helper()
 	if err := cp.CreateNamespace(context.Background(), namespace, nil); err != nil {
 		t.Fatal(err)
 	}
 	p, err := cp.StartSigner(append([]string{"--namespace=" + namespace, "--signer-name=" + signer, "--ca-propagation=observed", "--ca-propagation-window=1h"}, extra...)...)
-	untilTheEnd(t, "signer", p, err)
+	return untilTheEnd(t, "signer", p, err)
 }
 
 // untilTheEnd fails the test if the process could not start, and otherwise stops it
 // when the test ends, showing its log if the test failed.
-func untilTheEnd(t *testing.T, name string, p *controlplane.Process, err error) *controlplane.Process {
+func untilTheEnd(t testing.TB, name string, p *controlplane.Process, err error) *controlplane.Process {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func nodeReport(node string, pods []*corev1.Pod, anchors ...string) (*unstructur
 }
 
 // requestRotation asks the signer running in namespace to rotate its CA now.
-func requestRotation(t *testing.T, cp *controlplane.ControlPlane, namespace, signer string) {
+func requestRotation(t testing.TB, cp *controlplane.ControlPlane, namespace, signer string) {
 	t.Helper()
 	annotateCASecret(t, cp, namespace, signer, "trustsync.io/rotate-requested-at", time.Now().UTC().Format(time.RFC3339Nano))
 }
@@ -289,7 +289,7 @@ func selectingPod(t *testing.T, cp *controlplane.ControlPlane, namespace, name, 
 }
 
 // annotateCASecret sets an annotation on signer's CA Secret, as an operator would.
-func annotateCASecret(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, key, value string) {
+func annotateCASecret(t testing.TB, cp *controlplane.ControlPlane, namespace, signer, key, value string) {
 	t.Helper()
 	secrets := kube(t, cp.AdminConfig()).CoreV1().Secrets(namespace)
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
