@@ -307,9 +307,7 @@ func (o *options) read(ctx context.Context, namespace string) (query.Cluster, er
 	if err != nil {
 		return c, err
 	}
-	// Warnings carry what tenants wrote (report errors, object names): made safe for
-	// the terminal.
-	if c, err = reader.Once(ctx, cl.core, cl.dyn, namespace, func(w string) { fmt.Fprintln(o.stderr, "warning: "+safe(w)) }); err != nil {
+	if c, err = reader.Once(ctx, cl.core, cl.dyn, namespace, o.warn); err != nil {
 		return c, err
 	}
 	c.Grants = o.readGrants(ctx, cl, namespace)
@@ -497,8 +495,12 @@ func (o *options) contents(ctx context.Context, namespace string) ([]query.Objec
 	if err != nil {
 		return nil, err
 	}
-	return o.readContents(ctx, cl.core, cl.dyn, cl.meta, namespace), nil
+	return reader.Contents(ctx, cl.dyn, cl.meta, namespace, o.warn), nil
 }
+
+// warn says on stderr what the answer could not see. Warnings carry what tenants
+// wrote (report errors, object names): made safe for the terminal.
+func (o *options) warn(w string) { fmt.Fprintln(o.stderr, "warning: "+safe(w)) }
 
 // printNotObservable says, under a table, which pods read trust where no one can see.
 func printNotObservable(w io.Writer, what string, pods []query.Straggler) {
