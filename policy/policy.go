@@ -115,7 +115,7 @@ type Approval struct {
 	// signer names none.
 	TrustDomain string `json:"trustDomain,omitempty"`
 	// DNSNames are patterns a requested DNS name must match; "{namespace}" stands for
-	// the requester's namespace and a leading "*." for one label.
+	// the requester's namespace and each "*" for one whole label (tenancy.MatchDNSName).
 	DNSNames    []string `json:"dnsNames,omitempty"`
 	IPAddresses bool     `json:"ipAddresses,omitempty"`
 	Usages      []string `json:"usages,omitempty"`

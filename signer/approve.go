@@ -13,6 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 const serviceAccountPrefix = "system:serviceaccount:"
@@ -53,7 +54,7 @@ func decide(csr *certificatesv1.CertificateSigningRequest, req *x509.Certificate
 		return deny("URI SAN %q is not the requester's own SPIFFE ID %q", req.URIs[0].String(), own)
 	}
 	for _, dns := range req.DNSNames {
-		if !slices.ContainsFunc(a.DNSNames, func(p string) bool { return dnsMatches(strings.ReplaceAll(p, "{namespace}", namespace), dns) }) {
+		if !slices.ContainsFunc(a.DNSNames, func(p string) bool { return tenancy.MatchDNSName(strings.ReplaceAll(p, "{namespace}", namespace), dns) }) {
 			return deny("DNS SAN %q matches none of the patterns allowed for namespace %q: %s", dns, namespace, strings.ReplaceAll(strings.Join(a.DNSNames, ", "), "{namespace}", namespace))
 		}
 	}
@@ -117,15 +118,4 @@ func serviceAccount(username string) (namespace, name string, ok bool) {
 		return "", "", false
 	}
 	return namespace, name, true
-}
-
-// dnsMatches matches a DNS name against a pattern whose leading "*." stands for exactly
-// one label.
-func dnsMatches(pattern, name string) bool {
-	pattern, name = strings.ToLower(pattern), strings.ToLower(name)
-	if suffix, wild := strings.CutPrefix(pattern, "*."); wild {
-		label, rest, ok := strings.Cut(name, ".")
-		return ok && label != "" && label != "*" && rest == suffix
-	}
-	return pattern == name
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/tenancy"
 )
 
 const (
@@ -220,7 +221,7 @@ func requestedDNSNames(pcr *certificatesv1.PodCertificateRequest, rules *policy.
 			return nil, fmt.Sprintf("DNS name %q is not a valid DNS name: %s", name, strings.Join(errs, "; "))
 		}
 		if !slices.ContainsFunc(patterns, func(p string) bool {
-			return dnsMatches(strings.ReplaceAll(p, "{namespace}", pcr.Namespace), name)
+			return tenancy.MatchDNSName(strings.ReplaceAll(p, "{namespace}", pcr.Namespace), name)
 		}) {
 			if len(patterns) == 0 {
 				return nil, fmt.Sprintf("DNS name %q was asked for, but signer %s's policy allows no DNS names (approval.dnsNames)", name, rules.SignerName)

@@ -98,7 +98,7 @@ func (g Grants) Bundle(b Bundle) (string, error) {
 		if b.Unknown && bg.Name == "" && (bg.Labels == nil || !bg.Labels.Empty()) {
 			continue
 		}
-		if bg.Grants(b.Name, signer, b.Labels) {
+		if grantsBundle(bg.ParsedBundleGrant, b.Name, signer, b.Labels) {
 			return bg.Policy, nil
 		}
 	}
@@ -157,7 +157,7 @@ func (g Grants) Certificate(signer string, dnsNames []string) (string, error) {
 		if sg.SignerName != signer {
 			continue
 		}
-		name, ok := sg.AllowsDNSNames(dnsNames)
+		name, ok := allowedDNSNames(sg.DNSNames, dnsNames)
 		if ok {
 			return sg.Policy, nil
 		}

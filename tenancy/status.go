@@ -34,7 +34,7 @@ func Status(p Policy, namespaces []map[string]string, bundles []Bundle) (selecte
 
 func resolves(g v1alpha1.ParsedBundleGrant, bundles []Bundle) bool {
 	for _, b := range bundles {
-		if g.Grants(b.Name, b.SignerName, b.Labels) {
+		if grantsBundle(g, b.Name, b.SignerName, b.Labels) {
 			return true
 		}
 	}

@@ -207,48 +207,6 @@ func validateDNSPattern(pattern string) error {
 	return nil
 }
 
-// MatchDNSPattern says whether name is one pattern allows: as many labels, each equal
-// or matched by "*" (one non-empty label, never several, never part of one).
-func MatchDNSPattern(pattern, name string) bool {
-	pl, nl := strings.Split(pattern, "."), strings.Split(strings.ToLower(name), ".")
-	if len(pl) != len(nl) {
-		return false
-	}
-	for i := range pl {
-		if nl[i] == "" || (pl[i] != "*" && pl[i] != nl[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// Grants says whether the grant covers a bundle named name, of signer signerName
-// with labels.
-func (g ParsedBundleGrant) Grants(name, signerName string, bundleLabels map[string]string) bool {
-	if g.Name != "" {
-		return g.Name == name
-	}
-	return g.SignerName == signerName && g.Labels.Matches(labels.Set(bundleLabels))
-}
-
-// AllowsDNSNames says whether every name is allowed by one of the grant's patterns,
-// and if not, the first that is not.
-func (g ParsedSignerGrant) AllowsDNSNames(names []string) (string, bool) {
-	for _, n := range names {
-		ok := false
-		for _, p := range g.DNSNames {
-			if MatchDNSPattern(p, n) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return n, false
-		}
-	}
-	return "", true
-}
-
 // TrustPolicyFromUnstructured decodes a TrustPolicy read through a dynamic client.
 func TrustPolicyFromUnstructured(u *unstructured.Unstructured) (*TrustPolicy, error) {
 	return fromUnstructured[TrustPolicy](u, TrustPolicyKind+" %s")

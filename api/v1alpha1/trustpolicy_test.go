@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestParseTrustPolicySpec_SaysWhatIsWrongWithTheOffendingValue(t *testing.T) {
@@ -46,57 +45,5 @@ func TestParseTrustPolicySpec_SaysWhatIsWrongWithTheOffendingValue(t *testing.T)
 				t.Fatalf("parsed %d bundle grants of %d", len(parsed.Bundles), len(tc.spec.Bundles))
 			}
 		})
-	}
-}
-
-// A trust domain's grant is the federated signer's bundle labelled with it, and a
-// signer's grant without a selector covers all its bundles.
-func TestParsedBundleGrant_GrantsWhatItNames(t *testing.T) {
-	parsed, err := ParseTrustPolicySpec(&TrustPolicySpec{NamespaceSelector: &metav1.LabelSelector{},
-		Bundles: []BundleGrant{{Name: "corp-root"}, {SignerName: "example.com/s"}, {TrustDomain: "partner.example"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName, bySigner, byDomain := parsed.Bundles[0], parsed.Bundles[1], parsed.Bundles[2]
-	for _, tc := range []struct {
-		name         string
-		grant        ParsedBundleGrant
-		bundle, sig  string
-		bundleLabels map[string]string
-		want         bool
-	}{
-		{"the bundle named", byName, "corp-root", "", nil, true},
-		{"another bundle", byName, "corp-b", "", nil, false},
-		{"any bundle of the signer", bySigner, "example.com:s:x", "example.com/s", map[string]string{"any": "thing"}, true},
-		{"another signer's", bySigner, "example.com:t:x", "example.com/t", nil, false},
-		{"the peer's imported anchors", byDomain, FederatedBundleName("partner.example"), FederatedSignerName, map[string]string{TrustDomainLabel: "partner.example"}, true},
-		{"another peer's", byDomain, FederatedBundleName("other.example"), FederatedSignerName, map[string]string{TrustDomainLabel: "other.example"}, false},
-	} {
-		if got := tc.grant.Grants(tc.bundle, tc.sig, tc.bundleLabels); got != tc.want {
-			t.Errorf("%s: %v; want %v", tc.name, got, tc.want)
-		}
-	}
-	if byDomain.TrustDomain.String() != "partner.example" || byDomain.Labels.String() != labels.SelectorFromSet(labels.Set{TrustDomainLabel: "partner.example"}).String() {
-		t.Errorf("the trust domain's grant is %+v", byDomain)
-	}
-}
-
-func TestMatchDNSPattern_StarIsOneWholeLabel(t *testing.T) {
-	for _, tc := range []struct {
-		pattern, name string
-		want          bool
-	}{
-		{"*.payments.svc", "api.payments.svc", true},
-		{"*.payments.svc", "API.payments.svc", true},
-		{"*.payments.svc", "a.b.payments.svc", false},
-		{"*.payments.svc", "payments.svc", false},
-		{"*.payments.svc", ".payments.svc", false},
-		{"api.*.example.com", "api.eu.example.com", true},
-		{"exact.example.com", "exact.example.com", true},
-		{"exact.example.com", "other.example.com", false},
-	} {
-		if got := MatchDNSPattern(tc.pattern, tc.name); got != tc.want {
-			t.Errorf("MatchDNSPattern(%q, %q) = %v; want %v", tc.pattern, tc.name, got, tc.want)
-		}
 	}
 }
