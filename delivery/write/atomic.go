@@ -62,6 +62,10 @@ type AtomicWriter struct {
 	now func() time.Time
 	// retired lists replaced versions still on disk, oldest first.
 	retired []retiredVersion
+	// scanned says that the directory was cleared once of versions this writer does
+	// not know (an earlier process's): from then on it removes only its own, by
+	// name, without listing the directory at every write.
+	scanned bool
 }
 
 // Owner is a uid and gid.
@@ -85,6 +89,10 @@ func (w *AtomicWriter) Write(payload map[string]render.File) (bool, error) {
 	if err := validatePayload(payload); err != nil {
 		return false, err
 	}
+	oldVersion, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("cannot read %s: %w", dataDirName, err)
+	}
 	current, err := w.Read()
 	if err != nil {
 		return false, err
@@ -93,10 +101,6 @@ func (w *AtomicWriter) Write(payload map[string]render.File) (bool, error) {
 		// A crash between the ..data swap and the links leaves names unlinked that
 		// no later content change may come to repair.
 		return false, w.linkVisibleNames(payload, current)
-	}
-	oldVersion, err := os.Readlink(filepath.Join(w.Dir, dataDirName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("cannot read %s: %w", dataDirName, err)
 	}
 	// Make room first: versions kept for readers that are past their time (or left by
 	// an earlier process) go before a new one is written, so a burst that filled the
@@ -108,7 +112,9 @@ func (w *AtomicWriter) Write(payload map[string]render.File) (bool, error) {
 	if errors.Is(err, syscall.ENOSPC) && len(w.retired) > 0 {
 		// Still no room: readers of replaced versions lose their grace period rather
 		// than the current content its update.
-		w.retired = nil
+		for i := range w.retired {
+			w.retired[i].at = time.Time{}
+		}
 		if perr := w.prune(oldVersion, w.now()); perr != nil {
 			return false, perr
 		}
@@ -158,20 +164,44 @@ func (w *AtomicWriter) writeNewVersion(payload map[string]render.File) (string, 
 }
 
 // prune forgets replaced versions older than retainFor, or beyond the newest
-// retainMax, and removes from disk every version but current and those kept.
+// retainMax, and removes them from disk; the first time, it removes every version but
+// current and those kept, an earlier process's included.
 func (w *AtomicWriter) prune(current string, now time.Time) error {
-	w.retired = slices.DeleteFunc(w.retired, func(r retiredVersion) bool { return now.Sub(r.at) > retainFor })
+	var gone []string
+	w.retired = slices.DeleteFunc(w.retired, func(r retiredVersion) bool {
+		if now.Sub(r.at) > retainFor {
+			gone = append(gone, r.name)
+			return true
+		}
+		return false
+	})
 	if n := len(w.retired) - retainMax; n > 0 {
-		w.retired = w.retired[n:]
+		for _, r := range w.retired[:n] {
+			gone = append(gone, r.name)
+		}
+		w.retired = slices.Delete(w.retired, 0, n)
 	}
-	var keep []string
-	if current != "" {
-		keep = append(keep, current)
+	if !w.scanned {
+		keep := []string{}
+		if current != "" {
+			keep = append(keep, current)
+		}
+		for _, r := range w.retired {
+			keep = append(keep, r.name)
+		}
+		if err := w.removeVersionsExcept(keep); err != nil {
+			return err
+		}
+		w.scanned = true
+		return nil
 	}
-	for _, r := range w.retired {
-		keep = append(keep, r.name)
+	for _, name := range gone {
+		if err := os.RemoveAll(filepath.Join(w.Dir, name)); err != nil {
+			w.scanned = false // what is left is found by the next listing
+			return fmt.Errorf("cannot remove the old version %s: %w", name, err)
+		}
 	}
-	return w.removeVersionsExcept(keep)
+	return nil
 }
 
 // removeVersionsExcept removes every version directory not in keep, including those a
