@@ -102,11 +102,14 @@ func (w *AtomicWriter) Write(payload map[string]render.File) (bool, error) {
 		// no later content change may come to repair.
 		return false, w.linkVisibleNames(payload, current)
 	}
-	// Make room first: versions kept for readers that are past their time (or left by
-	// an earlier process) go before a new one is written, so a burst that filled the
-	// volume cannot keep every later write from fitting.
-	if err := w.prune(oldVersion, w.now()); err != nil {
-		return false, err
+	// An earlier process's versions go before this writer's first write, so that
+	// they cannot keep it from fitting. This writer's own replaced versions go after
+	// each swap, so that removing them does not delay the new content (the node
+	// agent swaps a thousand volumes at once); a full volume has them go first, below.
+	if !w.scanned {
+		if err := w.prune(oldVersion, w.now()); err != nil {
+			return false, err
+		}
 	}
 	version, err := w.writeNewVersion(payload)
 	if errors.Is(err, syscall.ENOSPC) && len(w.retired) > 0 {
