@@ -63,7 +63,7 @@ func NewOptions() *Options {
 		Namespace:            os.Getenv("POD_NAMESPACE"),
 		InjectedIndex:        v1alpha1.DefaultInjectedIndex(os.Getenv("POD_NAMESPACE")),
 		TrustDomain:          policy.DefaultTrustDomain,
-		Workers:              4,
+		Workers:              8,
 		HealthAddress:        ":8081",
 		CASecretPrefix:       "trustsync-ca-",
 		CAValidity:           365 * 24 * time.Hour,
@@ -95,7 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PolicyFile, "policy", o.PolicyFile, "Path to the trustsync policy file: the signers to run, their durations and approval rules. Without it, --signer-name and --trust-domain describe the signers.")
 	fs.StringSliceVar(&o.SignerNames, "signer-name", o.SignerNames, "A signer to run, with default durations and approval rules (repeatable; default trustsync.io/workload). Not with --policy.")
 	fs.StringVar(&o.TrustDomain, "trust-domain", o.TrustDomain, "SPIFFE trust domain for --signer-name signers' approval rules. Not with --policy.")
-	fs.IntVar(&o.Workers, "workers", o.Workers, "CSRs handled concurrently.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Requests handled concurrently, CSRs and PodCertificateRequests each.")
 	fs.StringVar(&o.HealthAddress, "health-bind-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; empty serves none.")
 	fs.StringVar(&o.CASecretPrefix, "ca-secret-prefix", o.CASecretPrefix, "Prefix of each signer's CA Secret name; the rest is the signer name with '/' replaced by '-'.")
 	fs.DurationVar(&o.CAValidity, "ca-validity", o.CAValidity, "Lifetime of a CA the signer generates.")

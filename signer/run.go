@@ -213,27 +213,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 		}))
 		csrInformer := csrInformers.Certificates().V1().CertificateSigningRequests()
-		// Each event marks the request seen (the handler forgets it once nothing is
-		// left to do), then queues it.
-		csrKeyOf := func(obj any) (csrKey, bool) {
-			m, err := meta.Accessor(obj)
-			if err != nil {
-				return csrKey{}, false
-			}
-			return csrKey{signer: name, name: m.GetName()}, true
-		}
-		enqueueCSR := func(obj any) {
-			if key, ok := csrKeyOf(obj); ok {
-				h.seen.saw(key)
-				csrQueue.Add(key)
-			}
-		}
-		forgetCSR := func(obj any) {
-			if key, ok := csrKeyOf(deletedObject(obj)); ok {
-				h.seen.done(key)
-			}
-		}
-		if _, err := csrInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueueCSR, UpdateFunc: func(_, n any) { enqueueCSR(n) }, DeleteFunc: forgetCSR}); err != nil {
+		if _, err := csrInformer.Informer().AddEventHandler(requestEvents(h.seen, csrQueue, func(m metav1.Object) csrKey { return csrKey{signer: name, name: m.GetName()} })); err != nil {
 			return err
 		}
 		csrLister = csrInformer.Lister()
@@ -248,24 +228,6 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			pcrInformers := informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 				lo.FieldSelector = fields.OneTermEqualSelector("spec.signerName", name).String()
 			}))
-			pcrKeyOf := func(obj any) (pcrKey, bool) {
-				m, err := meta.Accessor(obj)
-				if err != nil {
-					return pcrKey{}, false
-				}
-				return pcrKey{signer: name, namespace: m.GetNamespace(), name: m.GetName()}, true
-			}
-			enqueuePCR := func(obj any) {
-				if key, ok := pcrKeyOf(obj); ok {
-					pcrs.seen.saw(key)
-					pcrQueue.Add(key)
-				}
-			}
-			forgetPCR := func(obj any) {
-				if key, ok := pcrKeyOf(deletedObject(obj)); ok {
-					pcrs.seen.done(key)
-				}
-			}
 			var informer cache.SharedIndexInformer
 			if pcrVersion == certificatesv1.SchemeGroupVersion.String() {
 				i := pcrInformers.Certificates().V1().PodCertificateRequests()
@@ -274,7 +236,9 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 				i := pcrInformers.Certificates().V1beta1().PodCertificateRequests()
 				informer, ps.betaPCRs = i.Informer(), i.Lister()
 			}
-			if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueuePCR, UpdateFunc: func(_, n any) { enqueuePCR(n) }, DeleteFunc: forgetPCR}); err != nil {
+			if _, err := informer.AddEventHandler(requestEvents(pcrs.seen, pcrQueue, func(m metav1.Object) pcrKey {
+				return pcrKey{signer: name, namespace: m.GetNamespace(), name: m.GetName()}
+			})); err != nil {
 				return err
 			}
 			pcrs.signers[name] = ps
@@ -319,13 +283,28 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	return nil
 }
 
-// deletedObject is the object of a delete event, also when the informer only knows
-// its last state.
-func deletedObject(obj any) any {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return tomb.Obj
+// requestEvents handles a kind of request's events: each one marks the request seen
+// (its handler forgets it once nothing is left to do) and queues it under key; a
+// deletion forgets it, also when the informer knows only its last state.
+func requestEvents[K comparable](seen *seenAt[K], q workqueue.TypedRateLimitingInterface[K], key func(metav1.Object) K) cache.ResourceEventHandlerFuncs {
+	enqueue := func(obj any) {
+		if m, err := meta.Accessor(obj); err == nil {
+			seen.saw(key(m))
+			q.Add(key(m))
+		}
 	}
-	return obj
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, n any) { enqueue(n) },
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if m, err := meta.Accessor(obj); err == nil {
+				seen.done(key(m))
+			}
+		},
+	}
 }
 
 // requeueAll queues every CSR of signer, for when its first CA is loaded.

@@ -59,25 +59,49 @@ func List(ctx context.Context, dyn dynamic.Interface) (Listing, error) {
 	return FromObjects(objs, time.Now()), nil
 }
 
-// FromObjects judges the reports a list or a watch's cache holds
-// (*unstructured.Unstructured) at now, as List does.
+// FromObjects judges the reports a list or a watch's cache holds at now, as List does:
+// *unstructured.Unstructured as listed, or what Decode made of them in a watch's
+// cache.
 func FromObjects(objs []any, now time.Time) Listing {
 	var l Listing
 	for _, obj := range objs {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			continue
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			obj, _ = Decode(u)
 		}
-		r, err := v1alpha1.NodeTrustReportFromUnstructured(u)
-		if err != nil {
-			l.Unreadable = append(l.Unreadable, Unreadable{Node: u.GetName(), Err: err.Error()})
-			continue
+		switch r := obj.(type) {
+		case *Undecodable:
+			l.Unreadable = append(l.Unreadable, Unreadable{Node: r.Name, Err: r.Err})
+		case *v1alpha1.NodeTrustReport:
+			if err := r.Stale(now); err != nil {
+				l.Unreadable = append(l.Unreadable, Unreadable{Node: r.Name, Err: err.Error()})
+				continue
+			}
+			l.Reports = append(l.Reports, r)
 		}
-		if err := r.Stale(now); err != nil {
-			l.Unreadable = append(l.Unreadable, Unreadable{Node: r.Name, Err: err.Error()})
-			continue
-		}
-		l.Reports = append(l.Reports, r)
 	}
 	return l
+}
+
+// Undecodable is a report that could not be decoded, as a watch's cache keeps it: its
+// name and why.
+type Undecodable struct {
+	metav1.ObjectMeta
+	Err string
+}
+
+// Decode is a watched report as a cache should keep it (an informer's transform):
+// decoded once, as it arrives, without its managed fields, or Undecodable. A
+// thousand nodes' reports of ten pods each, kept as unstructured maps, cost a reader
+// 2.6 KiB a pod, and were decoded again at every read.
+func Decode(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	r, err := v1alpha1.NodeTrustReportFromUnstructured(u)
+	if err != nil {
+		return &Undecodable{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}, Err: err.Error()}, nil
+	}
+	r.ManagedFields = nil
+	return r, nil
 }

@@ -105,6 +105,9 @@ func (r *Reader) start(ctx, runCtx context.Context) error {
 		return err
 	}
 	r.reports = dynamicinformer.NewFilteredDynamicInformer(r.Dynamic, v1alpha1.NodeTrustReportResource, metav1.NamespaceAll, r.Resync, cache.Indexers{}, nil).Informer()
+	if err := r.reports.SetTransform(trustreport.Decode); err != nil {
+		return err
+	}
 	go r.pods.RunWithContext(runCtx)
 	go r.reports.RunWithContext(runCtx)
 	if objects != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,20 +44,9 @@ func benchTargetsSelectingEveryNamespace(b *testing.B) {
 	for i := range nTargets {
 		controlplane.NativeBundle(b, client, fmt.Sprintf("bench-%s-%d", run, i), root)
 	}
-	// Namespaces are made ten at a time: the admin's client, not the controller, is
-	// what waits here.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 10)
-	for i := range nNamespaces {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), label)
-		}()
-	}
-	wg.Wait()
+	controlplane.InParallel(nNamespaces, 10, func(i int) {
+		controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), label)
+	})
 	start := time.Now()
 	for i := range nTargets {
 		controlplane.CreateTarget(b, cp, fmt.Sprintf("bench-%s-%d", run, i), map[string]any{
@@ -134,18 +122,9 @@ func benchTargetsOfAThousandTeams(b *testing.B) {
 	teamLabel := func(i int) string { return fmt.Sprintf("bench-%s-team-%d", run, i) }
 	root := fixtures.CA("bench teams")
 	controlplane.NativeBundle(b, client, "bench-teams-"+run, root)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 10)
-	for i := range teams {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), map[string]string{teamLabel(i): "member"})
-		}()
-	}
-	wg.Wait()
+	controlplane.InParallel(teams, 10, func(i int) {
+		controlplane.LabelledNamespace(b, client, fmt.Sprintf("bench-%s-%04d", run, i), map[string]string{teamLabel(i): "member"})
+	})
 	createTeamTarget := func(i int) {
 		controlplane.CreateTarget(b, cp, teamLabel(i), map[string]any{
 			"sources": []any{map[string]any{"name": "bench-teams-" + run, "path": "ca.crt"}},
@@ -153,16 +132,7 @@ func benchTargetsOfAThousandTeams(b *testing.B) {
 		})
 	}
 	start := time.Now()
-	for i := range teams {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			createTeamTarget(i)
-		}()
-	}
-	wg.Wait()
+	controlplane.InParallel(teams, 10, createTeamTarget)
 	writes := func() float64 { w, _ := targetWrites(b, controllers[cp]); return w }
 	waitLong(b, "every team's ConfigMap written", 15*time.Minute, func() bool { return writes() >= teams })
 	fill := time.Since(start)

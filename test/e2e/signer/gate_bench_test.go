@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/bundle/bundleapi"
 	"github.com/trustsync/trustsync/signer"
+	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/fixtures"
 	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/test/scrape"
@@ -54,22 +54,13 @@ func BenchmarkRotationGate_10000Pods1000Nodes(b *testing.B) {
 	const window, every = time.Minute, 5 * time.Second
 	cp := planes.Get(b, true)
 	ctx := context.Background()
-	cfg := cp.AdminConfig()
-	cfg.QPS, cfg.Burst = 1000, 2000
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	reports := dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.NodeTrustReportResource)
+	admin, reports := simulatorClients(cp)
 	run := fmt.Sprint(time.Now().Unix())
 	ns, signerName := "gate-"+run, "example.com/gate-"+run
 	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() {
-		// No kubelet ends the pods and no controller-manager empties the namespace:
-		// they go now, or the next run's lists carry them.
-		_ = admin.CoreV1().Pods(ns).DeleteCollection(context.Background(), *metav1.NewDeleteOptions(0), metav1.ListOptions{})
-		_ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-		_ = reports.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
-	})
+	b.Cleanup(func() { clearSimulated(admin, reports, ns) })
 
 	// The signer's live bundle while a new CA waits: the old CA and the new.
 	old, next := fixtures.CA("gate old"), fixtures.CA("gate new")
@@ -277,24 +268,32 @@ func simulatedCluster(b *testing.B, admin kubernetes.Interface, reports dynamic.
 	return pods, report
 }
 
+// simulatorClients are the admin's clients a simulated cluster is made with, at a rate
+// that keeps the API server, not them, the bound.
+func simulatorClients(cp *controlplane.ControlPlane) (kubernetes.Interface, dynamic.ResourceInterface) {
+	cfg := cp.AdminConfig()
+	cfg.QPS, cfg.Burst = 1000, 2000
+	return kubernetes.NewForConfigOrDie(cfg), dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.NodeTrustReportResource)
+}
+
+// clearSimulated deletes what simulatedCluster made: no kubelet ends the pods and no
+// controller-manager empties the namespace, so they go now, or the next run's lists
+// carry them.
+func clearSimulated(admin kubernetes.Interface, reports dynamic.ResourceInterface, ns string) {
+	_ = admin.CoreV1().Pods(ns).DeleteCollection(context.Background(), *metav1.NewDeleteOptions(0), metav1.ListOptions{})
+	_ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	_ = reports.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+}
+
 func simNode(n int) string { return fmt.Sprintf("sim-%04d", n) }
 
 // parallel runs do(0..n-1) 32 at a time and stops the benchmark at the first error.
 func parallel(b *testing.B, n int, do func(int) error) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := do(i); err != nil {
-				b.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	controlplane.InParallel(n, 32, func(i int) {
+		if err := do(i); err != nil {
+			b.Error(err)
+		}
+	})
 	if b.Failed() {
 		b.FailNow()
 	}
@@ -352,10 +351,7 @@ func BenchmarkSignerMemory_10000Pods1000Nodes(b *testing.B) {
 	const nodes, perNode = 1000, 10
 	cp := planes.Get(b, true)
 	ctx := context.Background()
-	cfg := cp.AdminConfig()
-	cfg.QPS, cfg.Burst = 1000, 2000
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	reports := dynamic.NewForConfigOrDie(cfg).Resource(v1alpha1.NodeTrustReportResource)
+	admin, reports := simulatorClients(cp)
 	for b.Loop() {
 		run := fmt.Sprint(time.Now().Unix())
 		ns, signerNamespace, signerName := "memory-"+run, "memory-signer-"+run, "example.com/memory-"+run
@@ -415,9 +411,7 @@ func BenchmarkSignerMemory_10000Pods1000Nodes(b *testing.B) {
 
 		b.StopTimer()
 		p.Stop(10 * time.Second)
-		_ = admin.CoreV1().Pods(ns).DeleteCollection(context.Background(), *metav1.NewDeleteOptions(0), metav1.ListOptions{})
-		_ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
-		_ = reports.DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		clearSimulated(admin, reports, ns)
 		b.StartTimer()
 	}
 }
