@@ -46,13 +46,18 @@ type Writer struct {
 	Resource     schema.GroupVersionResource
 	FieldManager string
 	Events       record.EventRecorder
-	// Echoes, when set, records each status write (under EchoKey of the object's
+	// Echoes, when set, records each status write (under StatusKey of the object's
 	// name), so that its controller can tell the write's own watch event from a
 	// change; Requeue is then told of a change that came while the write was in
 	// flight.
 	Echoes  *objects.Echoes
-	EchoKey func(name string) string
 	Requeue func(name string)
+}
+
+// StatusKey names the status of object name among the Echoes: what the controller's
+// event handler asks Echoes about.
+func (w Writer) StatusKey(name string) string {
+	return "status/" + w.Resource.Resource + "/" + name
 }
 
 // Set makes ready the Ready condition among conditions (a copy of the object's, in
@@ -85,7 +90,7 @@ func (w Writer) Write(ctx context.Context, u *unstructured.Unstructured, old, st
 	updated := u.DeepCopy()
 	updated.Object["status"] = m
 	if w.Echoes != nil {
-		w.Echoes.Writing(w.EchoKey(u.GetName()))
+		w.Echoes.Writing(w.StatusKey(u.GetName()))
 	}
 	written, err := w.Dynamic.Resource(w.Resource).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: w.FieldManager})
 	if w.Echoes != nil {
@@ -93,7 +98,7 @@ func (w Writer) Write(ctx context.Context, u *unstructured.Unstructured, old, st
 		if err == nil {
 			rv = written.GetResourceVersion()
 		}
-		if w.Echoes.Wrote(w.EchoKey(u.GetName()), rv) {
+		if w.Echoes.Wrote(w.StatusKey(u.GetName()), rv) {
 			w.Requeue(u.GetName())
 		}
 	}

@@ -94,7 +94,7 @@ func New(cfg Config) *Controller {
 		queue: queue.New[string]("trustsync_targets")}
 	c.state = objects.NewTended(cfg.Registry, func(name string) { c.queue.Add(name) })
 	c.status = readystatus.Writer{Dynamic: cfg.Dynamic, Resource: v1alpha1.TrustTargetResource, FieldManager: FieldManager, Events: cfg.Events,
-		Echoes: &c.echoes, EchoKey: statusKey, Requeue: func(name string) { c.queue.Add(name) }}
+		Echoes: &c.echoes, Requeue: func(name string) { c.queue.Add(name) }}
 	dyn := dynamicinformer.NewDynamicSharedInformerFactory(cfg.Dynamic, cfg.Resync)
 	c.targets = dyn.ForResource(v1alpha1.TrustTargetResource).Informer()
 	enqueue := func(obj any) {
@@ -110,7 +110,7 @@ func New(cfg Config) *Controller {
 		UpdateFunc: func(o, n any) {
 			om, nm, err := metaPair(o, n)
 			if err == nil && om.GetGeneration() == nm.GetGeneration() {
-				if !c.echoes.Echo(statusKey(nm.GetName()), nm.GetResourceVersion()) {
+				if !c.echoes.Echo(c.status.StatusKey(nm.GetName()), nm.GetResourceVersion()) {
 					enqueue(n)
 				}
 				return
@@ -589,12 +589,11 @@ func (c *Controller) write(ctx context.Context, st *objects.Watched, ns *corev1.
 	return true, note, nil
 }
 
-// objectKey and statusKey name what the controller writes among its echoes.
+// objectKey names an object the controller writes among its echoes (its targets'
+// statuses are named by the status writer).
 func objectKey(kind objects.Kind, namespace, name string) string {
 	return kind.Name + "/" + namespace + "/" + name
 }
-
-func statusKey(target string) string { return v1alpha1.TrustTargetKind + "/" + target }
 
 // enqueueWriters queues the targets that write an object of kind named as obj is,
 // where obj is not one the controller wrote (those come through their label).
