@@ -197,7 +197,7 @@ func startBenchSigner(b *testing.B, cp *controlplane.ControlPlane, extra []strin
 	return p
 }
 
-func waitForBundle(b *testing.B, cp *controlplane.ControlPlane, name string) {
+func waitForBundle(b testing.TB, cp *controlplane.ControlPlane, name string) {
 	store := liveStore(b, cp, true)
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

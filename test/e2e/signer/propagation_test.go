@@ -335,20 +335,19 @@ func caSecret(signer string) string { return "trustsync-ca-" + strings.ReplaceAl
 // namespace, whose message contains want.
 func waitEvent(t *testing.T, cp *controlplane.ControlPlane, namespace, signer, reason, want string) {
 	t.Helper()
-	var seen []string
-	poll.True(t, time.Minute, "Event "+reason+" saying "+want, func() bool {
+	poll.Eventually(t, time.Minute, "Event "+reason+" saying "+want, func() (bool, string) {
 		events, err := kube(t, cp.AdminConfig()).CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + caSecret(signer)})
 		if err != nil {
-			return false
+			return false, err.Error()
 		}
-		seen = seen[:0]
+		var seen []string
 		for _, e := range events.Items {
 			seen = append(seen, e.Reason+": "+e.Message)
 			if e.Reason == reason && strings.Contains(e.Message, want) {
-				return true
+				return true, ""
 			}
 		}
-		return false
+		return false, "the Events: " + strings.Join(seen, " | ")
 	})
 }
 
@@ -390,4 +389,37 @@ func TestSigner_ARotationWaitsNeitherForUngrantedPodsNorForThoseAnOperatorNames(
 		out, code := cli.Run(t, "rotation", signer, "-o", "json")
 		return code == 0 && json.Unmarshal([]byte(out), &r) == nil && r.Phase == "Stable" && r.CurrentCA == newCA
 	})
+}
+
+// The rotation gate reads the nodes' reports through its watch, decoded as they
+// arrive: a stale report hides only its own node's pods, which the waiting rotation
+// names as not observed and why, while a fresh report's pod is named behind.
+func TestSigner_ARotationNamesAStaleReportsPodsNotObservedAndTheRestAsReported(t *testing.T) {
+	const namespace, signer = "stale-signer", "example.com/stale"
+	cp := planes.Get(t, true)
+	startObservedSigner(t, cp, namespace, signer, "--ca-propagation-max-wait=1h")
+	waitForBundle(t, cp, "example.com:stale:live")
+	b, err := liveStore(t, cp, true).Get(context.Background(), "example.com:stale:live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := bundle.ParseCertificates([]byte(b.Spec.TrustBundle))
+	if err != nil || len(certs) != 1 {
+		t.Fatalf("the live bundle holds %d CAs (%v), want the one", len(certs), err)
+	}
+	oldCA := bundle.AnchorID(certs[0].Raw)
+
+	fresh := selectingPod(t, cp, appNamespace, "stale-fresh", signer)
+	writeReport(t, cp, fresh, oldCA)
+	old := selectingPod(t, cp, appNamespace, "stale-old", signer)
+	report, err := nodeReport(old.Spec.NodeName, []*corev1.Pod{old}, oldCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report.Object["updatedAt"] = time.Now().Add(-24 * time.Hour).UTC().Format(time.RFC3339)
+	putReport(t, cp, report)
+
+	requestRotation(t, cp, namespace, signer)
+	waitEvent(t, cp, namespace, signer, "RotationWaiting", appNamespace+"/stale-fresh (Behind")
+	waitEvent(t, cp, namespace, signer, "RotationWaiting", appNamespace+"/stale-old (NotObserved: /etc/roots/ca.pem: report of node "+old.Spec.NodeName+" is stale")
 }
