@@ -18,6 +18,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/keyuri"
 )
 
 const (
@@ -82,6 +83,11 @@ type Signer struct {
 	// as the podCertificate volume's keyType; a request for another is denied as
 	// UnsupportedKeyType. Default: every type Kubernetes allows.
 	KeyTypes []string `json:"keyTypes,omitempty"`
+	// KeyRef names the keeper of the signer's CA keys: a PKCS#11 token (an RFC 7512
+	// URI) or AWS KMS. Absent, the keys live in the CA Secret.
+	KeyRef string `json:"keyRef,omitempty"`
+	// Key is KeyRef parsed, set by Parse.
+	Key *keyuri.Ref `json:"-"`
 }
 
 // Key types, as Kubernetes names them for a podCertificate volume; the one set of
@@ -297,6 +303,15 @@ func (s *Signer) validate(path *field.Path) field.ErrorList {
 		if !slices.Contains(PodCertificateKeyTypes, k) {
 			errs = append(errs, field.NotSupported(path.Child("keyTypes").Index(i), k, PodCertificateKeyTypes))
 		}
+	}
+	if s.KeyRef != "" {
+		key, err := keyuri.Parse(s.KeyRef)
+		if err != nil {
+			// The error says what is wrong; the value is left out, as it may be a
+			// keyRef carrying a PIN.
+			errs = append(errs, field.Invalid(path.Child("keyRef"), field.OmitValueType{}, err.Error()))
+		}
+		s.Key = key
 	}
 	if s.KeyTypes != nil && len(s.KeyTypes) == 0 {
 		errs = append(errs, field.Required(path.Child("keyTypes"), "must list at least one key type, or be left out for all of them"))

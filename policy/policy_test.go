@@ -103,6 +103,8 @@ func TestParse_Rejects(t *testing.T) {
 		{"a trust domain with a scheme where it used to be written", head + "signers:\n- signerName: a.io/b\n  approval:\n    trustDomain: spiffe://x\n", `signers[0].approval.trustDomain: Invalid value: "spiffe://x": must be a SPIFFE trust domain`},
 		{"two trust domains that disagree", head + "signers:\n- signerName: a.io/b\n  trustDomain: a.example\n  approval:\n    trustDomain: b.example\n", `signers[0].approval.trustDomain: Invalid value: "b.example": differs from the signer's trustDomain "a.example"`},
 		{"an unknown usage", head + "signers:\n- signerName: a.io/b\n  approval:\n    usages: [server auth, telepathy]\n", `signers[0].approval.usages[1]: Unsupported value: "telepathy"`},
+		{"a keyRef naming no token", head + "signers:\n- signerName: a.io/b\n  keyRef: pkcs11:object=ca?module-path=/m.so&pin-source=/p\n", `signers[0].keyRef: Invalid value: keyRef "pkcs11:object=ca?module-path=/m.so&pin-source=/p" names no token: add token=LABEL`},
+		{"a keyRef carrying a PIN, which the error does not repeat", head + "signers:\n- signerName: a.io/b\n  keyRef: pkcs11:token=t;object=ca?module-path=/m.so&pin-value=8642\n", `signers[0].keyRef: Invalid value: a keyRef carries a PIN (pin-value)`},
 		{"negative warning days", head + "bundles:\n  expiryWarningDays: -1\n", "bundles.expiryWarningDays: Invalid value: -1: must not be negative"},
 	}
 	for _, tc := range tests {
@@ -110,6 +112,9 @@ func TestParse_Rejects(t *testing.T) {
 			_, err := Parse([]byte(tc.doc))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v\nwant it to contain %q", err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "8642") {
+				t.Errorf("the error repeats a PIN: %v", err)
 			}
 		})
 	}

@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cert-manager/cert-manager/pkg/util/pki"
 	"github.com/gorilla/mux"
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/federation"
@@ -68,7 +67,9 @@ type bundleEndpoint struct {
 // endpointSigner is one signer as its CA Secret last said.
 type endpointSigner struct {
 	signer, secretName string
-	state              atomic.Pointer[endpointState]
+	// keys finds the CA's key: the endpoint signs its own certificate with it.
+	keys  caKeys
+	state atomic.Pointer[endpointState]
 }
 
 // endpointState is what a signer's CA Secret holds for the endpoint: the anchors to
@@ -81,7 +82,7 @@ type endpointState struct {
 
 // observe takes a CA Secret's state; one that does not parse leaves the last.
 func (s *endpointSigner) observe(secret *corev1.Secret) {
-	st, err := stateFromSecret(secret)
+	st, err := stateFromSecret(context.Background(), secret, s.keys)
 	if err != nil {
 		klog.ErrorS(err, "The bundle endpoint cannot read the CA Secret; it serves what it read before", "signer", s.signer)
 		return
@@ -90,7 +91,7 @@ func (s *endpointSigner) observe(secret *corev1.Secret) {
 }
 
 // newBundleEndpoint groups the signers by trust domain; order is the policy's.
-func newBundleEndpoint(order []string, trustDomains map[string]spiffeid.TrustDomain, secretNames map[string]string, refreshHint time.Duration) (*bundleEndpoint, error) {
+func newBundleEndpoint(order []string, trustDomains map[string]spiffeid.TrustDomain, secretNames map[string]string, keys map[string]caKeys, refreshHint time.Duration) (*bundleEndpoint, error) {
 	e := &bundleEndpoint{domains: map[spiffeid.TrustDomain][]*endpointSigner{}, refreshHint: refreshHint, clock: clock.RealClock{}}
 	for _, signer := range order {
 		td := trustDomains[signer]
@@ -100,7 +101,7 @@ func newBundleEndpoint(order []string, trustDomains map[string]spiffeid.TrustDom
 		if len(e.domains) == 0 {
 			e.first = td
 		}
-		e.domains[td] = append(e.domains[td], &endpointSigner{signer: signer, secretName: secretNames[signer]})
+		e.domains[td] = append(e.domains[td], &endpointSigner{signer: signer, secretName: secretNames[signer], keys: keys[signer]})
 	}
 	return e, nil
 }
@@ -206,7 +207,7 @@ func issueEndpointSVID(td spiffeid.TrustDomain, ca *CA, now time.Time) (*x509svi
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
-	_, leaf, err := pki.SignCertificate(tmpl, ca.Cert, key.Public(), ca.Key)
+	_, leaf, err := ca.issue(tmpl, key.Public())
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 // (that CA's and extra) are published at sequence.
 func endpointSignerWith(t *testing.T, signer string, sequence uint64, extra ...*x509.Certificate) (*endpointSigner, *CA) {
 	t.Helper()
-	ca, err := generateCA(signer, time.Now(), 365*24*time.Hour)
+	ca, err := generateCA(context.Background(), signer, time.Now(), 365*24*time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func endpointOf(t *testing.T, hint time.Duration, signers ...any) *bundleEndpoin
 		s, td := signers[i].(*endpointSigner), signers[i+1].(string)
 		order, tds[s.signer], names[s.signer], byName[s.signer] = append(order, s.signer), spiffeid.RequireTrustDomainFromString(td), "secret-"+s.signer, s
 	}
-	e, err := newBundleEndpoint(order, tds, names, hint)
+	e, err := newBundleEndpoint(order, tds, names, nil, hint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestBundleEndpoint_CertificateFollowsTheSigningCA(t *testing.T) {
 		t.Error("the certificate was not renewed past half its life")
 	}
 
-	next, err := generateCA("example.com/a", now, 365*24*time.Hour)
+	next, err := generateCA(context.Background(), "example.com/a", now, 365*24*time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package signer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/signer/keeper"
 	"github.com/trustsync/trustsync/trustreport/query"
 )
 
@@ -34,8 +36,10 @@ type caManager struct {
 	client     kubernetes.Interface
 	secrets    corelisters.SecretLister
 	publisher  *publisher
-	clock      clock.PassiveClock
-	metrics    *Metrics
+	// keys is where the CA keys live: the Secret, or the keeper the keyRef names.
+	keys    caKeys
+	clock   clock.PassiveClock
+	metrics *Metrics
 
 	// gate observes propagation (observed mode); events go on the CA Secret.
 	gate   propagationGate
@@ -52,6 +56,15 @@ type caManager struct {
 // signingCA returns the CA to sign with, or nil before the first reconcile.
 func (m *caManager) signingCA() *CA { return m.current.Load() }
 
+// signingKey is where the signing CA's key lives in the keeper: the key to ask
+// after while the keeper is away.
+func (m *caManager) signingKey() string {
+	if ca := m.signingCA(); ca != nil && ca.KeyRef != "" {
+		return ca.KeyRef
+	}
+	return m.keys.keeper.FirstKey()
+}
+
 // reconcile brings the CA up to date and returns when it is next due.
 func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	logger := klog.FromContext(ctx).WithValues("signer", m.signer, "secret", m.namespace+"/"+m.secretName)
@@ -63,7 +76,12 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := stateFromSecret(secret)
+	st, err := stateFromSecret(ctx, secret, m.keys)
+	var unavailable *keeper.UnavailableError
+	if errors.As(err, &unavailable) {
+		// Nothing to fix in the Secret: the keeper is away, and signing waits for it.
+		return 0, fmt.Errorf("cannot read the CA's key: %w", err)
+	}
 	if err != nil {
 		// Never overwrite a Secret we cannot read: it may hold the only copy of a key.
 		return 0, fmt.Errorf("cannot use the CA: %w; fix or delete the Secret", err)
@@ -71,13 +89,19 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 
 	before := st.phase()
 	rot, progress, unobserved := m.observe(ctx, secret, st)
-	changed, next, err := st.advance(now, rot, propagated(progress, unobserved), func(t time.Time) (*CA, error) { return generateCA(m.signer, t, m.validity) })
+	changed, next, err := st.advance(now, rot, propagated(progress, unobserved), func(t time.Time) (*CA, error) { return generateCA(ctx, m.signer, t, m.validity, m.keys, false) })
 	if err != nil {
 		return 0, err
 	}
 	if changed {
 		if secret, err = m.save(ctx, secret, st); err != nil {
 			return 0, err
+		}
+		for _, key := range st.Unused {
+			if m.events == nil {
+				break
+			}
+			m.events.Eventf(secret, corev1.EventTypeNormal, "KeyUnused", "The key %s signs nothing and no CA still trusted needs it; trustsync never destroys a key: destroy it in the keeper as your key-management procedure says", key)
 		}
 	}
 	if before == PhaseWaiting && st.phase() == PhaseStable {
@@ -264,7 +288,7 @@ func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
 // bootstrap generates the signer's first CA and stores it. If another replica got
 // there first, the create fails and the next reconcile reads theirs.
 func (m *caManager) bootstrap(ctx context.Context, now time.Time) error {
-	ca, err := generateCA(m.signer, now, m.validity)
+	ca, err := generateCA(ctx, m.signer, now, m.validity, m.keys, true)
 	if err != nil {
 		return err
 	}

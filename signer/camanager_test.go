@@ -27,11 +27,11 @@ func (g failingGate) progress(context.Context, string) (query.Progress, bool, er
 // switch at the maximum wait says it could not be told.
 func TestObserve_AnUnreadableProgressIsSaidNotInvented(t *testing.T) {
 	now := time.Now()
-	current, err := generateCA("example.com/s", now, time.Hour)
+	current, err := generateCA(context.Background(), "example.com/s", now, time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := generateCA("example.com/s", now, time.Hour)
+	next, err := generateCA(context.Background(), "example.com/s", now, time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +72,11 @@ func (g fixedGate) progress(context.Context, string) (query.Progress, bool, erro
 // the floor when something cannot be observed or nothing is observed at all.
 func TestObserve_TheFloorHoldsWhenAConsumerCannotBeSeenOrNoneIsSeen(t *testing.T) {
 	publishedAt := time.Now().Add(-time.Hour)
-	current, err := generateCA("example.com/s", publishedAt, 24*time.Hour)
+	current, err := generateCA(context.Background(), "example.com/s", publishedAt, 24*time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := generateCA("example.com/s", publishedAt, 24*time.Hour)
+	next, err := generateCA(context.Background(), "example.com/s", publishedAt, 24*time.Hour, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -35,6 +36,15 @@ const (
 	// namespace/* for a whole namespace; comma-separated) a waiting rotation no
 	// longer waits for: known stragglers of a forced rotation, say.
 	AnnotationSkipPods = "trustsync.io/rotation-skip-pods"
+	// AnnotationKey and AnnotationNextKey record where the signing and the next CA's
+	// keys live when a keeper holds them (the signer's keyRef): the key's URI without
+	// module, PIN file, region or endpoint. tls.key (and next.key) are then empty.
+	// AnnotationRetiredKeys lists the retired CAs' keys in the same way, one per
+	// retired anchor ("" for a key the Secret held), so the keys that became unused
+	// can be named when their anchors go.
+	AnnotationKey         = "trustsync.io/key"
+	AnnotationNextKey     = "trustsync.io/next-key"
+	AnnotationRetiredKeys = "trustsync.io/retired-keys"
 )
 
 // secretName is the CA Secret of signerName.
@@ -42,10 +52,11 @@ func secretName(prefix, signerName string) string {
 	return prefix + strings.ReplaceAll(signerName, "/", "-")
 }
 
-// stateFromSecret reads a CA state. A Secret trustsync did not create (no managed
-// annotation) is a brought-in CA: used as is, never rotated by trustsync.
-func stateFromSecret(s *corev1.Secret) (*caState, error) {
-	current, err := decodeCA(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+// stateFromSecret reads a CA state, its keys found where keys says. A Secret
+// trustsync did not create (no managed annotation) is a brought-in CA: used as is,
+// never rotated by trustsync.
+func stateFromSecret(ctx context.Context, s *corev1.Secret, keys caKeys) (*caState, error) {
+	current, err := decodeCA(ctx, s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey], s.Annotations[AnnotationKey], keys)
 	if err != nil {
 		return nil, fmt.Errorf("in CA Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
@@ -71,7 +82,7 @@ func stateFromSecret(s *corev1.Secret) (*caState, error) {
 		}
 	}
 	if len(s.Data[keyNextCert]) > 0 {
-		if st.Next, err = decodeCA(s.Data[keyNextCert], s.Data[keyNextKey]); err != nil {
+		if st.Next, err = decodeCA(ctx, s.Data[keyNextCert], s.Data[keyNextKey], s.Annotations[AnnotationNextKey], keys); err != nil {
 			return nil, fmt.Errorf("in CA Secret %s/%s: next CA: %w", s.Namespace, s.Name, err)
 		}
 		if v := s.Annotations[AnnotationNextPublishedAt]; v != "" {
@@ -89,8 +100,18 @@ func stateFromSecret(s *corev1.Secret) (*caState, error) {
 		if err := json.Unmarshal([]byte(s.Annotations[AnnotationRetiredUntil]), &until); err != nil || len(until) != len(certs) {
 			return nil, fmt.Errorf("in CA Secret %s/%s: annotation %s does not give one time per retired anchor", s.Namespace, s.Name, AnnotationRetiredUntil)
 		}
+		var keyRefs []string
+		if v := s.Annotations[AnnotationRetiredKeys]; v != "" {
+			if err := json.Unmarshal([]byte(v), &keyRefs); err != nil || len(keyRefs) != len(certs) {
+				return nil, fmt.Errorf("in CA Secret %s/%s: annotation %s does not give one key (or \"\") per retired anchor", s.Namespace, s.Name, AnnotationRetiredKeys)
+			}
+		}
 		for i, c := range certs {
-			st.Retired = append(st.Retired, retiredAnchor{Cert: c, Until: until[i]})
+			ra := retiredAnchor{Cert: c, Until: until[i]}
+			if keyRefs != nil {
+				ra.KeyRef = keyRefs[i]
+			}
+			st.Retired = append(st.Retired, ra)
 		}
 	}
 	return st, nil
@@ -110,32 +131,48 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		if err != nil {
 			return err
 		}
+		// A kubernetes.io/tls Secret must have tls.key; a keeper's CA leaves it empty.
 		s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey] = certPEM, keyPEM
+		if s.Data[corev1.TLSPrivateKeyKey] == nil {
+			s.Data[corev1.TLSPrivateKeyKey] = []byte{}
+		}
+		setOrDelete(s.Annotations, AnnotationKey, st.Current.KeyRef)
 		s.Annotations[AnnotationManaged] = "true"
 	}
 	delete(s.Data, keyNextCert)
 	delete(s.Data, keyNextKey)
 	delete(s.Annotations, AnnotationNextPublishedAt)
+	delete(s.Annotations, AnnotationNextKey)
 	if st.Next != nil {
 		certPEM, keyPEM, err := encodeCA(st.Next)
 		if err != nil {
 			return err
 		}
-		s.Data[keyNextCert], s.Data[keyNextKey] = certPEM, keyPEM
+		s.Data[keyNextCert] = certPEM
+		if keyPEM != nil {
+			s.Data[keyNextKey] = keyPEM
+		}
+		setOrDelete(s.Annotations, AnnotationNextKey, st.Next.KeyRef)
 		if !st.NextPublishedAt.IsZero() {
 			s.Annotations[AnnotationNextPublishedAt] = st.NextPublishedAt.UTC().Format(time.RFC3339Nano)
 		}
 	}
 	delete(s.Data, keyRetiredCert)
 	delete(s.Annotations, AnnotationRetiredUntil)
+	delete(s.Annotations, AnnotationRetiredKeys)
 	if len(st.Retired) > 0 {
 		certs := make([]*x509.Certificate, len(st.Retired))
-		until := make([]string, len(st.Retired))
+		until, keyRefs, inKeeper := make([]string, len(st.Retired)), make([]string, len(st.Retired)), false
 		for i, r := range st.Retired {
-			certs[i], until[i] = r.Cert, r.Until.UTC().Format(time.RFC3339Nano)
+			certs[i], until[i], keyRefs[i] = r.Cert, r.Until.UTC().Format(time.RFC3339Nano), r.KeyRef
+			inKeeper = inKeeper || r.KeyRef != ""
 		}
 		untilJSON, _ := json.Marshal(until)
 		s.Data[keyRetiredCert], s.Annotations[AnnotationRetiredUntil] = encodeCerts(certs...), string(untilJSON)
+		if inKeeper {
+			keysJSON, _ := json.Marshal(keyRefs)
+			s.Annotations[AnnotationRetiredKeys] = string(keysJSON)
+		}
 	}
 	if st.RotateHandled != "" {
 		s.Annotations[AnnotationRotateHandled] = st.RotateHandled
@@ -145,6 +182,14 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		s.Annotations[AnnotationAnchorsChanged] = st.AnchorsChangedAt.UTC().Format(time.RFC3339)
 	}
 	return nil
+}
+
+func setOrDelete(m map[string]string, key, value string) {
+	if value == "" {
+		delete(m, key)
+		return
+	}
+	m[key] = value
 }
 
 // newCASecret is the Secret for a freshly generated CA.

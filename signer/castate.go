@@ -33,6 +33,9 @@ type caState struct {
 	// SkipPods are the pods an operator told a waiting rotation not to wait for
 	// (trustsync.io/rotation-skip-pods: namespace/pod or namespace/*).
 	SkipPods []string
+	// Unused are the keeper keys whose anchors advance dropped: no CA still trusted
+	// needs them. Not saved: the signer says so once, and never destroys a key.
+	Unused []string
 }
 
 // retiredAnchor is a former CA that signs nothing but is still trusted until Until,
@@ -40,6 +43,9 @@ type caState struct {
 type retiredAnchor struct {
 	Cert  *x509.Certificate
 	Until time.Time
+	// KeyRef is where its key lives in the keeper ("" when the Secret held it): kept,
+	// never used to sign, until the anchor goes.
+	KeyRef string
 }
 
 // rotation holds the rotation settings.
@@ -151,6 +157,9 @@ func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func
 		} else {
 			changed = true
 			s.anchorsChanged(now)
+			if ra.KeyRef != "" {
+				s.Unused = append(s.Unused, ra.KeyRef)
+			}
 		}
 	}
 	s.Retired = kept
@@ -173,7 +182,7 @@ func (s *caState) advance(now time.Time, r rotation, propagated bool, newCA func
 		if old := s.Current.Anchor(); old.NotAfter.Before(until) {
 			until = old.NotAfter
 		}
-		s.Retired = append(s.Retired, retiredAnchor{Cert: s.Current.Anchor(), Until: until})
+		s.Retired = append(s.Retired, retiredAnchor{Cert: s.Current.Anchor(), Until: until, KeyRef: s.Current.KeyRef})
 		s.Current, s.Next, s.NextPublishedAt = s.Next, nil, time.Time{}
 		changed = true
 	}

@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"context"
 	"crypto/x509"
 	"testing"
 	"time"
@@ -13,7 +14,9 @@ import (
 var testRotation = rotation{RotateAt: 0.5, Window: 10 * time.Minute, Validity: 100 * time.Hour, MaxLeafLifetime: 24 * time.Hour}
 
 // genAt makes CAs like the signer would, valid from their creation for 100 hours.
-func genAt(t time.Time) (*CA, error) { return generateCA("example.com/test", t, testRotation.Validity) }
+func genAt(t time.Time) (*CA, error) {
+	return generateCA(context.Background(), "example.com/test", t, testRotation.Validity, caKeys{}, true)
+}
 
 // roundTrip saves and reloads the state through a Secret, as a restart would: every
 // test below does it between steps, so each step is proven to resume from storage.
@@ -28,7 +31,7 @@ func roundTrip(t *testing.T, st *caState) *caState {
 	if err := applyToSecret(st, s); err != nil {
 		t.Fatal(err)
 	}
-	back, err := stateFromSecret(s)
+	back, err := stateFromSecret(context.Background(), s, caKeys{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +174,7 @@ func TestCASecret_BroughtInTLSSecretWithCA(t *testing.T) {
 	s := &corev1.Secret{Type: corev1.SecretTypeTLS, Data: map[string][]byte{
 		"tls.crt": inter.CertPEM(), "tls.key": inter.KeyPEM(), "ca.crt": root.CertPEM(),
 	}}
-	st, err := stateFromSecret(s)
+	st, err := stateFromSecret(context.Background(), s, caKeys{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +199,7 @@ func TestCASecret_RefusesWhatCannotSign(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := stateFromSecret(&corev1.Secret{Data: tc.data}); err == nil {
+			if _, err := stateFromSecret(context.Background(), &corev1.Secret{Data: tc.data}, caKeys{}); err == nil {
 				t.Error("accepted")
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,11 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/signer/keeper"
 	"github.com/trustsync/trustsync/tenancy"
 )
 
@@ -41,6 +44,8 @@ type csrHandler struct {
 	grants tenancy.Lookup
 	// seen is when each request in flight was first seen, for the request latency.
 	seen *seenAt[csrKey]
+	// events, when set, records on a CSR that it waits for its keeper.
+	events record.EventRecorder
 }
 
 var errCANotReady = errors.New("the signing CA is not loaded yet")
@@ -140,10 +145,15 @@ func (h *csrHandler) sign(ctx context.Context, csr *certificatesv1.CertificateSi
 	if r, ok := asRefusal(err); ok {
 		return h.fail(ctx, csr, sr, r)
 	}
+	var unavailable *keeper.UnavailableError
+	if errors.As(err, &unavailable) {
+		return h.waitForKey(ctx, csr, unavailable)
+	}
 	if err != nil {
 		return err
 	}
 	csr.Status.Certificate = certPEM
+	setWaiting(csr, corev1.ConditionFalse, v1alpha1.ReasonIssued, "Issued", h.clock.Now())
 	if _, err := h.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to write the certificate of CertificateSigningRequest %q: %w", csr.Name, err)
 	}
@@ -176,6 +186,52 @@ func (h *csrHandler) notGrantedAtSigning(ctx context.Context, csr *certificatesv
 		return "", nil
 	}
 	return notGranted(ctx, h.grants, namespace, sr.rules.SignerName, req.DNSNames)
+}
+
+// conditionWaiting is v1alpha1.ConditionWaiting on a CSR. (A PodCertificateRequest may
+// carry no condition but its outcome: its wait is told by Events alone.)
+const conditionWaiting = certificatesv1.RequestConditionType(v1alpha1.ConditionWaiting)
+
+// waitForKey records on the CSR that its CA key's keeper cannot sign (the condition,
+// when it changed, and an Event), and has it tried again: nothing is signed until the
+// keeper answers, and nothing with another key.
+func (h *csrHandler) waitForKey(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, unavailable *keeper.UnavailableError) error {
+	msg := unavailable.Error() + "; the request waits and is signed once the keeper answers"
+	if setWaiting(csr, corev1.ConditionTrue, v1alpha1.ReasonKeyUnavailable, msg, h.clock.Now()) {
+		if _, err := h.client.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("failed to record on CertificateSigningRequest %q that it waits for its keeper: %w", csr.Name, err)
+		}
+		if h.events != nil {
+			h.events.Event(csr, corev1.EventTypeWarning, v1alpha1.ReasonKeyUnavailable, msg)
+		}
+	}
+	return unavailable
+}
+
+// setWaiting sets the Waiting condition, and reports whether that changed it. A
+// CSR that never waited gets no condition when it is issued.
+func setWaiting(csr *certificatesv1.CertificateSigningRequest, status corev1.ConditionStatus, reason, message string, now time.Time) bool {
+	for i := range csr.Status.Conditions {
+		c := &csr.Status.Conditions[i]
+		if c.Type != conditionWaiting {
+			continue
+		}
+		if c.Status == status && c.Reason == reason && c.Message == message {
+			return false
+		}
+		if c.Status != status {
+			c.LastTransitionTime = metav1.NewTime(now)
+		}
+		c.Status, c.Reason, c.Message, c.LastUpdateTime = status, reason, message, metav1.NewTime(now)
+		return true
+	}
+	if status != corev1.ConditionTrue {
+		return false
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: conditionWaiting, Status: status, Reason: reason, Message: message, LastUpdateTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now),
+	})
+	return true
 }
 
 // fail marks the CSR Failed: it will not be signed, and its requester sees why.

@@ -25,6 +25,8 @@ type Metrics struct {
 	// waiting is how many requests the signer has seen and not yet written an
 	// outcome for, by kind.
 	waiting *prometheus.GaugeVec
+	// keyAvailable is 1 while each signer's keeper can sign.
+	keyAvailable *prometheus.GaugeVec
 }
 
 // Kinds of request, the label of the request latency.
@@ -88,12 +90,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "trustsync_signer_requests_waiting",
 			Help: "Requests the signer has seen and can act on but has not yet written an outcome for (approval, certificate, denial or failure), by kind: a backlog that does not drain means the signer cannot sign.",
 		}, []string{"kind"}),
+		keyAvailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "trustsync_signer_key_available",
+			Help: "1 while the keeper of each signer's CA keys (keeper: secret, pkcs11 or awskms) can sign, 0 while it cannot: then nothing is signed, requests wait, and signing resumes within 30 seconds of its return.",
+		}, []string{"signer", "keeper"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trustsync_signer_leader",
 			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.rotationUnobserved, m.leader, m.pcrs, m.pcrLatency, m.requestLatency, m.waiting)
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.rotationUnobserved, m.leader, m.pcrs, m.pcrLatency, m.requestLatency, m.waiting, m.keyAvailable)
 	return m
 }
 

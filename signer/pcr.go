@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cert-manager/cert-manager/pkg/util/pki"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -154,7 +153,7 @@ func decidePCR(pcr *certificatesv1.PodCertificateRequest, pub crypto.PublicKey, 
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 	}
-	leafPEM, leaf, err := pki.SignCertificate(tmpl, ca.Cert, pub, ca.Key)
+	leafPEM, leaf, err := ca.issue(tmpl, pub)
 	if err != nil {
 		return pcrOutcome{}, fmt.Errorf("failed to sign PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}

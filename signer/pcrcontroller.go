@@ -3,11 +3,13 @@ package signer
 import (
 	"context"
 	"crypto"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	certificatesv1beta1 "k8s.io/api/certificates/v1beta1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	certlistersv1beta1 "k8s.io/client-go/listers/certificates/v1beta1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -22,6 +25,7 @@ import (
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/kubeapi"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/signer/keeper"
 	"github.com/trustsync/trustsync/tenancy"
 )
 
@@ -56,6 +60,8 @@ type pcrHandler struct {
 	grants tenancy.Lookup
 	// seen is when each request in flight was first seen, for the request latency.
 	seen *seenAt[pcrKey]
+	// events, when set, records on a request that it waits for its keeper.
+	events record.EventRecorder
 }
 
 func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
@@ -90,6 +96,12 @@ func (h *pcrHandler) handle(ctx context.Context, key pcrKey) error {
 	if refusal != "" {
 		out = terminal(pcr, certificatesv1.PodCertificateRequestConditionTypeDenied, v1alpha1.ReasonNotGranted, refusal, start)
 	} else if out, err = decidePCR(pcr, pub, why, ps.rules, ca, start, h.refreshAt()); err != nil {
+		var unavailable *keeper.UnavailableError
+		if errors.As(err, &unavailable) && h.events != nil {
+			// The kubelet shows a pod's PodCertificateRequest Events where its
+			// author looks; the request itself may carry no waiting condition.
+			h.events.Event(pcr, corev1.EventTypeWarning, v1alpha1.ReasonKeyUnavailable, unavailable.Error()+"; the request waits and is issued once the keeper answers")
+		}
 		return err
 	}
 	if beta != nil {

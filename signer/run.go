@@ -42,6 +42,7 @@ import (
 	"github.com/trustsync/trustsync/kubeapi/healthserver"
 	"github.com/trustsync/trustsync/kubeapi/queue"
 	"github.com/trustsync/trustsync/policy"
+	"github.com/trustsync/trustsync/signer/keeper"
 	"github.com/trustsync/trustsync/tenancy"
 	"github.com/trustsync/trustsync/tenancy/grantcache"
 	"github.com/trustsync/trustsync/trustreport/reader"
@@ -88,6 +89,11 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := NewMetrics(registry)
+	keys, closeKeepers, err := openKeepers(ctx, pol, m)
+	if err != nil {
+		return err
+	}
+	defer closeKeepers()
 	var ready atomic.Bool
 	// /readyz: it leads and its caches are synced; a standby replica is not ready,
 	// which is what a Service wants.
@@ -102,7 +108,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 		for _, s := range pol.Signers {
 			trustDomains[s.SignerName], secretNames[s.SignerName] = s.Domain, secretName(o.CASecretPrefix, s.SignerName)
 		}
-		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, secretNames, o.BundleEndpointRefreshHint)
+		endpoint, err := newBundleEndpoint(pol.SignerNames(), trustDomains, secretNames, keys, o.BundleEndpointRefreshHint)
 		if err != nil {
 			return err
 		}
@@ -115,7 +121,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 	act := func(ctx context.Context) {
 		m.leader.Set(1)
 		defer m.leader.Set(0)
-		if err := runControllers(ctx, o, pol, client, dyn, metaClient, m, &ready); err != nil {
+		if err := runControllers(ctx, o, pol, keys, client, dyn, metaClient, m, &ready); err != nil {
 			klog.ErrorS(err, "Signer stopped")
 		}
 	}
@@ -130,7 +136,7 @@ func Run(ctx context.Context, o *Options, fs *pflag.FlagSet, campaign Campaign) 
 }
 
 // runControllers runs the CA managers and the CSR workers until ctx is done.
-func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client kubernetes.Interface, dyn dynamic.Interface, metaClient metadata.Interface, m *Metrics, ready *atomic.Bool) error {
+func runControllers(ctx context.Context, o *Options, pol *policy.Policy, keys map[string]caKeys, client kubernetes.Interface, dyn dynamic.Interface, metaClient metadata.Interface, m *Metrics, ready *atomic.Bool) error {
 	served, err := bundleapi.Discover(client.Discovery())
 	if err != nil {
 		return err
@@ -157,6 +163,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "trustsync-signer"})
+	h.events, pcrs.events = recorder, recorder
 
 	var synced []cache.InformerSynced
 	var grants tenancy.Lookup
@@ -185,7 +192,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			rotation: rotation{RotateAt: o.CARotateAt, Window: o.CAPropagationWindow, Validity: o.CAValidity, MaxLeafLifetime: time.Duration(rules.MaxExpirationSeconds) * time.Second,
 				Propagation: Propagation(o.CAPropagation), MaxWait: o.CAPropagationMaxWait, MinWait: o.PeerWait(), Floor: min(o.CAPropagationMinWait, o.CAPropagationMaxWait)},
 			client: client, clock: clock.RealClock{}, metrics: m,
-			publisher: &publisher{signer: name}, events: recorder,
+			publisher: &publisher{signer: name}, events: recorder, keys: keys[name],
 		}
 		mgr.gate = &reportsGate{reader: cluster, runCtx: ctx, publisher: mgr.publisher, grants: grants}
 		for _, api := range writers {
@@ -249,6 +256,7 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 			requeueAll(csrLister, name, csrQueue)
 			ps.requeueAll(name, pcrQueue)
 		}
+		go mgr.keys.watch(ctx, mgr.signingKey, mgr.loaded)
 
 		// A live bundle deleted or edited by anyone is restored; the publisher reads
 		// what is live from the same watch, and applies only a difference.
@@ -274,8 +282,8 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, client 
 	}
 
 	queue.Work(ctx, caQueue, 1, "CA", func(ctx context.Context, name string) (time.Duration, error) { return managers[name].reconcile(ctx) })
-	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waitingForCA(h.handle))
-	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waitingForCA(pcrs.handle))
+	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waiting(h.handle))
+	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waiting(pcrs.handle))
 	ready.Store(true)
 	defer ready.Store(false)
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
@@ -318,14 +326,19 @@ func requeueAll(lister certlisters.CertificateSigningRequestLister, signer strin
 	}
 }
 
-// waitingForCA handles a request with handle; a signer whose CA is not loaded yet is
-// not the request's fault: it waits a second without growing the backoff (the CA
-// manager also requeues the signer's requests once it loads one).
-func waitingForCA[K comparable](handle func(context.Context, K) error) queue.Handle[K] {
+// waiting handles a request with handle. A request that cannot be issued through no
+// fault of its own waits without growing its backoff: a second for a signer whose CA
+// is not loaded yet (the CA manager also requeues the signer's requests once it loads
+// one), keeperProbe for a keeper that cannot sign (requeued too once it answers).
+func waiting[K comparable](handle func(context.Context, K) error) queue.Handle[K] {
 	return func(ctx context.Context, key K) (time.Duration, error) {
 		err := handle(ctx, key)
-		if errors.Is(err, errCANotReady) {
+		var unavailable *keeper.UnavailableError
+		switch {
+		case errors.Is(err, errCANotReady):
 			return time.Second, nil
+		case errors.As(err, &unavailable):
+			return keeperProbe, nil
 		}
 		return 0, err
 	}

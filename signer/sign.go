@@ -89,7 +89,7 @@ func sign(csr *certificatesv1.CertificateSigningRequest, ca *CA, lifetime time.D
 	if tmpl.NotBefore, tmpl.NotAfter, err = validity(now, lifetime, ca.Cert); err != nil {
 		return nil, nil, err
 	}
-	leafPEM, leaf, err := pki.SignCertificate(tmpl, ca.Cert, tmpl.PublicKey, ca.Key)
+	leafPEM, leaf, err := ca.issue(tmpl, tmpl.PublicKey)
 	if err != nil {
 		return nil, nil, err
 	}

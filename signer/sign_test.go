@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"net/url"
@@ -18,7 +19,7 @@ var t0 = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 
 func testCA(t *testing.T, notBefore time.Time, validity time.Duration) *CA {
 	t.Helper()
-	ca, err := generateCA("example.com/test", notBefore.Add(backdate), validity)
+	ca, err := generateCA(context.Background(), "example.com/test", notBefore.Add(backdate), validity, caKeys{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSign_TheSignerNotTheRequesterDecidesSubjectCAAndDates(t *testing.T) {
 func TestSign_AnIntermediateCASendsThePathToTheRoot(t *testing.T) {
 	root := fixtures.CA("root")
 	inter := fixtures.MustNew(fixtures.Options{CommonName: "intermediate", Parent: root})
-	ca, err := decodeCA(append(inter.CertPEM(), root.CertPEM()...), inter.KeyPEM())
+	ca, err := decodeCA(context.Background(), append(inter.CertPEM(), root.CertPEM()...), inter.KeyPEM(), "", caKeys{})
 	if err != nil {
 		t.Fatal(err)
 	}

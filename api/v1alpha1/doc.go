@@ -56,3 +56,16 @@ func FromStore[T any](items []any, decode func(*unstructured.Unstructured) (T, e
 	}
 	return out
 }
+
+// A certificate request (CSR or PodCertificateRequest) the signer cannot issue now
+// through no fault of its own waits: a CSR carries ConditionWaiting (True with the
+// reason while it waits, False with ReasonIssued once issued), and both kinds get a
+// Warning Event with the reason.
+const (
+	ConditionWaiting = "Waiting"
+	// ReasonKeyUnavailable: the keeper of the signer's CA key (its PKCS#11 token or
+	// KMS) cannot sign; nothing is signed, with that key or another, until it can.
+	ReasonKeyUnavailable = "KeyUnavailable"
+	// ReasonIssued: the request waited and has been issued.
+	ReasonIssued = "Issued"
+)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +85,13 @@ func (k *Keeper) OnChange(f func(available bool, err error)) {
 	err := k.lastErr
 	k.mu.Unlock()
 	f(err == nil, err)
+}
+
+// Available says whether the keeper answered the last time it was asked.
+func (k *Keeper) Available() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lastErr == nil
 }
 
 // Kind is the keeper's kind, as keyRef's scheme names it (the metric's label).
@@ -292,4 +300,21 @@ func (s *keySigner) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]
 func samePublicKey(a, b crypto.PublicKey) bool {
 	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && eq.Equal(b)
+}
+
+// KeyName names a new key for a CA made at t: the first one takes the keyRef's own
+// name; each rotation's adds the time to it, so a token's keys read in order and
+// say which CA they are.
+func (k *Keeper) KeyName(t time.Time, first bool) string {
+	base := "trustsync-ca"
+	switch {
+	case k.ref.Keeper == keyuri.KeeperPKCS11 && k.ref.Object != "":
+		base = k.ref.Object
+	case k.ref.Keeper == keyuri.KeeperAWSKMS && strings.HasPrefix(k.ref.KeyID, "alias/"):
+		base = strings.TrimPrefix(k.ref.KeyID, "alias/")
+	}
+	if first {
+		return base
+	}
+	return base + "-" + t.UTC().Format("20060102T150405Z")
 }
