@@ -40,7 +40,9 @@ func tokenKeys(t *testing.T) (caKeys, *softhsm.Token) {
 func TestKeeperRotation_TheSecretNamesKeysAndNeverHoldsOne(t *testing.T) {
 	ctx := context.Background()
 	keys, _ := tokenKeys(t)
-	gen := func(t time.Time) (*CA, error) { return generateCA(ctx, "example.com/s", t, testRotation.Validity, keys, false) }
+	gen := func(t time.Time) (*CA, error) {
+		return generateCA(ctx, "example.com/s", t, testRotation.Validity, keys, false)
+	}
 	first, err := generateCA(ctx, "example.com/s", t0, testRotation.Validity, keys, true)
 	if err != nil {
 		t.Fatal(err)
