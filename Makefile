@@ -4,9 +4,11 @@
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver and a real node (kubelet,
 #                      containerd), building both first
-#   make build         the binaries into bin/ (five components and kubectl-trustsync)
+#   make build         the binaries into bin/ (five components and kubectl-trustsync),
+#                      and trustsync-signer-pkcs11: the signer with cgo, for PKCS#11
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
-#   make test-tools    what only the tests use: promtool, cosign, spire-server, krew
+#   make test-tools    what only the tests use: promtool, cosign, spire-server, krew,
+#                      local-kms, SoftHSM2 (Debian's)
 #   make node          kubelet, kube-scheduler, containerd, runc, CNI plugins (as root)
 #   make lint          gofmt, go vet, staticcheck
 #   make generate      the chart's README, docs/install.md's values table and the
@@ -44,7 +46,7 @@ VERSION   := $(shell cat VERSION)
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
 
-.PHONY: generate release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
+.PHONY: softhsm generate release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
 
 all: build
 
@@ -56,6 +58,7 @@ build:
 	@for b in $(BINARIES); do \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/trustsync-signer-pkcs11 ./cmd/signer
 
 demo:
 	@hack/demo.sh
@@ -64,7 +67,8 @@ test: test-unit test-e2e
 
 # -race needs cgo; the race detector is cheap on unit tests and catches what the
 # informer- and watch-driven code gets wrong.
-test-unit:
+# The keeper's unit tests run against a real token (SoftHSM2) and a local KMS.
+test-unit: test-tools
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	cd hack/tools/image && $(GO) test -count=1 ./...
 
@@ -76,8 +80,11 @@ test-e2e: controlplane test-tools node build
 controlplane:
 	@hack/controlplane.sh
 
-test-tools:
+test-tools: softhsm
 	@hack/controlplane.sh test-tools
+
+softhsm:
+	@hack/softhsm.sh
 
 node:
 	@hack/node.sh

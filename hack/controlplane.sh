@@ -8,7 +8,8 @@
 #   hack/controlplane.sh test-tools what only the tests use: promtool (the alert rules'
 #                                   tests), cosign (release signatures), spire-server
 #                                   (federation's interoperability with SPIRE), krew
-#                                   (the release's plugin manifest)
+#                                   (the release's plugin manifest), local-kms (the
+#                                   AWS KMS API, for the signer's awskms keeper)
 #   hack/controlplane.sh --print    print the cache directories and exit
 #
 # The binaries are cached outside the checkout, keyed by the tools modules' go.mod and
@@ -34,6 +35,7 @@ promtool_dir="$cache_root/promtool-$(key "$tools/promtool")"
 cosign_dir="$cache_root/cosign-$(key "$tools/cosign")"
 spire_dir="$cache_root/spire-$(key "$tools/spire")"
 krew_dir="$cache_root/krew-$(key "$tools/krew")"
+localkms_dir="$cache_root/localkms-$(key "$tools/localkms")"
 
 # link <file>...: into bin/ (or $TRUSTSYNC_BIN), where the tests and the docs' commands
 # find them.
@@ -52,7 +54,7 @@ build_helm() {
 
 case "${1:-}" in
   --print)
-    printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir" "$krew_dir"
+    printf '%s\n' "$kube_dir" "$etcd_dir" "$helm_dir" "$promtool_dir" "$cosign_dir" "$spire_dir" "$krew_dir" "$localkms_dir"
     ;;
   helm)
     build_helm
@@ -64,7 +66,10 @@ case "${1:-}" in
     # SPIRE's SQLite datastore is cgo (mattn/go-sqlite3); gcc is on every build machine.
     build "$tools/spire" "$spire_dir" spire-server github.com/spiffe/spire/cmd/spire-server "" "" 1
     build "$tools/krew" "$krew_dir" kubectl-krew sigs.k8s.io/krew/cmd/krew
-    link "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server" "$krew_dir/kubectl-krew"
+    # A local implementation of the AWS KMS API: the signer's awskms keeper is tested
+    # against it.
+    build "$tools/localkms" "$localkms_dir" local-kms github.com/nsmithuk/local-kms
+    link "$promtool_dir/promtool" "$cosign_dir/cosign" "$spire_dir/spire-server" "$krew_dir/kubectl-krew" "$localkms_dir/local-kms"
     log "test tools ready"
     ;;
   "")

@@ -211,3 +211,43 @@ func TestSetWaiting_TellsAWaitOnceAndClosesItWhenIssued(t *testing.T) {
 		t.Errorf("conditions are %+v, want one Waiting False since it was issued", csr.Status.Conditions)
 	}
 }
+
+// A signer given a keyRef while its CA's key is in its Secret keeps signing with it,
+// and its next rotation moves signing into the keeper: the next key is made there,
+// and once it signs the Secret (still kubernetes.io/tls) holds no key.
+func TestKeeperRotation_MovesASecretHeldCAIntoTheKeeper(t *testing.T) {
+	ctx := context.Background()
+	keys, _ := tokenKeys(t)
+	soft, err := generateCA(ctx, "example.com/s", t0, testRotation.Validity, caKeys{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &corev1.Secret{Type: corev1.SecretTypeTLS}
+	if err := applyToSecret(&caState{Current: soft, Managed: true}, s); err != nil {
+		t.Fatal(err)
+	}
+	st, err := stateFromSecret(ctx, s, keys)
+	if err != nil || st.Current.KeyRef != "" {
+		t.Fatalf("with a keyRef, the Secret's own key reads as %+v, %v; want it, held by the Secret", st, err)
+	}
+	gen := func(t time.Time) (*CA, error) { return generateCA(ctx, "example.com/s", t, testRotation.Validity, keys, false) }
+	st.RotateRequested = "now"
+	if _, _, err := st.advance(t0.Add(time.Hour), testRotation, false, gen); err != nil {
+		t.Fatal(err)
+	}
+	st.markPublished(t0.Add(time.Hour))
+	if _, _, err := st.advance(t0.Add(2*time.Hour), testRotation, false, gen); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyToSecret(st, s); err != nil {
+		t.Fatal(err)
+	}
+	if key, ok := s.Data[corev1.TLSPrivateKeyKey]; !ok || len(key) != 0 || s.Annotations[AnnotationKey] == "" {
+		t.Errorf("after the switch tls.key is %d bytes (present: %v) and the key recorded at %q; want an empty tls.key and the keeper's key", len(key), ok, s.Annotations[AnnotationKey])
+	}
+	back, err := stateFromSecret(ctx, s, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signWith(t, back.Current, t0.Add(2*time.Hour))
+}

@@ -48,6 +48,10 @@ type caManager struct {
 	// rotation records a change of it, not every check.
 	lastProgress string
 
+	// toldKeyInSecret: the Event saying the key should move into the keeper was
+	// recorded (once per run).
+	toldKeyInSecret bool
+
 	current atomic.Pointer[CA]
 	// loaded, when set, runs when the signing CA changes (CSRs waiting for one can go).
 	loaded func()
@@ -87,6 +91,12 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("cannot use the CA: %w; fix or delete the Secret", err)
 	}
 
+	if m.keys.keeper != nil && st.Current.KeyRef == "" && st.Next == nil && !m.toldKeyInSecret && m.events != nil {
+		// Nothing moves a key into a keeper (it would have to leave the Secret to get
+		// there): a rotation makes the next CA's key in the keeper instead.
+		m.events.Eventf(secret, corev1.EventTypeWarning, "KeyInSecret", "The signing CA's key is in this Secret, though the signer's keyRef names %s: request a rotation (kubectl annotate secret %s %s=$(date -u +%%FT%%TZ)) and the next CA's key is made there; this Secret then holds no key", m.keys.keeper.Describe(), m.secretName, AnnotationRotateRequested)
+		m.toldKeyInSecret = true
+	}
 	before := st.phase()
 	rot, progress, unobserved := m.observe(ctx, secret, st)
 	changed, next, err := st.advance(now, rot, propagated(progress, unobserved), func(t time.Time) (*CA, error) { return generateCA(ctx, m.signer, t, m.validity, m.keys, false) })

@@ -131,10 +131,14 @@ func applyToSecret(st *caState, s *corev1.Secret) error {
 		if err != nil {
 			return err
 		}
-		// A kubernetes.io/tls Secret must have tls.key; a keeper's CA leaves it empty.
 		s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey] = certPEM, keyPEM
-		if s.Data[corev1.TLSPrivateKeyKey] == nil {
-			s.Data[corev1.TLSPrivateKeyKey] = []byte{}
+		if keyPEM == nil {
+			// A keeper holds the key. A kubernetes.io/tls Secret (one that held a
+			// key before the keeper did) must still have tls.key: it stays, empty.
+			delete(s.Data, corev1.TLSPrivateKeyKey)
+			if s.Type == corev1.SecretTypeTLS {
+				s.Data[corev1.TLSPrivateKeyKey] = []byte{}
+			}
 		}
 		setOrDelete(s.Annotations, AnnotationKey, st.Current.KeyRef)
 		s.Annotations[AnnotationManaged] = "true"
@@ -192,12 +196,20 @@ func setOrDelete(m map[string]string, key, value string) {
 	m[key] = value
 }
 
+// SecretTypeKeeperCA is the type of a CA Secret made for a CA whose key a keeper
+// holds: certificates and where each key is, no key (a kubernetes.io/tls Secret must
+// have one).
+const SecretTypeKeeperCA corev1.SecretType = "trustsync.io/ca"
+
 // newCASecret is the Secret for a freshly generated CA.
 func newCASecret(namespace, name, signerName string, st *caState) (*corev1.Secret, error) {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: map[string]string{AnnotationSigner: signerName},
 			Labels: map[string]string{"app.kubernetes.io/part-of": "trustsync", "app.kubernetes.io/component": "signer-ca"}},
 		Type: corev1.SecretTypeTLS,
+	}
+	if st.Current.KeyRef != "" {
+		s.Type = SecretTypeKeeperCA
 	}
 	return s, applyToSecret(st, s)
 }

@@ -16,6 +16,9 @@ import (
 func connect(ctx context.Context, ref *keyuri.Ref) (apiv1.KeyManager, error) {
 	switch ref.Keeper {
 	case keyuri.KeeperPKCS11:
+		if !PKCS11Built {
+			return nil, errors.New("this signer is built without PKCS#11, which needs cgo: run trustsync-signer-pkcs11 (the image <image>-signer-pkcs11; in the chart, signer.pkcs11.enabled=true)")
+		}
 		// The library reads the PIN from pin-source itself; the URI holds no PIN.
 		km, err := pkcs11.New(ctx, apiv1.Options{Type: apiv1.PKCS11, URI: ref.String()})
 		if err != nil {

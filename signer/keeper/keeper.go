@@ -65,11 +65,11 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // with a message naming it.
 func Open(ctx context.Context, ref *keyuri.Ref) (*Keeper, error) {
 	k := newKeeper(ref, connect)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, err := k.open(ctx); err != nil {
+	km, err := k.connect(ctx, ref)
+	if err != nil {
 		return nil, fmt.Errorf("keyRef %s: cannot open %s: %w", ref, k.Describe(), err)
 	}
+	k.km = km
 	return k, nil
 }
 

@@ -15,15 +15,49 @@ import (
 	"github.com/ThalesGroup/crypto11"
 
 	"github.com/trustsync/trustsync/keyuri"
+	"github.com/trustsync/trustsync/test/localkms"
 	"github.com/trustsync/trustsync/test/softhsm"
 )
 
-// These tests run against a real PKCS#11 token (SoftHSM2): what the signer does
-// with a key it cannot see is only as true as the token it is tried on.
+// These tests run against real keepers: a PKCS#11 token (SoftHSM2) and an
+// implementation of the AWS KMS API (local-kms). What the signer does with a key it
+// cannot see is only as true as the keeper it is tried on. The conformance cases run
+// against both; what only one keeper has is tested apart.
 
-func openToken(t *testing.T, tok *softhsm.Token, object string) *Keeper {
+// keeperFixture is one real keeper, made for a test.
+type keeperFixture struct {
+	kind string
+	// keyRef names key name in the keeper; away and back take the keeper away (a
+	// token pulled, a KMS stopped) and bring it back with its keys.
+	keyRef     func(name string) string
+	away, back func() error
+}
+
+// keepers are the real keepers the conformance cases run against.
+var keepers = []struct {
+	kind  string
+	start func(*testing.T) keeperFixture
+}{
+	{keyuri.KeeperPKCS11, func(t *testing.T) keeperFixture {
+		tok := softhsm.New(t, "trustsync")
+		return keeperFixture{kind: keyuri.KeeperPKCS11, keyRef: tok.KeyRef, away: tok.Pull, back: tok.Put}
+	}},
+	{keyuri.KeeperAWSKMS, func(t *testing.T) keeperFixture {
+		kms := localkms.Start(t)
+		return keeperFixture{kind: keyuri.KeeperAWSKMS, keyRef: kms.KeyRef, away: func() error { kms.Stop(); return nil }, back: kms.Start}
+	}},
+}
+
+// conformance runs test against each keeper.
+func conformance(t *testing.T, test func(t *testing.T, f keeperFixture)) {
+	for _, k := range keepers {
+		t.Run(k.kind, func(t *testing.T) { test(t, k.start(t)) })
+	}
+}
+
+func open(t *testing.T, keyRef string) *Keeper {
 	t.Helper()
-	ref, err := keyuri.Parse(tok.KeyRef(object))
+	ref, err := keyuri.Parse(keyRef)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +67,96 @@ func openToken(t *testing.T, tok *softhsm.Token, object string) *Keeper {
 	}
 	t.Cleanup(func() { _ = k.Close() })
 	return k
+}
+
+func openToken(t *testing.T, tok *softhsm.Token, object string) *Keeper {
+	t.Helper()
+	return open(t, tok.KeyRef(object))
+}
+
+func TestConformance_CreateMakesAP256KeyThatSignsAndIsFoundAgain(t *testing.T) {
+	conformance(t, func(t *testing.T, f keeperFixture) {
+		k := open(t, f.keyRef("ca"))
+		if s, err := k.Find(context.Background(), k.FirstKey()); err != nil || s != nil {
+			t.Fatalf("Find of a key never made = %v, %v; want nil, nil", s, err)
+		}
+		key, s, err := k.Create(context.Background(), k.KeyName(time.Now(), true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := signs(t, s); err != nil {
+			t.Fatal(err)
+		}
+		if pub, ok := s.Public().(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+			t.Errorf("the key is %T, want ECDSA P-256", s.Public())
+		}
+		// A restarted signer finds it by what the Secret recorded, and by the keyRef.
+		again := open(t, f.keyRef("ca"))
+		for _, where := range []string{key, again.FirstKey()} {
+			found, err := again.Signer(context.Background(), where, s.Public())
+			if err != nil {
+				t.Fatalf("Signer(%s) after a restart: %v", where, err)
+			}
+			if err := signs(t, found); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next, _, err := k.Create(context.Background(), k.KeyName(time.Now(), false))
+		if err != nil || next == key {
+			t.Fatalf("a rotation's key = %q, %v; want a new key beside %q", next, err, key)
+		}
+	})
+}
+
+func TestConformance_SignerRefusesAKeyThatIsNotTheCertificates(t *testing.T) {
+	conformance(t, func(t *testing.T, f keeperFixture) {
+		k := open(t, f.keyRef("ca"))
+		key, _, err := k.Create(context.Background(), "ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if _, err := k.Signer(context.Background(), key, other.Public()); err == nil || !strings.Contains(err.Error(), "is not the key of the CA certificate") {
+			t.Fatalf("Signer with another certificate's public key = %v, want a refusal", err)
+		}
+	})
+}
+
+func TestConformance_FailsClosedWhileTheKeeperIsAwayAndSignsAgainOnceItIsBack(t *testing.T) {
+	conformance(t, func(t *testing.T, f keeperFixture) {
+		k := open(t, f.keyRef("ca"))
+		k.retryAfter = 0
+		var changes []bool
+		k.OnChange(func(available bool, _ error) { changes = append(changes, available) })
+		_, s, err := k.Create(context.Background(), "ca")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := signs(t, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.away(); err != nil {
+			t.Fatal(err)
+		}
+		var unavailable *UnavailableError
+		for range 2 {
+			if err := signs(t, s); !errors.As(err, &unavailable) {
+				t.Fatalf("Sign with the keeper away = %v, want an UnavailableError", err)
+			}
+		}
+		if !strings.Contains(unavailable.Error(), k.Describe()) {
+			t.Errorf("the error %q does not name the keeper (%s)", unavailable, k.Describe())
+		}
+		if err := f.back(); err != nil {
+			t.Fatal(err)
+		}
+		if err := signs(t, s); err != nil {
+			t.Fatalf("Sign once the keeper is back = %v", err)
+		}
+		if len(changes) < 3 || !changes[0] || changes[1] || !changes[len(changes)-1] {
+			t.Errorf("availability went %v, want available, unavailable (possibly repeated), available", changes)
+		}
+	})
 }
 
 func signs(t *testing.T, s crypto.Signer) error {
@@ -91,31 +215,6 @@ func TestCreate_MakesAKeyTheTokenNeverLetsOut(t *testing.T) {
 	}
 }
 
-func TestSigner_RefusesAKeyThatIsNotTheCertificates(t *testing.T) {
-	tok := softhsm.New(t, "trustsync")
-	k := openToken(t, tok, "ca")
-	key, _, err := k.Create(context.Background(), "ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if _, err := k.Signer(context.Background(), key, other.Public()); err == nil || !strings.Contains(err.Error(), "is not the key of the CA certificate") {
-		t.Fatalf("Signer with another certificate's public key = %v, want a refusal", err)
-	}
-}
-
-func TestFind_SaysNothingForAKeyTheTokenDoesNotHold(t *testing.T) {
-	tok := softhsm.New(t, "trustsync")
-	k := openToken(t, tok, "ca")
-	s, err := k.Find(context.Background(), k.FirstKey())
-	if err != nil || s != nil {
-		t.Fatalf("Find of a key never made = %v, %v; want nil, nil", s, err)
-	}
-	if _, err := k.Find(context.Background(), "pkcs11:token=elsewhere;object=ca"); err == nil || !strings.Contains(err.Error(), `not in token "trustsync"`) {
-		t.Errorf("Find of a key in another token = %v, want a refusal", err)
-	}
-}
-
 func TestOpen_RefusesAKeyRefItCannotOpenNamingIt(t *testing.T) {
 	tok := softhsm.New(t, "trustsync")
 	for _, tc := range []struct {
@@ -124,6 +223,7 @@ func TestOpen_RefusesAKeyRefItCannotOpenNamingIt(t *testing.T) {
 		{"no such token", strings.Replace(tok.KeyRef("ca"), "token=trustsync", "token=absent", 1), "token=absent"},
 		{"no such module", strings.Replace(tok.KeyRef("ca"), tok.Module, "/nonexistent/module.so", 1), "/nonexistent/module.so"},
 		{"no such PIN file", strings.Replace(tok.KeyRef("ca"), tok.PINFile, "/nonexistent/pin", 1), "/nonexistent/pin"},
+		{"a KMS that does not answer", "awskms:key-id=alias/ca;region=eu-west-1;endpoint=http://127.0.0.1:1", "127.0.0.1:1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref, err := keyuri.Parse(tc.keyRef)
@@ -139,47 +239,6 @@ func TestOpen_RefusesAKeyRefItCannotOpenNamingIt(t *testing.T) {
 				t.Errorf("Open = %v, want it to name %q", err, tc.says)
 			}
 		})
-	}
-}
-
-func TestSign_FailsClosedWhileTheTokenIsGoneAndSignsAgainOnceItIsBack(t *testing.T) {
-	tok := softhsm.New(t, "trustsync")
-	k := openToken(t, tok, "ca")
-	k.retryAfter = 0
-	var changes []bool
-	k.OnChange(func(available bool, _ error) { changes = append(changes, available) })
-	_, s, err := k.Create(context.Background(), "ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := signs(t, s); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := tok.Pull(); err != nil {
-		t.Fatal(err)
-	}
-	err = signs(t, s)
-	var unavailable *UnavailableError
-	if !errors.As(err, &unavailable) {
-		t.Fatalf("Sign with the token pulled = %v, want an UnavailableError", err)
-	}
-	if !strings.Contains(err.Error(), `PKCS#11 token "trustsync"`) {
-		t.Errorf("the error %q does not name the token", err)
-	}
-	// Every try while it is gone fails too, and no key is made elsewhere.
-	if err := signs(t, s); !errors.As(err, &unavailable) {
-		t.Fatalf("a second Sign with the token pulled = %v, want an UnavailableError", err)
-	}
-
-	if err := tok.Put(); err != nil {
-		t.Fatal(err)
-	}
-	if err := signs(t, s); err != nil {
-		t.Fatalf("Sign once the token is back = %v", err)
-	}
-	if len(changes) < 3 || !changes[0] || changes[1] || !changes[len(changes)-1] {
-		t.Errorf("availability went %v, want available, unavailable (possibly repeated), available", changes)
 	}
 }
 

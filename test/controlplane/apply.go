@@ -128,7 +128,8 @@ var (
 )
 
 // BuildBinary builds cmd/<name> of this module once per test process and returns the
-// binary's path, so e2e tests run the real binary whatever `make` did before.
+// binary's path, so e2e tests run the real binary whatever `make` did before;
+// "signer-pkcs11" is cmd/signer built with cgo.
 func BuildBinary(name string) (string, error) {
 	builtMu.Lock()
 	defer builtMu.Unlock()
@@ -150,11 +151,17 @@ func BuildBinary(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+name)
+	// trustsync-signer-pkcs11 is the signer built with cgo, which loading a PKCS#11
+	// module needs; every other binary is static.
+	pkg, cgo := strings.CutSuffix(name, "-pkcs11")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", name, err, out)
+		return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", pkg, err, out)
 	}
 	built[name] = path
 	return path, nil

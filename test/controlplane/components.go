@@ -169,6 +169,12 @@ func (cp *ControlPlane) StartSigner(extra ...string) (*Process, error) {
 	return cp.startComponent("signer", extra...)
 }
 
+// StartSignerPKCS11 runs trustsync-signer-pkcs11, the signer built with cgo so it
+// can load a PKCS#11 module, as StartSigner runs the signer.
+func (cp *ControlPlane) StartSignerPKCS11(extra ...string) (*Process, error) {
+	return cp.startComponent("signer-pkcs11", extra...)
+}
+
 // StartController runs trustsync-controller as the admin, with leader election
 // tuned for tests, serving its health and metrics on a free port, with extra flags.
 func (cp *ControlPlane) StartController(extra ...string) (*Process, error) {

@@ -53,6 +53,7 @@ type ControlPlane struct {
 	servingCA  *fixtures.Cert
 	clientCA   *fixtures.Cert
 	etcd       *Process
+	etcdURL    string
 	apiserver  *Process
 	apiArgs    []string
 	bin        string
@@ -89,6 +90,7 @@ func (cp *ControlPlane) start() error {
 	if err != nil {
 		return err
 	}
+	cp.etcdURL = etcdURL
 	port, err := FreePort()
 	if err != nil {
 		return err

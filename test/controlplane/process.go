@@ -25,6 +25,8 @@ type Process struct {
 
 	name   string
 	binary string
+	// env is added to the test's environment.
+	env    []string
 	starts int
 	cmd    *exec.Cmd
 	done   chan struct{}
@@ -35,12 +37,20 @@ type Process struct {
 // the test binary dies (a `go test -timeout` panic, say), so no server outlives its
 // test on a 2-core machine.
 func StartProcess(name, binary string, args []string, logPath string) (*Process, error) {
+	return StartProcessEnv(name, binary, args, logPath, nil)
+}
+
+// StartProcessEnv is StartProcess with env added to the test's environment.
+func StartProcessEnv(name, binary string, args []string, logPath string, env []string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 
 	// Pdeathsig fires when the thread that forked the child exits, not the process.
@@ -53,7 +63,7 @@ func StartProcess(name, binary string, args []string, logPath string) (*Process,
 		logFile.Close()
 		return nil, fmt.Errorf("failed to start %s (%s): %w", name, binary, err)
 	}
-	p := &Process{LogPath: logPath, Args: args, name: name, binary: binary, cmd: cmd, done: make(chan struct{})}
+	p := &Process{LogPath: logPath, Args: args, name: name, binary: binary, env: env, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -66,7 +76,7 @@ func StartProcess(name, binary string, args []string, logPath string) (*Process,
 // new file, so that what the new process logs is told apart from the old one's.
 func (p *Process) Restart(grace time.Duration) (*Process, error) {
 	p.Stop(grace)
-	next, err := StartProcess(p.name, p.binary, p.Args, fmt.Sprintf("%s.%d", p.LogPath, p.starts+1))
+	next, err := StartProcessEnv(p.name, p.binary, p.Args, fmt.Sprintf("%s.%d", p.LogPath, p.starts+1), p.env)
 	if err != nil {
 		return nil, err
 	}

@@ -5,12 +5,15 @@
 package softhsm
 
 import (
+	"crypto"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ThalesGroup/crypto11"
 )
 
 // Modules are where Debian puts SoftHSM2's PKCS#11 module.
@@ -96,3 +99,45 @@ func (tok *Token) Pull() error { return os.Rename(tok.Dir, tok.Dir+".pulled") }
 
 // Put puts a pulled token back.
 func (tok *Token) Put() error { return os.Rename(tok.Dir+".pulled", tok.Dir) }
+
+// Key is a key pair the token holds, as the token itself describes it.
+type Key struct {
+	Label       string
+	Public      crypto.PublicKey
+	Extractable bool
+	Sensitive   bool
+}
+
+// Keys lists the token's key pairs, read through the token itself (as an auditor
+// would with pkcs11-tool), not through the signer under test. SoftHSM2 reads its
+// configuration once per process: New's SOFTHSM2_CONF must name this token's.
+func (tok *Token) Keys() ([]Key, error) {
+	ctx, err := crypto11.Configure(&crypto11.Config{Path: tok.Module, TokenLabel: tok.Label, Pin: PIN})
+	if err != nil {
+		return nil, err
+	}
+	defer ctx.Close()
+	pairs, err := ctx.FindAllKeyPairs()
+	if err != nil {
+		return nil, err
+	}
+	var keys []Key
+	for _, p := range pairs {
+		attrs, err := ctx.GetAttributes(p, []crypto11.AttributeType{crypto11.CkaLabel, crypto11.CkaExtractable, crypto11.CkaSensitive})
+		if err != nil {
+			return nil, err
+		}
+		k := Key{Public: p.Public()}
+		if a := attrs[crypto11.CkaLabel]; a != nil {
+			k.Label = string(a.Value)
+		}
+		if a := attrs[crypto11.CkaExtractable]; a != nil {
+			k.Extractable = len(a.Value) == 1 && a.Value[0] == 1
+		}
+		if a := attrs[crypto11.CkaSensitive]; a != nil {
+			k.Sensitive = len(a.Value) == 1 && a.Value[0] == 1
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}

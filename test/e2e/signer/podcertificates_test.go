@@ -81,6 +81,12 @@ func TestPodCertificateRequest_DecidedAsTheAPIServerAccepts(t *testing.T) {
 // node would for pod, with a fresh key.
 func createPCR(t *testing.T, client kubernetes.Interface, node *corev1.Node, sa *corev1.ServiceAccount, pod *corev1.Pod, name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
 	t.Helper()
+	return createPCRFor(t, client, workload, node, sa, pod, name, annotations)
+}
+
+// createPCRFor is createPCR for another signer.
+func createPCRFor(t *testing.T, client kubernetes.Interface, signerName string, node *corev1.Node, sa *corev1.ServiceAccount, pod *corev1.Pod, name string, annotations map[string]string) *certificatesv1.PodCertificateRequest {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +98,7 @@ func createPCR(t *testing.T, client kubernetes.Interface, node *corev1.Node, sa 
 	pcr, err := client.CertificatesV1().PodCertificateRequests(pod.Namespace).Create(context.Background(), &certificatesv1.PodCertificateRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.PodCertificateRequestSpec{
-			SignerName: workload, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
+			SignerName: signerName, PodName: pod.Name, PodUID: pod.UID, ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID,
 			NodeName: types.NodeName(node.Name), NodeUID: node.UID, MaxExpirationSeconds: ptr.To[int32](7200), StubPKCS10Request: stub,
 			UnverifiedUserAnnotations: annotations,
 		},

@@ -1,0 +1,399 @@
+package signer
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trustsync/trustsync/api/v1alpha1"
+	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/signer"
+	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/poll"
+	"github.com/trustsync/trustsync/test/scrape"
+	"github.com/trustsync/trustsync/test/softhsm"
+)
+
+// hsmSigner is a signer whose CA keys live in a SoftHSM2 token: trustsync-signer-pkcs11
+// in a namespace of its own (its Lease and CA Secret apart from the suite's signer).
+type hsmSigner struct {
+	name, namespace string
+	token           *softhsm.Token
+	process         *controlplane.Process
+	secrets         func() *corev1.Secret
+}
+
+func startHSMSigner(t *testing.T, cp *controlplane.ControlPlane, namespace, signerName string) *hsmSigner {
+	t.Helper()
+	tok := softhsm.New(t, "trustsync")
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n  approval: {}\n", signerName, tok.KeyRef("ca"))
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.CreateNamespace(context.Background(), namespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cp.StartSignerPKCS11("--namespace="+namespace, "--policy="+file, "--ca-propagation=timed", "--ca-propagation-window="+window.String())
+	untilTheEnd(t, "signer-pkcs11", p, err)
+	client := kube(t, cp.AdminConfig())
+	s := &hsmSigner{name: signerName, namespace: namespace, token: tok, process: p}
+	s.secrets = func() *corev1.Secret {
+		t.Helper()
+		secret, err := client.CoreV1().Secrets(namespace).Get(context.Background(), "trustsync-ca-"+strings.ReplaceAll(signerName, "/", "-"), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	return s
+}
+
+// PKCS#11 end to end: the signer makes its CA key in the token and signs CSRs and
+// PodCertificateRequests through it; a forced rotation makes the next key in the
+// token; and no private key of any CA is anywhere in the cluster: not in a Secret or
+// ConfigMap, not in etcd (public keys compared, names not trusted).
+func TestKeeper_PKCS11SignsAndRotatesInsideTheTokenAndNoCAKeyReachesTheCluster(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	hsm := startHSMSigner(t, cp, "hsm-system", "example.com/hsm")
+
+	t.Logf("%s signer started", time.Now().Format(time.TimeOnly))
+	first := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
+	secret := hsm.secrets()
+	caCert := parseCert(t, secret.Data[corev1.TLSCertKey])
+	if err := first.CheckSignatureFrom(caCert); err != nil {
+		t.Fatalf("the certificate is not signed by the CA of the Secret: %v", err)
+	}
+	if _, ok := secret.Data[corev1.TLSPrivateKeyKey]; ok || secret.Type != signer.SecretTypeKeeperCA || !strings.HasPrefix(secret.Annotations[signer.AnnotationKey], "pkcs11:token=trustsync;") {
+		t.Errorf("the CA Secret (type %s) has tls.key of %d bytes and records its key at %q; want type %s, no tls.key and the key's place in the token", secret.Type, len(secret.Data[corev1.TLSPrivateKeyKey]), secret.Annotations[signer.AnnotationKey], signer.SecretTypeKeeperCA)
+	}
+	tokenKey := func(pub crypto.PublicKey) *softhsm.Key {
+		t.Helper()
+		keys, err := hsm.token.Keys()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, k := range keys {
+			if k.Public.(interface{ Equal(crypto.PublicKey) bool }).Equal(pub) {
+				return &keys[i]
+			}
+		}
+		return nil
+	}
+	if k := tokenKey(caCert.PublicKey); k == nil || k.Extractable || !k.Sensitive {
+		t.Fatalf("the token's key for the CA is %+v, want one, non-extractable and sensitive", k)
+	}
+
+	if servesPodCertificateRequests(t, client) {
+		node, sa, pod := boundPod(t, client, "hsm")
+		pcr := createPCRFor(t, client, hsm.name, node, sa, pod, "hsm-web", nil)
+		pcr = waitDecided(t, client.CertificatesV1().PodCertificateRequests(appNamespace), pcr.Name)
+		if c := pcr.Status.Conditions[0]; c.Type != "Issued" {
+			t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+		}
+		if err := parseCert(t, []byte(pcr.Status.CertificateChain)).CheckSignatureFrom(caCert); err != nil {
+			t.Errorf("the pod certificate is not signed by the token's CA: %v", err)
+		}
+	}
+
+	t.Logf("%s issued through the token", time.Now().Format(time.TimeOnly))
+	// A forced rotation: the next CA's key is made in the token, then it signs.
+	secret.Annotations[signer.AnnotationRotateRequested] = time.Now().UTC().Format(time.RFC3339Nano)
+	if _, err := client.CoreV1().Secrets(hsm.namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next *x509.Certificate
+	poll.Eventually(t, time.Minute, "the next CA's key recorded", func() (bool, string) {
+		s := hsm.secrets()
+		if s.Annotations[signer.AnnotationNextKey] == "" {
+			return false, "no next key recorded yet"
+		}
+		next = parseCert(t, s.Data["next.crt"])
+		return true, ""
+	})
+	if k := tokenKey(next.PublicKey); k == nil || k.Extractable || !k.Sensitive || !strings.HasPrefix(k.Label, "ca-") {
+		t.Fatalf("the token's key for the next CA is %+v, want a new one named ca-<time>, non-extractable and sensitive", k)
+	}
+	poll.Eventually(t, time.Minute, "a certificate of the next CA", func() (bool, string) {
+		got := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
+		return got.CheckSignatureFrom(next) == nil, "still signed by the old CA"
+	})
+
+	t.Logf("%s rotated", time.Now().Format(time.TimeOnly))
+	// Every CA this signer ever had: the current, the retired, any next.
+	var cas []*x509.Certificate
+	s := hsm.secrets()
+	for _, key := range []string{corev1.TLSCertKey, "next.crt", "retired.crt"} {
+		certs, _ := bundle.ParseCertificates(s.Data[key])
+		cas = append(cas, certs...)
+	}
+	if len(cas) < 2 {
+		t.Fatalf("the Secret names %d CAs after a rotation, want the new and the retired", len(cas))
+	}
+	for place, data := range clusterStorage(t, cp, client) {
+		for _, pub := range privateKeysIn(data) {
+			for _, ca := range cas {
+				if pub.(interface{ Equal(crypto.PublicKey) bool }).Equal(ca.PublicKey) {
+					t.Errorf("%s holds the private key of CA %q", place, ca.Subject)
+				}
+			}
+		}
+	}
+}
+
+// The token pulled mid-run: a CSR and a PodCertificateRequest wait, saying why, and
+// nothing is signed; the token put back, both are issued within 30 seconds.
+func TestKeeper_FailsClosedWhileTheTokenIsGoneAndSignsWithin30sOfItsReturn(t *testing.T) {
+	cp := planes.Get(t, true)
+	ctx := context.Background()
+	client := kube(t, cp.AdminConfig())
+	hsm := startHSMSigner(t, cp, "hsm-outage", "example.com/hsm-outage")
+	waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name)
+
+	if v := keyAvailable(t, hsm); v != 1 {
+		t.Fatalf("before the token is pulled trustsync_signer_key_available is %v, want 1", v)
+	}
+	if err := hsm.token.Pull(); err != nil {
+		t.Fatal(err)
+	}
+	csr := requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc")
+	pcrs := servesPodCertificateRequests(t, client)
+	var pcr *certificatesv1.PodCertificateRequest
+	if pcrs {
+		node, sa, pod := boundPod(t, client, "outage")
+		pcr = createPCRFor(t, client, hsm.name, node, sa, pod, "outage-web", nil)
+	}
+	csrs := client.CertificatesV1().CertificateSigningRequests()
+	poll.Eventually(t, time.Minute, "the CSR waiting for the token", func() (bool, string) {
+		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := condition(got, v1alpha1.ConditionWaiting)
+		if c == nil || c.Status != corev1.ConditionTrue {
+			return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		}
+		if c.Reason != v1alpha1.ReasonKeyUnavailable || !strings.Contains(c.Message, `PKCS#11 token "trustsync"`) {
+			t.Fatalf("the CSR waits with %s: %s; want KeyUnavailable naming the token", c.Reason, c.Message)
+		}
+		return true, ""
+	})
+	waitEventFor(t, client, csr.Name, v1alpha1.ReasonKeyUnavailable)
+	if pcrs {
+		waitEventFor(t, client, pcr.Name, v1alpha1.ReasonKeyUnavailable)
+	}
+	poll.Eventually(t, 30*time.Second, "trustsync_signer_key_available 0", func() (bool, string) {
+		v := keyAvailable(t, hsm)
+		return v == 0, fmt.Sprintf("trustsync_signer_key_available is %v", v)
+	})
+	// Several retries later, still nothing signed.
+	time.Sleep(2 * 5 * time.Second)
+	if got, _ := csrs.Get(ctx, csr.Name, metav1.GetOptions{}); len(got.Status.Certificate) > 0 || condition(got, certificatesv1.CertificateFailed) != nil {
+		t.Fatalf("while the token was gone the CSR got a certificate or failed: %+v", got.Status.Conditions)
+	}
+	if pcrs {
+		if got, _ := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{}); len(got.Status.Conditions) > 0 {
+			t.Fatalf("while the token was gone the PodCertificateRequest was decided: %+v", got.Status.Conditions)
+		}
+	}
+
+	if err := hsm.token.Put(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	poll.Eventually(t, 30*time.Second, "the CSR issued within 30 s of the token's return", func() (bool, string) {
+		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil || len(got.Status.Certificate) == 0 {
+			return false, "the CSR is not issued yet"
+		}
+		if c := condition(got, v1alpha1.ConditionWaiting); c == nil || c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonIssued {
+			t.Errorf("once issued the CSR's Waiting condition is %+v, want False/Issued", c)
+		}
+		return true, ""
+	})
+	if pcrs {
+		poll.Eventually(t, 30*time.Second-time.Since(back), "the PodCertificateRequest issued within 30 s of the token's return", func() (bool, string) {
+			got, err := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{})
+			if err != nil || len(got.Status.Conditions) == 0 {
+				return false, "the PodCertificateRequest is not decided yet"
+			}
+			if c := got.Status.Conditions[0]; c.Type != "Issued" {
+				t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+			}
+			return true, ""
+		})
+	}
+	t.Logf("issued %s after the token came back", time.Since(back).Round(100*time.Millisecond))
+}
+
+// A keyRef the signer cannot open stops it at its start, naming the keyRef; the
+// static signer, which cannot load a PKCS#11 module, says which build can.
+func TestKeeper_AKeyRefThatCannotBeOpenedStopsTheSignerNamingIt(t *testing.T) {
+	cp := planes.Get(t, true)
+	tok := softhsm.New(t, "trustsync")
+	for _, tc := range []struct {
+		name, keyRef string
+		pkcs11       bool
+		says         []string
+	}{
+		{"a token that does not exist", strings.Replace(tok.KeyRef("ca"), "token=trustsync", "token=absent", 1), true, []string{"keyRef pkcs11:token=absent;object=ca", "could not find PKCS#11 token"}},
+		{"a PKCS#11 keyRef given to the static signer", tok.KeyRef("ca"), false, []string{"built without PKCS#11", "trustsync-signer-pkcs11"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "policy.yaml")
+			if err := os.WriteFile(file, fmt.Appendf(nil, "apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: example.com/refused\n  keyRef: %q\n", tc.keyRef), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			start := cp.StartSigner
+			if tc.pkcs11 {
+				start = cp.StartSignerPKCS11
+			}
+			p, err := start("--namespace=hsm-refused", "--policy="+file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- p.Wait() }()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("the signer exited 0")
+				}
+			case <-time.After(30 * time.Second):
+				p.Stop(time.Second)
+				t.Fatalf("the signer did not stop: %s", p.Tail())
+			}
+			log := p.Tail()
+			for _, want := range append(tc.says, "example.com/refused") {
+				if !strings.Contains(log, want) {
+					t.Errorf("the signer's last words do not name %q:\n%s", want, log)
+				}
+			}
+		})
+	}
+}
+
+func parseCert(t *testing.T, data []byte) *x509.Certificate {
+	t.Helper()
+	certs, err := bundle.ParseCertificates(data)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("no certificate in %q: %v", data, err)
+	}
+	return certs[0]
+}
+
+// clusterStorage is every place a key could be left in the cluster: each Secret's and
+// ConfigMap's values as the API serves them, and each etcd key as stored.
+func clusterStorage(t *testing.T, cp *controlplane.ControlPlane, client kubernetes.Interface) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string][]byte{}
+	secrets, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		for k, v := range s.Data {
+			out["Secret "+s.Namespace+"/"+s.Name+" "+k] = v
+		}
+		for k, v := range s.Annotations {
+			out["Secret "+s.Namespace+"/"+s.Name+" annotation "+k] = []byte(v)
+		}
+	}
+	cms, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cms.Items {
+		for k, v := range c.Data {
+			out["ConfigMap "+c.Namespace+"/"+c.Name+" "+k] = []byte(v)
+		}
+	}
+	etcd, err := cp.EtcdValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(etcd) == 0 {
+		t.Fatal("etcd returned no keys: the scan would prove nothing")
+	}
+	for k, v := range etcd {
+		out["etcd "+k] = v
+	}
+	return out
+}
+
+// privateKeysIn finds every PEM block in data (wherever it starts, whatever its type
+// says) that parses as a private key, and returns their public keys.
+func privateKeysIn(data []byte) []crypto.PublicKey {
+	var out []crypto.PublicKey
+	for i := bytes.Index(data, []byte("-----BEGIN ")); i >= 0; {
+		block, rest := pem.Decode(data[i:])
+		if block != nil {
+			if pub := privateKeyPublic(block.Bytes); pub != nil {
+				out = append(out, pub)
+			}
+			data = rest
+		} else {
+			data = data[i+1:]
+		}
+		i = bytes.Index(data, []byte("-----BEGIN "))
+	}
+	return out
+}
+
+// privateKeyPublic is the public key of der if der is a private key in any of the
+// encodings Go reads (PKCS#8, SEC 1, PKCS#1), else nil.
+func privateKeyPublic(der []byte) crypto.PublicKey {
+	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
+		return k.(crypto.Signer).Public()
+	}
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		return k.Public()
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return k.Public()
+	}
+	return nil
+}
+
+// keyAvailable reads the signer's trustsync_signer_key_available for its keeper.
+func keyAvailable(t *testing.T, hsm *hsmSigner) float64 {
+	t.Helper()
+	text, err := hsm.process.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := scrape.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Sum("trustsync_signer_key_available", map[string]string{"signer": hsm.name, "keeper": "pkcs11"})
+}
+
+// waitEventFor waits for an Event with reason on the object called name.
+func waitEventFor(t *testing.T, client kubernetes.Interface, name, reason string) {
+	t.Helper()
+	poll.Eventually(t, time.Minute, "a "+reason+" Event on "+name, func() (bool, string) {
+		events, err := client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(events.Items) > 0, "no " + reason + " Event on " + name
+	})
+}

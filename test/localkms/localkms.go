@@ -1,0 +1,85 @@
+// Package localkms runs a real implementation of the AWS KMS API on loopback for
+// tests: nsmithuk/local-kms, built by `make test-tools` into bin/. It keeps its keys in
+// a directory of the test's, and can be stopped and started again on the same port
+// and keys, to show what a signer does while its KMS does not answer.
+package localkms
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/trustsync/trustsync/test/controlplane"
+)
+
+// Region is the region the local KMS answers for.
+const Region = "eu-west-1"
+
+// KMS is one local KMS.
+type KMS struct {
+	Endpoint string
+	bin, dir string
+	port     int
+	p        *controlplane.Process
+}
+
+// Start runs a local KMS until t ends. The SDK's credential chain reads the
+// environment: any key will do, and Start sets one.
+func Start(t testing.TB) *KMS {
+	t.Helper()
+	bin, err := controlplane.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &KMS{bin: filepath.Join(bin, "local-kms"), dir: t.TempDir(), port: port, Endpoint: "http://127.0.0.1:" + strconv.Itoa(port)}
+	if _, err := os.Stat(k.bin); err != nil {
+		t.Fatalf("local-kms is not built (%v): run make test-tools", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIATRUSTSYNCTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "trustsync-test-secret")
+	if err := k.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// KeyRef is a signer's keyRef naming alias in this KMS.
+func (k *KMS) KeyRef(alias string) string {
+	return fmt.Sprintf("awskms:key-id=alias/%s;region=%s;endpoint=%s", alias, Region, k.Endpoint)
+}
+
+// Start starts the KMS (again) and waits until it answers.
+func (k *KMS) Start() error {
+	p, err := controlplane.StartProcessEnv("local-kms", k.bin, nil, filepath.Join(k.dir, "local-kms.log"),
+		[]string{"PORT=" + strconv.Itoa(k.port), "KMS_REGION=" + Region, "KMS_DATA_PATH=" + filepath.Join(k.dir, "data")})
+	if err != nil {
+		return err
+	}
+	k.p = p
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(k.Endpoint); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("local-kms did not answer on %s: %s", k.Endpoint, p.Tail())
+}
+
+// Stop stops the KMS; its keys stay for the next Start.
+func (k *KMS) Stop() {
+	if k.p != nil {
+		k.p.Stop(5 * time.Second)
+		k.p = nil
+	}
+}
