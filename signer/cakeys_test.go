@@ -230,7 +230,9 @@ func TestKeeperRotation_MovesASecretHeldCAIntoTheKeeper(t *testing.T) {
 	if err != nil || st.Current.KeyRef != "" {
 		t.Fatalf("with a keyRef, the Secret's own key reads as %+v, %v; want it, held by the Secret", st, err)
 	}
-	gen := func(t time.Time) (*CA, error) { return generateCA(ctx, "example.com/s", t, testRotation.Validity, keys, false) }
+	gen := func(t time.Time) (*CA, error) {
+		return generateCA(ctx, "example.com/s", t, testRotation.Validity, keys, false)
+	}
 	st.RotateRequested = "now"
 	if _, _, err := st.advance(t0.Add(time.Hour), testRotation, false, gen); err != nil {
 		t.Fatal(err)
