@@ -5,6 +5,9 @@
 package localkms
 
 import (
+	"context"
+	"crypto"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +15,10 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 
 	"github.com/trustsync/trustsync/test/controlplane"
 )
@@ -82,4 +89,31 @@ func (k *KMS) Stop() {
 		k.p.Stop(5 * time.Second)
 		k.p = nil
 	}
+}
+
+// PublicKeys are the public keys of every signing key the KMS holds, asked of the KMS
+// itself, not through the signer under test.
+func (k *KMS) PublicKeys(ctx context.Context) ([]crypto.PublicKey, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(Region))
+	if err != nil {
+		return nil, err
+	}
+	client := kms.NewFromConfig(cfg, func(o *kms.Options) { o.BaseEndpoint = aws.String(k.Endpoint) })
+	keys, err := client.ListKeys(ctx, &kms.ListKeysInput{})
+	if err != nil {
+		return nil, err
+	}
+	var out []crypto.PublicKey
+	for _, key := range keys.Keys {
+		resp, err := client.GetPublicKey(ctx, &kms.GetPublicKeyInput{KeyId: key.KeyId})
+		if err != nil {
+			continue // a symmetric key has none
+		}
+		pub, err := x509.ParsePKIXPublicKey(resp.PublicKey)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pub)
+	}
+	return out, nil
 }

@@ -23,223 +23,280 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/localkms"
 	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/test/scrape"
 	"github.com/trustsync/trustsync/test/softhsm"
 )
 
-// hsmSigner is a signer whose CA keys live in a SoftHSM2 token: trustsync-signer-pkcs11
-// in a namespace of its own (its Lease and CA Secret apart from the suite's signer).
-type hsmSigner struct {
+// keeperSigner is a signer whose CA keys a real keeper holds: a SoftHSM2 token
+// (trustsync-signer-pkcs11) or a local KMS (trustsync-signer), in a namespace of its
+// own (its Lease and CA Secret apart from the suite's signer).
+type keeperSigner struct {
+	keeper
 	name, namespace string
-	token           *softhsm.Token
 	process         *controlplane.Process
-	secrets         func() *corev1.Secret
 }
 
-func startHSMSigner(t *testing.T, cp *controlplane.ControlPlane, namespace, signerName string) *hsmSigner {
+// keeper is one real keeper, made for a test.
+type keeper struct {
+	kind string
+	// keyRef names key name in it; away and back take it away (a token pulled, a KMS
+	// stopped) and bring it back with its keys; start runs the signer that can use it.
+	keyRef     func(name string) string
+	away, back func() error
+	start      func(cp *controlplane.ControlPlane, args ...string) (*controlplane.Process, error)
+	// holds says whether the keeper holds the private key of pub, asked of the keeper
+	// itself (an auditor's tools), and if not, why.
+	holds func(t *testing.T, pub crypto.PublicKey) (bool, string)
+}
+
+// keepers are the real keepers the signer is tried with, each test against each.
+var keepers = []struct {
+	kind string
+	make func(t *testing.T) keeper
+}{
+	{"pkcs11", func(t *testing.T) keeper {
+		tok := softhsm.New(t, "trustsync")
+		return keeper{kind: "pkcs11", keyRef: tok.KeyRef, away: tok.Pull, back: tok.Put,
+			start: (*controlplane.ControlPlane).StartSignerPKCS11,
+			holds: func(t *testing.T, pub crypto.PublicKey) (bool, string) {
+				keys, err := tok.Keys()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range keys {
+					if equalKeys(k.Public, pub) {
+						return !k.Extractable && k.Sensitive && strings.HasPrefix(k.Label, "ca"), fmt.Sprintf("%+v", k)
+					}
+				}
+				return false, "no such key in the token"
+			}}
+	}},
+	{"awskms", func(t *testing.T) keeper {
+		kms := localkms.Start(t)
+		return keeper{kind: "awskms", keyRef: kms.KeyRef, away: func() error { kms.Stop(); return nil }, back: kms.Start,
+			start: (*controlplane.ControlPlane).StartSigner,
+			holds: func(t *testing.T, pub crypto.PublicKey) (bool, string) {
+				keys, err := kms.PublicKeys(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range keys {
+					if equalKeys(k, pub) {
+						return true, ""
+					}
+				}
+				return false, "no such key in the KMS"
+			}}
+	}},
+}
+
+// eachKeeper runs test against a signer of each keeper.
+func eachKeeper(t *testing.T, cp *controlplane.ControlPlane, prefix string, test func(t *testing.T, s *keeperSigner)) {
+	for _, k := range keepers {
+		t.Run(k.kind, func(t *testing.T) {
+			test(t, startKeeperSigner(t, cp, k.make(t), prefix+"-"+k.kind, "example.com/"+prefix+"-"+k.kind))
+		})
+	}
+}
+
+func startKeeperSigner(t *testing.T, cp *controlplane.ControlPlane, k keeper, namespace, signerName string) *keeperSigner {
 	t.Helper()
-	tok := softhsm.New(t, "trustsync")
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n  approval: {}\n", signerName, tok.KeyRef("ca"))
+	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n  approval: {}\n", signerName, k.keyRef("ca"))
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.CreateNamespace(context.Background(), namespace, nil); err != nil {
 		t.Fatal(err)
 	}
-	p, err := cp.StartSignerPKCS11("--namespace="+namespace, "--policy="+file, "--ca-propagation=timed", "--ca-propagation-window="+window.String())
-	untilTheEnd(t, "signer-pkcs11", p, err)
-	client := kube(t, cp.AdminConfig())
-	s := &hsmSigner{name: signerName, namespace: namespace, token: tok, process: p}
-	s.secrets = func() *corev1.Secret {
-		t.Helper()
-		secret, err := client.CoreV1().Secrets(namespace).Get(context.Background(), "trustsync-ca-"+strings.ReplaceAll(signerName, "/", "-"), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return secret
-	}
-	return s
+	p, err := k.start(cp, "--namespace="+namespace, "--policy="+file, "--ca-propagation=timed", "--ca-propagation-window="+window.String())
+	untilTheEnd(t, "signer with "+k.kind, p, err)
+	return &keeperSigner{keeper: k, name: signerName, namespace: namespace, process: p}
 }
 
-// PKCS#11 end to end: the signer makes its CA key in the token and signs CSRs and
-// PodCertificateRequests through it; a forced rotation makes the next key in the
-// token; and no private key of any CA is anywhere in the cluster: not in a Secret or
-// ConfigMap, not in etcd (public keys compared, names not trusted).
-func TestKeeper_PKCS11SignsAndRotatesInsideTheTokenAndNoCAKeyReachesTheCluster(t *testing.T) {
+// secret is the signer's CA Secret.
+func (s *keeperSigner) secret(t *testing.T, client kubernetes.Interface) *corev1.Secret {
+	t.Helper()
+	secret, err := client.CoreV1().Secrets(s.namespace).Get(context.Background(), "trustsync-ca-"+strings.ReplaceAll(s.name, "/", "-"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secret
+}
+
+func equalKeys(a, b crypto.PublicKey) bool {
+	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && eq.Equal(b)
+}
+
+// Each keeper end to end: the signer makes its CA key in the keeper and signs CSRs and
+// PodCertificateRequests through it; a forced rotation makes the next key there; and
+// no private key of any CA is anywhere in the cluster: not in a Secret or ConfigMap,
+// not in etcd (public keys compared, names not trusted).
+func TestKeeper_SignsAndRotatesInsideTheKeeperAndNoCAKeyReachesTheCluster(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
-	hsm := startHSMSigner(t, cp, "hsm-system", "example.com/hsm")
-
-	t.Logf("%s signer started", time.Now().Format(time.TimeOnly))
-	first := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
-	secret := hsm.secrets()
-	caCert := parseCert(t, secret.Data[corev1.TLSCertKey])
-	if err := first.CheckSignatureFrom(caCert); err != nil {
-		t.Fatalf("the certificate is not signed by the CA of the Secret: %v", err)
-	}
-	if _, ok := secret.Data[corev1.TLSPrivateKeyKey]; ok || secret.Type != signer.SecretTypeKeeperCA || !strings.HasPrefix(secret.Annotations[signer.AnnotationKey], "pkcs11:token=trustsync;") {
-		t.Errorf("the CA Secret (type %s) has tls.key of %d bytes and records its key at %q; want type %s, no tls.key and the key's place in the token", secret.Type, len(secret.Data[corev1.TLSPrivateKeyKey]), secret.Annotations[signer.AnnotationKey], signer.SecretTypeKeeperCA)
-	}
-	tokenKey := func(pub crypto.PublicKey) *softhsm.Key {
-		t.Helper()
-		keys, err := hsm.token.Keys()
-		if err != nil {
-			t.Fatal(err)
+	eachKeeper(t, cp, "keys", func(t *testing.T, ks *keeperSigner) {
+		first := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", ks.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
+		secret := ks.secret(t, client)
+		caCert := parseCert(t, secret.Data[corev1.TLSCertKey])
+		if err := first.CheckSignatureFrom(caCert); err != nil {
+			t.Fatalf("the certificate is not signed by the CA of the Secret: %v", err)
 		}
-		for i, k := range keys {
-			if k.Public.(interface{ Equal(crypto.PublicKey) bool }).Equal(pub) {
-				return &keys[i]
+		if _, ok := secret.Data[corev1.TLSPrivateKeyKey]; ok || secret.Type != signer.SecretTypeKeeperCA || !strings.HasPrefix(secret.Annotations[signer.AnnotationKey], ks.kind+":") {
+			t.Errorf("the CA Secret (type %s) has tls.key of %d bytes and records its key at %q; want type %s, no tls.key and the key's place in the keeper", secret.Type, len(secret.Data[corev1.TLSPrivateKeyKey]), secret.Annotations[signer.AnnotationKey], signer.SecretTypeKeeperCA)
+		}
+		if ok, why := ks.holds(t, caCert.PublicKey); !ok {
+			t.Fatalf("the keeper's key for the CA: %s", why)
+		}
+
+		if servesPodCertificateRequests(t, client) {
+			node, sa, pod := boundPod(t, client, "keys-"+ks.kind)
+			pcr := createPCRFor(t, client, ks.name, node, sa, pod, "keys-"+ks.kind, nil)
+			pcr = waitDecided(t, client.CertificatesV1().PodCertificateRequests(appNamespace), pcr.Name)
+			if c := pcr.Status.Conditions[0]; c.Type != "Issued" {
+				t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+			}
+			if err := parseCert(t, []byte(pcr.Status.CertificateChain)).CheckSignatureFrom(caCert); err != nil {
+				t.Errorf("the pod certificate is not signed by the keeper's CA: %v", err)
 			}
 		}
-		return nil
-	}
-	if k := tokenKey(caCert.PublicKey); k == nil || k.Extractable || !k.Sensitive {
-		t.Fatalf("the token's key for the CA is %+v, want one, non-extractable and sensitive", k)
-	}
 
-	if servesPodCertificateRequests(t, client) {
-		node, sa, pod := boundPod(t, client, "hsm")
-		pcr := createPCRFor(t, client, hsm.name, node, sa, pod, "hsm-web", nil)
-		pcr = waitDecided(t, client.CertificatesV1().PodCertificateRequests(appNamespace), pcr.Name)
-		if c := pcr.Status.Conditions[0]; c.Type != "Issued" {
-			t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+		// A forced rotation: the next CA's key is made in the keeper, then it signs.
+		secret.Annotations[signer.AnnotationRotateRequested] = time.Now().UTC().Format(time.RFC3339Nano)
+		if _, err := client.CoreV1().Secrets(ks.namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		if err := parseCert(t, []byte(pcr.Status.CertificateChain)).CheckSignatureFrom(caCert); err != nil {
-			t.Errorf("the pod certificate is not signed by the token's CA: %v", err)
+		var next *x509.Certificate
+		poll.Eventually(t, time.Minute, "the next CA's key recorded", func() (bool, string) {
+			s := ks.secret(t, client)
+			if s.Annotations[signer.AnnotationNextKey] == "" {
+				return false, "no next key recorded yet"
+			}
+			next = parseCert(t, s.Data["next.crt"])
+			return true, ""
+		})
+		if ok, why := ks.holds(t, next.PublicKey); !ok {
+			t.Fatalf("the keeper's key for the next CA: %s", why)
 		}
-	}
+		poll.Eventually(t, time.Minute, "a certificate of the next CA", func() (bool, string) {
+			got := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", ks.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
+			return got.CheckSignatureFrom(next) == nil, "still signed by the old CA"
+		})
 
-	t.Logf("%s issued through the token", time.Now().Format(time.TimeOnly))
-	// A forced rotation: the next CA's key is made in the token, then it signs.
-	secret.Annotations[signer.AnnotationRotateRequested] = time.Now().UTC().Format(time.RFC3339Nano)
-	if _, err := client.CoreV1().Secrets(hsm.namespace).Update(ctx, secret, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var next *x509.Certificate
-	poll.Eventually(t, time.Minute, "the next CA's key recorded", func() (bool, string) {
-		s := hsm.secrets()
-		if s.Annotations[signer.AnnotationNextKey] == "" {
-			return false, "no next key recorded yet"
+		// Every CA this signer ever had: the current, the retired, any next.
+		var cas []*x509.Certificate
+		s := ks.secret(t, client)
+		for _, key := range []string{corev1.TLSCertKey, "next.crt", "retired.crt"} {
+			certs, _ := bundle.ParseCertificates(s.Data[key])
+			cas = append(cas, certs...)
 		}
-		next = parseCert(t, s.Data["next.crt"])
-		return true, ""
-	})
-	if k := tokenKey(next.PublicKey); k == nil || k.Extractable || !k.Sensitive || !strings.HasPrefix(k.Label, "ca-") {
-		t.Fatalf("the token's key for the next CA is %+v, want a new one named ca-<time>, non-extractable and sensitive", k)
-	}
-	poll.Eventually(t, time.Minute, "a certificate of the next CA", func() (bool, string) {
-		got := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
-		return got.CheckSignatureFrom(next) == nil, "still signed by the old CA"
-	})
-
-	t.Logf("%s rotated", time.Now().Format(time.TimeOnly))
-	// Every CA this signer ever had: the current, the retired, any next.
-	var cas []*x509.Certificate
-	s := hsm.secrets()
-	for _, key := range []string{corev1.TLSCertKey, "next.crt", "retired.crt"} {
-		certs, _ := bundle.ParseCertificates(s.Data[key])
-		cas = append(cas, certs...)
-	}
-	if len(cas) < 2 {
-		t.Fatalf("the Secret names %d CAs after a rotation, want the new and the retired", len(cas))
-	}
-	for place, data := range clusterStorage(t, cp, client) {
-		for _, pub := range privateKeysIn(data) {
-			for _, ca := range cas {
-				if pub.(interface{ Equal(crypto.PublicKey) bool }).Equal(ca.PublicKey) {
-					t.Errorf("%s holds the private key of CA %q", place, ca.Subject)
+		if len(cas) < 2 {
+			t.Fatalf("the Secret names %d CAs after a rotation, want the new and the retired", len(cas))
+		}
+		for place, data := range clusterStorage(t, cp, client) {
+			for _, pub := range privateKeysIn(data) {
+				for _, ca := range cas {
+					if equalKeys(pub, ca.PublicKey) {
+						t.Errorf("%s holds the private key of CA %q", place, ca.Subject)
+					}
 				}
 			}
 		}
-	}
+	})
 }
 
-// The token pulled mid-run: a CSR and a PodCertificateRequest wait, saying why, and
-// nothing is signed; the token put back, both are issued within 30 seconds.
-func TestKeeper_FailsClosedWhileTheTokenIsGoneAndSignsWithin30sOfItsReturn(t *testing.T) {
+// Each keeper taken away mid-run (a token pulled, a KMS stopped): a CSR and a
+// PodCertificateRequest wait, saying why, and nothing is signed; the keeper back,
+// both are issued within 30 seconds.
+func TestKeeper_FailsClosedWhileTheKeeperIsAwayAndSignsWithin30sOfItsReturn(t *testing.T) {
 	cp := planes.Get(t, true)
 	ctx := context.Background()
 	client := kube(t, cp.AdminConfig())
-	hsm := startHSMSigner(t, cp, "hsm-outage", "example.com/hsm-outage")
-	waitDone(t, cp, requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name)
-
-	if v := keyAvailable(t, hsm); v != 1 {
-		t.Fatalf("before the token is pulled trustsync_signer_key_available is %v, want 1", v)
-	}
-	if err := hsm.token.Pull(); err != nil {
-		t.Fatal(err)
-	}
-	csr := requestAs(t, cp, "web", hsm.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc")
-	pcrs := servesPodCertificateRequests(t, client)
-	var pcr *certificatesv1.PodCertificateRequest
-	if pcrs {
-		node, sa, pod := boundPod(t, client, "outage")
-		pcr = createPCRFor(t, client, hsm.name, node, sa, pod, "outage-web", nil)
-	}
-	csrs := client.CertificatesV1().CertificateSigningRequests()
-	poll.Eventually(t, time.Minute, "the CSR waiting for the token", func() (bool, string) {
-		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
+	eachKeeper(t, cp, "outage", func(t *testing.T, ks *keeperSigner) {
+		waitDone(t, cp, requestAs(t, cp, "web", ks.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name)
+		if v := keyAvailable(t, ks); v != 1 {
+			t.Fatalf("before the keeper goes trustsync_signer_key_available is %v, want 1", v)
 		}
-		c := condition(got, v1alpha1.ConditionWaiting)
-		if c == nil || c.Status != corev1.ConditionTrue {
-			return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+		if err := ks.away(); err != nil {
+			t.Fatal(err)
 		}
-		if c.Reason != v1alpha1.ReasonKeyUnavailable || !strings.Contains(c.Message, `PKCS#11 token "trustsync"`) {
-			t.Fatalf("the CSR waits with %s: %s; want KeyUnavailable naming the token", c.Reason, c.Message)
+		csr := requestAs(t, cp, "web", ks.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc")
+		pcrs := servesPodCertificateRequests(t, client)
+		var pcr *certificatesv1.PodCertificateRequest
+		if pcrs {
+			node, sa, pod := boundPod(t, client, "outage-"+ks.kind)
+			pcr = createPCRFor(t, client, ks.name, node, sa, pod, "outage-"+ks.kind, nil)
 		}
-		return true, ""
-	})
-	waitEventFor(t, client, csr.Name, v1alpha1.ReasonKeyUnavailable)
-	if pcrs {
-		waitEventFor(t, client, pcr.Name, v1alpha1.ReasonKeyUnavailable)
-	}
-	poll.Eventually(t, 30*time.Second, "trustsync_signer_key_available 0", func() (bool, string) {
-		v := keyAvailable(t, hsm)
-		return v == 0, fmt.Sprintf("trustsync_signer_key_available is %v", v)
-	})
-	// Several retries later, still nothing signed.
-	time.Sleep(2 * 5 * time.Second)
-	if got, _ := csrs.Get(ctx, csr.Name, metav1.GetOptions{}); len(got.Status.Certificate) > 0 || condition(got, certificatesv1.CertificateFailed) != nil {
-		t.Fatalf("while the token was gone the CSR got a certificate or failed: %+v", got.Status.Conditions)
-	}
-	if pcrs {
-		if got, _ := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{}); len(got.Status.Conditions) > 0 {
-			t.Fatalf("while the token was gone the PodCertificateRequest was decided: %+v", got.Status.Conditions)
-		}
-	}
-
-	if err := hsm.token.Put(); err != nil {
-		t.Fatal(err)
-	}
-	back := time.Now()
-	poll.Eventually(t, 30*time.Second, "the CSR issued within 30 s of the token's return", func() (bool, string) {
-		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
-		if err != nil || len(got.Status.Certificate) == 0 {
-			return false, "the CSR is not issued yet"
-		}
-		if c := condition(got, v1alpha1.ConditionWaiting); c == nil || c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonIssued {
-			t.Errorf("once issued the CSR's Waiting condition is %+v, want False/Issued", c)
-		}
-		return true, ""
-	})
-	if pcrs {
-		poll.Eventually(t, 30*time.Second-time.Since(back), "the PodCertificateRequest issued within 30 s of the token's return", func() (bool, string) {
-			got, err := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{})
-			if err != nil || len(got.Status.Conditions) == 0 {
-				return false, "the PodCertificateRequest is not decided yet"
+		csrs := client.CertificatesV1().CertificateSigningRequests()
+		poll.Eventually(t, time.Minute, "the CSR waiting for the keeper", func() (bool, string) {
+			got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
 			}
-			if c := got.Status.Conditions[0]; c.Type != "Issued" {
-				t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+			c := condition(got, v1alpha1.ConditionWaiting)
+			if c == nil || c.Status != corev1.ConditionTrue {
+				return false, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+			}
+			if c.Reason != v1alpha1.ReasonKeyUnavailable || !strings.Contains(c.Message, "cannot sign") {
+				t.Fatalf("the CSR waits with %s: %s; want KeyUnavailable naming the keeper", c.Reason, c.Message)
 			}
 			return true, ""
 		})
-	}
-	t.Logf("issued %s after the token came back", time.Since(back).Round(100*time.Millisecond))
+		waitEventFor(t, client, csr.Name, v1alpha1.ReasonKeyUnavailable)
+		if pcrs {
+			waitEventFor(t, client, pcr.Name, v1alpha1.ReasonKeyUnavailable)
+		}
+		poll.Eventually(t, 30*time.Second, "trustsync_signer_key_available 0", func() (bool, string) {
+			v := keyAvailable(t, ks)
+			return v == 0, fmt.Sprintf("trustsync_signer_key_available is %v", v)
+		})
+		// Two retries later, still nothing signed.
+		time.Sleep(2 * 5 * time.Second)
+		if got, _ := csrs.Get(ctx, csr.Name, metav1.GetOptions{}); len(got.Status.Certificate) > 0 || condition(got, certificatesv1.CertificateFailed) != nil {
+			t.Fatalf("while the keeper was away the CSR got a certificate or failed: %+v", got.Status.Conditions)
+		}
+		if pcrs {
+			if got, _ := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{}); len(got.Status.Conditions) > 0 {
+				t.Fatalf("while the keeper was away the PodCertificateRequest was decided: %+v", got.Status.Conditions)
+			}
+		}
+
+		if err := ks.back(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		poll.Eventually(t, 30*time.Second, "the CSR issued within 30 s of the keeper's return", func() (bool, string) {
+			got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+			if err != nil || len(got.Status.Certificate) == 0 {
+				return false, "the CSR is not issued yet"
+			}
+			if c := condition(got, v1alpha1.ConditionWaiting); c == nil || c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonIssued {
+				t.Errorf("once issued the CSR's Waiting condition is %+v, want False/Issued", c)
+			}
+			return true, ""
+		})
+		if pcrs {
+			poll.Eventually(t, 30*time.Second-time.Since(back), "the PodCertificateRequest issued within 30 s of the keeper's return", func() (bool, string) {
+				got, err := client.CertificatesV1().PodCertificateRequests(appNamespace).Get(ctx, pcr.Name, metav1.GetOptions{})
+				if err != nil || len(got.Status.Conditions) == 0 {
+					return false, "the PodCertificateRequest is not decided yet"
+				}
+				if c := got.Status.Conditions[0]; c.Type != "Issued" {
+					t.Fatalf("the PodCertificateRequest ended %s/%s: %s", c.Type, c.Reason, c.Message)
+				}
+				return true, ""
+			})
+		}
+		poll.Eventually(t, 30*time.Second, "trustsync_signer_key_available 1", func() (bool, string) {
+			v := keyAvailable(t, ks)
+			return v == 1, fmt.Sprintf("trustsync_signer_key_available is %v", v)
+		})
+		t.Logf("issued %s after the keeper came back", time.Since(back).Round(100*time.Millisecond))
+	})
 }
 
 // A keyRef the signer cannot open stops it at its start, naming the keyRef; the
@@ -254,6 +311,7 @@ func TestKeeper_AKeyRefThatCannotBeOpenedStopsTheSignerNamingIt(t *testing.T) {
 	}{
 		{"a token that does not exist", strings.Replace(tok.KeyRef("ca"), "token=trustsync", "token=absent", 1), true, []string{"keyRef pkcs11:token=absent;object=ca", "could not find PKCS#11 token"}},
 		{"a PKCS#11 keyRef given to the static signer", tok.KeyRef("ca"), false, []string{"built without PKCS#11", "trustsync-signer-pkcs11"}},
+		{"a KMS that does not answer", "awskms:key-id=alias/ca;region=eu-west-1;endpoint=http://127.0.0.1:1", false, []string{"keyRef awskms:key-id=alias/ca", "127.0.0.1:1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "policy.yaml")
@@ -264,7 +322,7 @@ func TestKeeper_AKeyRefThatCannotBeOpenedStopsTheSignerNamingIt(t *testing.T) {
 			if tc.pkcs11 {
 				start = cp.StartSignerPKCS11
 			}
-			p, err := start("--namespace=hsm-refused", "--policy="+file)
+			p, err := start("--namespace=keys-refused", "--policy="+file)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,9 +431,9 @@ func privateKeyPublic(der []byte) crypto.PublicKey {
 }
 
 // keyAvailable reads the signer's trustsync_signer_key_available for its keeper.
-func keyAvailable(t *testing.T, hsm *hsmSigner) float64 {
+func keyAvailable(t *testing.T, ks *keeperSigner) float64 {
 	t.Helper()
-	text, err := hsm.process.Metrics()
+	text, err := ks.process.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +441,7 @@ func keyAvailable(t *testing.T, hsm *hsmSigner) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Sum("trustsync_signer_key_available", map[string]string{"signer": hsm.name, "keeper": "pkcs11"})
+	return m.Sum("trustsync_signer_key_available", map[string]string{"signer": ks.name, "keeper": ks.kind})
 }
 
 // waitEventFor waits for an Event with reason on the object called name.
