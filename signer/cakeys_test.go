@@ -18,7 +18,7 @@ import (
 )
 
 // tokenKeys is a signer's keys in a fresh SoftHSM2 token, under object "ca".
-func tokenKeys(t *testing.T) (caKeys, *softhsm.Token) {
+func tokenKeys(t testing.TB) (caKeys, *softhsm.Token) {
 	t.Helper()
 	tok := softhsm.New(t, "trustsync")
 	ref, err := keyuri.Parse(tok.KeyRef("ca"))

@@ -12,7 +12,8 @@ import (
 // `make demo` builds what the demo runs and nothing only the tests use: the demo's
 // `hack/controlplane.sh` links etcd, the Kubernetes binaries and helm, `make push`'s
 // `hack/controlplane.sh helm` links helm alone, and promtool, cosign, spire-server
-// (a cold build's slowest after kube-apiserver) and krew come from `make test-tools`. The
+// (a cold build's slowest after kube-apiserver), krew and local-kms come from
+// `make test-tools`. The
 // script runs for real against a cache of stand-ins, so nothing here is compiled.
 func TestBuilds_EachTargetBuildsOnlyWhatItRuns(t *testing.T) {
 	demo, err := os.ReadFile("../../hack/demo.sh")
@@ -29,7 +30,7 @@ func TestBuilds_EachTargetBuildsOnlyWhatItRuns(t *testing.T) {
 	}{
 		{name: "the demo's control plane", want: []string{"etcd", "helm", "kube-apiserver", "kube-controller-manager", "kubectl"}},
 		{name: "make push's helm", args: []string{"helm"}, want: []string{"helm"}},
-		{name: "the tests' tools", args: []string{"test-tools"}, want: []string{"cosign", "kubectl-krew", "promtool", "spire-server"}},
+		{name: "the tests' tools", args: []string{"test-tools"}, want: []string{"cosign", "kubectl-krew", "local-kms", "promtool", "spire-server"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache, bin := t.TempDir(), t.TempDir()
@@ -46,7 +47,7 @@ func TestBuilds_EachTargetBuildsOnlyWhatItRuns(t *testing.T) {
 				if err := os.MkdirAll(dir, 0o755); err != nil {
 					t.Fatal(err)
 				}
-				for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm", "promtool", "cosign", "spire-server", "kubectl-krew"} {
+				for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm", "promtool", "cosign", "spire-server", "kubectl-krew", "local-kms"} {
 					if err := os.WriteFile(filepath.Join(dir, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 						t.Fatal(err)
 					}

@@ -83,6 +83,22 @@ func Init(dir, label string) (*Token, error) {
 	return tok, nil
 }
 
+// At is the token labelled label that docs/signer.md's commands made in dir: its
+// softhsm2.conf, tokens/ and pin file there.
+func At(dir, label string) (*Token, error) {
+	module, err := Module()
+	if err != nil {
+		return nil, err
+	}
+	tok := &Token{Label: label, Conf: filepath.Join(dir, "softhsm2.conf"), Dir: filepath.Join(dir, "tokens"), Module: module, PINFile: filepath.Join(dir, "pin")}
+	for _, f := range []string{tok.Conf, tok.Dir, tok.PINFile} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, err
+		}
+	}
+	return tok, nil
+}
+
 // Env is the environment with SOFTHSM2_CONF pointing at the token's configuration.
 func (tok *Token) Env() []string {
 	return append(os.Environ(), "SOFTHSM2_CONF="+tok.Conf)

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
+	"github.com/trustsync/trustsync/test/doccmd"
 	"github.com/trustsync/trustsync/test/localkms"
 	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/test/scrape"
@@ -57,7 +59,7 @@ var keepers = []struct {
 	make func(t *testing.T) keeper
 }{
 	{"pkcs11", func(t *testing.T) keeper {
-		tok := softhsm.New(t, "trustsync")
+		tok := tokenAsTheDocsMakeIt(t)
 		return keeper{kind: "pkcs11", keyRef: tok.KeyRef, away: tok.Pull, back: tok.Put,
 			start: (*controlplane.ControlPlane).StartSignerPKCS11,
 			holds: func(t *testing.T, pub crypto.PublicKey) (bool, string) {
@@ -90,6 +92,29 @@ var keepers = []struct {
 				return false, "no such key in the KMS"
 			}}
 	}},
+}
+
+// tokenAsTheDocsMakeIt makes a SoftHSM2 token by running docs/signer.md's commands as
+// written, in a directory of the test's.
+func tokenAsTheDocsMakeIt(t *testing.T) *softhsm.Token {
+	t.Helper()
+	commands, err := doccmd.Block("../../../docs/signer.md", "Try it first with SoftHSM2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.Join(commands, "\n"))
+	sh.Dir = dir
+	sh.Env = append(os.Environ(), "PIN="+softhsm.PIN, "SO_PIN="+softhsm.SOPIN)
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("docs/signer.md's SoftHSM2 commands: %v\n%s", err, out)
+	}
+	tok, err := softhsm.At(dir, "trustsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SOFTHSM2_CONF", tok.Conf)
+	return tok
 }
 
 // eachKeeper runs test against a signer of each keeper.
