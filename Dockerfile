@@ -13,7 +13,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN for b in webhook sidecar signer controller agent; do \
-      CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(cat VERSION)" -o /out/trustsync-$b ./cmd/$b || exit 1; \
+      CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$(cat VERSION)" -o /out/trustsync-$b ./cmd/$b || exit 1; \
     done
 
 FROM gcr.io/distroless/static-debian12:nonroot

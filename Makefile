@@ -4,8 +4,10 @@
 #   make test          everything: unit tests (with fuzz seed corpora) and e2e tests
 #                      against a real kube-apiserver and a real node (kubelet,
 #                      containerd), building both first
-#   make build         the binaries into bin/ (five components and kubectl-trustsync),
-#                      and trustsync-signer-pkcs11: the signer with cgo, for PKCS#11
+#   make build [FIPS=1]
+#                      the binaries into bin/ (five components and kubectl-trustsync),
+#                      and trustsync-signer-pkcs11: the signer with cgo, for PKCS#11;
+#                      FIPS=1: with Go's FIPS 140-3 module
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
 #   make test-tools    what only the tests use: promtool, cosign, spire-server, krew,
 #                      local-kms, SoftHSM2 (Debian's)
@@ -19,10 +21,11 @@
 #                      in a burst, a bundle edit to the app's reload, on the real node
 #                      (root; about 10 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
-#   make image [GOARCH=arm64] [IMAGE=ref]
+#   make image [GOARCH=arm64] [IMAGE=ref] [FIPS=1]
 #                      the container image as a tarball in _output/, without a daemon:
 #                      Linux binaries for GOARCH (default: this host's), tagged IMAGE
-#                      (default: the chart's own image reference)
+#                      (default: the chart's own image reference; with FIPS=1, its
+#                      tag and -fips, the binaries built with Go's FIPS 140-3 module)
 #   make release       dist/: the chart package, every CRD in one file, the image
 #                      (linux/amd64 and arm64) as an OCI layout tarball, the plugin's
 #                      archives and krew manifest, SBOMs, SHA256SUMS; reproducible
@@ -43,8 +46,15 @@ BENCHTIME ?= 1s
 
 # The one version: VERSION, stamped into every binary, the chart and the image tag.
 VERSION   := $(shell cat VERSION)
-LDFLAGS   := -s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$(VERSION)
-IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)
+LDFLAGS   := -s -w -X github.com/trustsync/trustsync/buildinfo.Version=$(VERSION)
+IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)$(if $(filter 1,$(FIPS)),-fips)
+
+# FIPS=1 builds every binary with Go's CMVP-validated FIPS 140-3 module (v1.0.0): they
+# then run in FIPS mode by default (GODEBUG=fips140=on) and say so in --version and
+# trustsync_build_info.
+ifeq ($(FIPS),1)
+export GOFIPS140 := v1.0.0
+endif
 
 .PHONY: softhsm generate release push test-upgrade image all build demo test test-unit test-e2e controlplane test-tools node lint bench bench-node fuzz clean help
 

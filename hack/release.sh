@@ -38,7 +38,7 @@ build "$tools/sbom" "$sbom_dir" cyclonedx-gomod github.com/CycloneDX/cyclonedx-g
 
 rm -rf "$dist"
 mkdir -p "$dist/sbom"
-ldflags="-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version=$version"
+ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$version"
 for arch in amd64 arm64; do
   for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
     CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$work/linux_$arch/$b" "./cmd/${b#trustsync-}"

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trustsync/trustsync/cmd/internal/cli"
-	"github.com/trustsync/trustsync/cmd/internal/version"
+	"github.com/trustsync/trustsync/buildinfo"
 	"github.com/trustsync/trustsync/sidecar"
 )
 
@@ -33,7 +33,7 @@ func main() {
 		fmt.Fprintf(os.Stdout, "%s\n\nUsage:\n  trustsync-sidecar run|init|probe [flags]\n  trustsync-sidecar SUBCOMMAND --help\n  trustsync-sidecar --version\n", about)
 		os.Exit(0)
 	case "--version", "version":
-		fmt.Fprintf(os.Stdout, "trustsync-sidecar %s\n", version.String())
+		fmt.Fprintf(os.Stdout, "trustsync-sidecar %s\n%s\n", buildinfo.String(), buildinfo.FIPSLine())
 		os.Exit(0)
 	}
 	sub := os.Args[1]

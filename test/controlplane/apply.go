@@ -127,9 +127,14 @@ var (
 	buildTo string
 )
 
+// FIPSModule is the Go Cryptographic Module FIPS builds use: the CMVP-validated one
+// (make build FIPS=1 takes the same).
+const FIPSModule = "v1.0.0"
+
 // BuildBinary builds cmd/<name> of this module once per test process and returns the
 // binary's path, so e2e tests run the real binary whatever `make` did before;
-// "signer-pkcs11" is cmd/signer built with cgo.
+// "signer-pkcs11" is cmd/signer built with cgo, "<name>-fips" cmd/<name> built with
+// FIPSModule.
 func BuildBinary(name string) (string, error) {
 	builtMu.Lock()
 	defer builtMu.Unlock()
@@ -152,13 +157,18 @@ func BuildBinary(name string) (string, error) {
 		return "", err
 	}
 	// trustsync-signer-pkcs11 is the signer built with cgo, which loading a PKCS#11
-	// module needs; every other binary is static.
-	pkg, cgo := strings.CutSuffix(name, "-pkcs11")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/cmd/internal/version.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+pkg)
+	// module needs; every other binary is static. A -fips suffix builds with Go's
+	// FIPS 140-3 module, as make build FIPS=1 does.
+	pkg, fips := strings.CutSuffix(name, "-fips")
+	pkg, cgo := strings.CutSuffix(pkg, "-pkcs11")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/buildinfo.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if cgo {
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	}
+	if fips {
+		cmd.Env = append(cmd.Env, "GOFIPS140="+FIPSModule)
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/%s: %w\n%s", pkg, err, out)

@@ -18,7 +18,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
-	"github.com/trustsync/trustsync/cmd/internal/version"
+	"github.com/trustsync/trustsync/buildinfo"
 )
 
 // Parse parses args into fs (after adding the logging flags and --version), printing
@@ -43,7 +43,7 @@ func Parse(fs *pflag.FlagSet, about string, args []string) {
 		os.Exit(2)
 	}
 	if *showVersion {
-		fmt.Fprintf(os.Stdout, "%s %s\n", strings.Fields(fs.Name())[0], version.String())
+		fmt.Fprintf(os.Stdout, "%s %s\n%s\n", strings.Fields(fs.Name())[0], buildinfo.String(), buildinfo.FIPSLine())
 		os.Exit(0)
 	}
 	if err := logsapi.ValidateAndApply(logging, nil); err != nil {

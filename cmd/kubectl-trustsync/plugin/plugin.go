@@ -31,7 +31,7 @@ import (
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
 	"github.com/trustsync/trustsync/bundle"
-	"github.com/trustsync/trustsync/cmd/internal/version"
+	"github.com/trustsync/trustsync/buildinfo"
 	"github.com/trustsync/trustsync/trustreport/query"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
@@ -194,9 +194,9 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 				return fmt.Errorf("version prints no object and no table: give -o json, yaml or a template, or nothing")
 			}
 			if o.structured() {
-				return o.print(map[string]string{"version": version.String()})
+				return o.print(map[string]string{"version": buildinfo.String()})
 			}
-			_, err := fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", version.String())
+			_, err := fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", buildinfo.String())
 			return err
 		},
 	})

@@ -45,6 +45,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
@@ -1034,10 +1035,57 @@ func TestChart_EveryBinaryAndTheChartAgreeOnTheVersion(t *testing.T) {
 			args, prog = []string{"version"}, name
 		}
 		out, err := exec.Command(bin, args...).Output()
-		if err != nil || strings.TrimSpace(string(out)) != prog+" "+want {
+		first, rest, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		if err != nil || first != prog+" "+want {
 			t.Errorf("%s %v says %q (%v); want %q", prog, args, out, err, prog+" "+want)
 		}
+		if name != "kubectl-trustsync" && rest != "FIPS 140-3 mode: off" {
+			t.Errorf("%s --version says %q of FIPS; want %q", prog, rest, "FIPS 140-3 mode: off")
+		}
 	}
+}
+
+// Built with Go's FIPS 140-3 module (make build FIPS=1, the -fips images), every
+// component runs in FIPS mode and says so, with the module, in --version and in
+// trustsync_build_info.
+func TestChart_AFIPSBuildSaysItRunsInFIPSMode(t *testing.T) {
+	for _, name := range []string{"webhook", "sidecar", "signer", "controller", "agent"} {
+		bin, err := controlplane.BuildBinary(name + "-fips")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "--version").Output()
+		if want := "FIPS 140-3 mode: on (Go Cryptographic Module " + controlplane.FIPSModule; err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("trustsync-%s-fips --version says %q (%v); want %q", name, out, err, want)
+		}
+	}
+	bin, err := controlplane.BuildBinary("controller-fips")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := controlplane.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The health server serves whether or not the controller reaches an API server,
+	// and this test gives it none: /metrics is all it asks.
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, &rest.Config{Host: "https://127.0.0.1:1", BearerToken: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := controlplane.StartProcess("trustsync-controller-fips", bin, []string{"--kubeconfig=" + kubeconfig, "--namespace=trustsync-system", "--leader-elect=false", "--health-bind-address=127.0.0.1:" + strconv.Itoa(port)}, filepath.Join(t.TempDir(), "controller.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(5 * time.Second)
+	p.HealthAddr = "127.0.0.1:" + strconv.Itoa(port)
+	poll.Eventually(t, 30*time.Second, "trustsync_build_info with fips on", func() (bool, string) {
+		m, err := p.Metrics()
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(m, `trustsync_build_info{fips="on",fips_module="`+controlplane.FIPSModule), m
+	})
 }
 
 // The project's helm is stamped with the Kubernetes its client knows, as helm's own

@@ -1,4 +1,4 @@
-package version
+package buildinfo
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // VERSION is the one source: the chart's version and appVersion are the same release,
 // and the chart's default image tag is v<VERSION>.
 func TestVersion_TheChartSaysWhatVERSIONSays(t *testing.T) {
-	raw, err := os.ReadFile("../../../VERSION")
+	raw, err := os.ReadFile("../VERSION")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +18,7 @@ func TestVersion_TheChartSaysWhatVERSIONSays(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`).MatchString(v) {
 		t.Fatalf("VERSION %q is not a semantic version", v)
 	}
-	chart, err := os.ReadFile("../../../charts/trustsync/Chart.yaml")
+	chart, err := os.ReadFile("../charts/trustsync/Chart.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,5 +39,18 @@ func TestString_AStampedBuildSaysItsRelease(t *testing.T) {
 	Version = ""
 	if got := String(); !strings.HasPrefix(got, "devel") {
 		t.Errorf("an unstamped build says %q; want devel...", got)
+	}
+}
+
+// --version's FIPS line says what the process runs in: on under GODEBUG=fips140=on or
+// only (the default of a GOFIPS140 build), off otherwise.
+func TestFIPSLine_SaysWhetherTheProcessRunsInFIPSMode(t *testing.T) {
+	on, _ := FIPS()
+	want := "FIPS 140-3 mode: off"
+	if on {
+		want = "FIPS 140-3 mode: on"
+	}
+	if got := FIPSLine(); !strings.HasPrefix(got, want) {
+		t.Errorf("FIPSLine() = %q, want it to start %q", got, want)
 	}
 }
