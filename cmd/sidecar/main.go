@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/trustsync/trustsync/cmd/internal/cli"
 	"github.com/trustsync/trustsync/buildinfo"
+	"github.com/trustsync/trustsync/cmd/internal/cli"
 	"github.com/trustsync/trustsync/sidecar"
 )
 

@@ -30,8 +30,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/trustsync/trustsync/api/v1alpha1"
-	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/buildinfo"
+	"github.com/trustsync/trustsync/bundle"
 	"github.com/trustsync/trustsync/trustreport/query"
 	"github.com/trustsync/trustsync/trustreport/reader"
 )
