@@ -68,6 +68,7 @@ var (
 
 	AnnotationFormat          = annotation("format")
 	AnnotationPasswordSecret  = annotation("password-secret")
+	AnnotationPKCS12Profile   = annotation("pkcs12-profile")
 	AnnotationReloadURL       = annotation("reload-url")
 	AnnotationReloadSignal    = annotation("reload-signal")
 	AnnotationReloadContainer = annotation("reload-container")
@@ -324,9 +325,9 @@ func (p *annotationParser) sources(certificateRequested bool) []v1alpha1.Source 
 		p.invalid(list, fmt.Sprintf("use either %s or the one-item annotations (%s, %s), not both", list, AnnotationSignerName, AnnotationBundleName))
 		return nil
 	case hasList:
-		for _, key := range []string{AnnotationFormat, AnnotationPasswordSecret} {
+		for _, key := range []string{AnnotationFormat, AnnotationPasswordSecret, AnnotationPKCS12Profile} {
 			if _, ok := p.a[key]; ok {
-				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\" and \"passwordSecret\"", list))
+				p.invalid(key, fmt.Sprintf("goes with the one-item annotations; with %s give each item its \"format\", \"passwordSecret\" and \"pkcs12Profile\"", list))
 			}
 		}
 		sources, err := v1alpha1.ParseSources([]byte(p.a[list]))
@@ -359,6 +360,9 @@ func (p *annotationParser) shorthand() []v1alpha1.Source {
 		Optional:   p.bool(AnnotationOptional, false),
 		Format:     p.choice(AnnotationFormat, "", v1alpha1.Formats),
 	}
+	if _, ok := p.a[AnnotationPKCS12Profile]; ok {
+		s.PKCS12Profile = p.choice(AnnotationPKCS12Profile, "", v1alpha1.PKCS12Profiles)
+	}
 	if v, ok := p.a[AnnotationPasswordSecret]; ok {
 		name, key, found := strings.Cut(v, "/")
 		if !found {
@@ -387,8 +391,12 @@ func (p *annotationParser) shorthand() []v1alpha1.Source {
 	for _, e := range s.Validate(field.NewPath("source")) {
 		key := AnnotationSignerName
 		switch f := strings.TrimPrefix(e.Field, "source."); {
-		case f == "format":
+		case (f == "format" || f == "pkcs12Profile") && e.Type == field.ErrorTypeNotSupported:
 			continue // reported by choice above
+		case f == "format":
+			key = AnnotationFormat
+		case f == "pkcs12Profile":
+			key = AnnotationPKCS12Profile
 		case strings.HasPrefix(f, "name"):
 			key = AnnotationBundleName
 		case strings.HasPrefix(f, "path"):

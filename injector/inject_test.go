@@ -160,3 +160,43 @@ func TestInject_TheSidecarWarnsWithinThePolicysExpiryWindow(t *testing.T) {
 		})
 	}
 }
+
+// In FIPS 140-3 mode a pod asking for what the mode cannot write is refused at
+// admission, on the annotation that asks for it and saying what to ask for instead;
+// a PKCS#12 store is written with PBMAC1.
+func TestInject_FIPSModeRefusesAtAdmissionWhatItCannotWrite(t *testing.T) {
+	was := v1alpha1.FIPSMode
+	v1alpha1.FIPSMode = func() bool { return true }
+	t.Cleanup(func() { v1alpha1.FIPSMode = was })
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		says        string
+	}{
+		{"a JKS store", map[string]string{AnnotationFormat: "jks"}, `metadata.annotations[trustsync.io/format]: Invalid value: "jks": FIPS 140-3 mode cannot write a JKS truststore`},
+		{"a PKCS#12 store of profile Modern2023", map[string]string{AnnotationFormat: "pkcs12", AnnotationPKCS12Profile: "Modern2023"}, `metadata.annotations[trustsync.io/pkcs12-profile]: Invalid value: "Modern2023": FIPS 140-3 mode cannot write this profile`},
+		{"a JKS store in the sources list", map[string]string{AnnotationBundleName: "", AnnotationSources: `[{"name": "corp-roots", "path": "t.jks", "format": "jks"}]`}, `FIPS 140-3 mode cannot write a JKS truststore`},
+		{"a PKCS#12 store without a profile is admitted", map[string]string{AnnotationFormat: "pkcs12"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &corev1.Pod{}
+			pod.Name = "web"
+			pod.Annotations = map[string]string{v1alpha1.AnnotationInject: "true", AnnotationBundleName: "corp-roots"}
+			for k, v := range tc.annotations {
+				if v == "" {
+					delete(pod.Annotations, k)
+					continue
+				}
+				pod.Annotations[k] = v
+			}
+			pod.Spec.Containers = []corev1.Container{{Name: "app", Image: "x"}}
+			_, err := Inject(pod, "apps", nil, Config{})
+			switch {
+			case tc.says == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.says != "" && (err == nil || !strings.Contains(err.Error(), tc.says)):
+				t.Fatalf("Inject = %v, want a refusal saying %q", err, tc.says)
+			}
+		})
+	}
+}

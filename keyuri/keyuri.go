@@ -55,13 +55,13 @@ func Parse(s string) (*Ref, error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	switch {
 	case !ok:
-		return nil, fmt.Errorf("keyRef %q names no keeper: write pkcs11:... (RFC 7512) or awskms:...", s)
+		return nil, fmt.Errorf("keyRef %q names no keeper: write pkcs11:token=LABEL;object=LABEL?module-path=PATH&pin-source=FILE (RFC 7512) or awskms:key-id=KEY;region=REGION", s)
 	case scheme == KeeperPKCS11:
 		return parsePKCS11(s, rest)
 	case scheme == KeeperAWSKMS:
 		return parseAWSKMS(s, rest)
 	}
-	return nil, fmt.Errorf("keyRef %q: keeper %q is not known: write pkcs11:... (RFC 7512) or awskms:...", s, scheme)
+	return nil, fmt.Errorf("keyRef %q: keeper %q is not known: write pkcs11:token=LABEL;object=LABEL?module-path=PATH&pin-source=FILE (RFC 7512) or awskms:key-id=KEY;region=REGION", s, scheme)
 }
 
 func parsePKCS11(s, rest string) (*Ref, error) {

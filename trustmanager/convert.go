@@ -129,7 +129,8 @@ type Refusal struct {
 }
 
 // key is one key of a target object: its name and format.
-type key struct{ path, format string }
+// key is one key a target writes: its path, format and, for pkcs12, profile.
+type key struct{ path, format, profile string }
 
 // targetPlan is one object a trust-manager object writes in each namespace.
 type targetPlan struct {
@@ -279,10 +280,9 @@ func (cv *converter) bundle(spec *bundleSpec) []targetPlan {
 			keys = append(keys, cv.store(f.JKS.Key, v1alpha1.FormatJKS, f.JKS.Password, v1alpha1.DefaultStorePassword))
 		}
 		if f.PKCS12 != nil {
-			keys = append(keys, cv.store(f.PKCS12.Key, v1alpha1.FormatPKCS12, f.PKCS12.Password, ""))
-			if f.PKCS12.Profile != "" {
-				cv.noteProfile("additionalFormats.pkcs12", f.PKCS12.Key, f.PKCS12.Profile)
-			}
+			k := cv.store(f.PKCS12.Key, v1alpha1.FormatPKCS12, f.PKCS12.Password, "")
+			k.profile = cv.profile("additionalFormats.pkcs12", f.PKCS12.Key, f.PKCS12.Profile)
+			keys = append(keys, k)
 		}
 	}
 	var plans []targetPlan
@@ -351,10 +351,9 @@ func (cv *converter) clusterBundle(spec *clusterBundleSpec) []targetPlan {
 				p.keys = append(p.keys, key{path: d.Key, format: v1alpha1.FormatPEM})
 			case "PKCS12":
 				// trust-manager's ClusterBundle default: a password-less PKCS#12.
-				p.keys = append(p.keys, cv.store(d.Key, v1alpha1.FormatPKCS12, d.Password, ""))
-				if d.Profile != "" {
-					cv.noteProfile("target."+obj.field, d.Key, d.Profile)
-				}
+				k := cv.store(d.Key, v1alpha1.FormatPKCS12, d.Password, "")
+				k.profile = cv.profile("target."+obj.field, d.Key, d.Profile)
+				p.keys = append(p.keys, k)
 			default:
 				cv.note("target.%s key %q has format %q, which trustsync does not write; left out", obj.field, d.Key, d.Format)
 			}
@@ -378,9 +377,17 @@ func (cv *converter) noteMetadata(field string, m *tmMetadata) {
 	cv.note("target.%s.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone, so readers selecting by labels %q or annotations %q find nothing until another tool adds them", field, sortedKeys(m.Labels), sortedKeys(m.Annotations))
 }
 
-// noteProfile names a PKCS#12 profile, which does not carry over.
-func (cv *converter) noteProfile(field, key, profile string) {
-	cv.note("%s key %q asks for the PKCS#12 profile %q; trustsync encodes its truststores one way (readable by Java 8 and later and by OpenSSL 3)", field, key, profile)
+// profile carries a PKCS#12 profile trustsync writes (Modern2023), and names one it
+// does not (trust-manager's LegacyRC2 and LegacyDES), which is written as Modern2023.
+func (cv *converter) profile(field, key, profile string) string {
+	switch profile {
+	case "":
+		return ""
+	case v1alpha1.PKCS12Modern2023, v1alpha1.PKCS12Modern2026:
+		return profile
+	}
+	cv.note("%s key %q asks for the PKCS#12 profile %q; trustsync writes no legacy profile, and writes it as %s (readable by Java 8u301 and later and by OpenSSL 3)", field, key, profile, v1alpha1.PKCS12Modern2023)
+	return ""
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -452,7 +459,7 @@ func (cv *converter) target(p targetPlan, selector *metav1.LabelSelector, severa
 	for _, k := range p.keys {
 		for _, a := range cv.anchors {
 			s := a
-			s.Path, s.Format = k.path, k.format
+			s.Path, s.Format, s.PKCS12Profile = k.path, k.format, k.profile
 			if s.Format == v1alpha1.FormatPEM {
 				s.Format = ""
 			}

@@ -34,7 +34,11 @@ func describe(c Conversion) []string {
 			if s.DefaultCAs {
 				from = "defaultCAs"
 			}
-			srcs = append(srcs, from+">"+s.Path+":"+s.FileFormat())
+			format := s.FileFormat()
+			if s.PKCS12Profile != "" {
+				format += "/" + s.PKCS12Profile
+			}
+			srcs = append(srcs, from+">"+s.Path+":"+format)
 		}
 		out = append(out, t.Name+": "+kind+" "+obj.Name+" <- "+strings.Join(srcs, ","))
 	}
@@ -137,10 +141,9 @@ spec:
         labels: {team: platform}
     namespaceSelector:
       matchLabels: {trust: corp}`,
-			wantTargets: []string{"corp-roots: configMap corp-roots <- defaultCAs>ca.pem:pem,corp-roots-inline-1>ca.pem:pem,defaultCAs>ca.p12:pkcs12,corp-roots-inline-1>ca.p12:pkcs12"},
+			wantTargets: []string{"corp-roots: configMap corp-roots <- defaultCAs>ca.pem:pem,corp-roots-inline-1>ca.pem:pem,defaultCAs>ca.p12:pkcs12/Modern2023,corp-roots-inline-1>ca.p12:pkcs12/Modern2023"},
 			wantBundles: 1,
-			wantNotes: []string{`PKCS#12 profile "Modern2023"`,
-				"target.configMap.metadata (labels and annotations for the written objects) is not carried over"},
+			wantNotes:   []string{"target.configMap.metadata (labels and annotations for the written objects) is not carried over"},
 		},
 		{
 			name: "a ClusterBundle's sourceRefs are not carried over, and its target is refused for it",
@@ -172,7 +175,7 @@ spec:
 			wantNotes:   []string{`its pkcs12 store at key "ca.p12" had password ""`, "trustsync writes Secrets only where the chart allows it"},
 		},
 		{
-			name: "a Bundle's target metadata and PKCS#12 profile are named, not dropped",
+			name: "a Bundle's target metadata is named, not dropped, and its PKCS#12 profile carried",
 			doc: `apiVersion: trust.cert-manager.io/v1alpha1
 kind: Bundle
 metadata: {name: meta}
@@ -181,8 +184,21 @@ spec:
   target:
     configMap: {key: ca.crt, metadata: {labels: {app: billing}}}
     additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: Modern2023}}`,
-			wantTargets: []string{"meta: configMap meta <- defaultCAs>ca.crt:pem,defaultCAs>ca.p12:pkcs12"},
-			wantNotes:   []string{`target.configMap.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone, so readers selecting by labels ["app"]`, `additionalFormats.pkcs12 key "ca.p12" asks for the PKCS#12 profile "Modern2023"`},
+			wantTargets: []string{"meta: configMap meta <- defaultCAs>ca.crt:pem,defaultCAs>ca.p12:pkcs12/Modern2023"},
+			wantNotes:   []string{`target.configMap.metadata (labels and annotations for the written objects) is not carried over: a TrustTarget labels its objects trustsync.io/target alone, so readers selecting by labels ["app"]`},
+		},
+		{
+			name: "a legacy PKCS#12 profile is named and written as Modern2023",
+			doc: `apiVersion: trust.cert-manager.io/v1alpha1
+kind: Bundle
+metadata: {name: legacy}
+spec:
+  sources: [{useDefaultCAs: true}]
+  target:
+    configMap: {key: ca.crt}
+    additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: LegacyRC2}}`,
+			wantTargets: []string{"legacy: configMap legacy <- defaultCAs>ca.crt:pem,defaultCAs>ca.p12:pkcs12"},
+			wantNotes:   []string{`additionalFormats.pkcs12 key "ca.p12" asks for the PKCS#12 profile "LegacyRC2"; trustsync writes no legacy profile, and writes it as Modern2023`},
 		},
 		{
 			name: "an inline anchor given twice is refused as the API server would, and the target reading it with it",

@@ -187,7 +187,7 @@ func TestScan_ReadsTheKeysOfTrustObjectsAPodMountsInTheirFormatAndNoOtherKey(t *
 	podsDir := t.TempDir()
 	a, b := fixtures.CA("object a"), fixtures.CA("object b")
 	anchors := []*bundle.Anchor{bundle.NewAnchor(a.Cert.Raw), bundle.NewAnchor(b.Cert.Raw)}
-	p12, err := truststore.EncodePKCS12(anchors, v1alpha1.DefaultStorePassword)
+	p12, err := truststore.EncodePKCS12(anchors, v1alpha1.DefaultStorePassword, truststore.Modern2023)
 	must(t, err)
 	jks, err := truststore.EncodeJKS(anchors, v1alpha1.DefaultStorePassword)
 	must(t, err)

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"crypto/fips140"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -72,7 +73,7 @@ func TestParseSPIFFEBundle_PEMOrSPIFFEJSONNeverEmpty(t *testing.T) {
 	if err != nil || len(fromPEM.X509Authorities()) != 1 {
 		t.Fatalf("PEM: %v", err)
 	}
-	doc, _ := fromPEM.Marshal()
+	doc, _ := fixtures.SPIFFEBundleJSON(fromPEM)
 	fromJSON, err := ParseSPIFFEBundle(td, doc)
 	if err != nil || !fromJSON.X509Authorities()[0].Equal(ca.Cert) {
 		t.Fatalf("SPIFFE JSON: %v", err)
@@ -96,13 +97,19 @@ func TestCheckFederatedBundle_RefusesWhatTheStatusCannotNameAndBreakableKeys(t *
 	for range MaxFederatedAnchors + 1 {
 		many = append(many, fixtures.CA("one of many").Cert)
 	}
-	key, err := rsa.GenerateKey(rand.Reader, 1024)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "weak"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	// The peer's weak authority is made where FIPS 140-3 mode would refuse to make
+	// it: what is tested is that the import refuses it.
+	var der []byte
+	var err error
+	fips140.WithoutEnforcement(func() {
+		var key *rsa.PrivateKey
+		if key, err = rsa.GenerateKey(rand.Reader, 1024); err != nil {
+			return
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "weak"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+		der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

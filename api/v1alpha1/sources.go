@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"bytes"
+	"crypto/fips140"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/trustsync/trustsync/bundle"
+	"github.com/trustsync/trustsync/bundle/truststore"
 )
 
 // MaxSources bounds one pod's source list: each source is a watch, and a pod asking
@@ -59,6 +61,9 @@ type Source struct {
 	// PasswordSecret names the key of a Secret in the pod's namespace that holds a
 	// truststore's password; without it the password is DefaultStorePassword.
 	PasswordSecret *KeyRef `json:"passwordSecret,omitempty"`
+	// PKCS12Profile is how a pkcs12 truststore is protected: PKCS12Modern2023 or
+	// PKCS12Modern2026 (Profile: the default made explicit).
+	PKCS12Profile string `json:"pkcs12Profile,omitempty"`
 }
 
 // File formats.
@@ -75,6 +80,36 @@ var Formats = []string{FormatPEM, FormatPKCS12, FormatJKS}
 // default, since a truststore's content is public and the password only guards it
 // against tampering in transit, which a local file does not see.
 const DefaultStorePassword = "changeit"
+
+// PKCS#12 profiles, named as go-pkcs12 names them. Modern2023: PBES2 and a MAC keyed
+// by PKCS#12's own KDF over SHA-256, which every Java since 8u301 reads. Modern2026:
+// the MAC is PBMAC1 (PBKDF2 with HMAC-SHA-256, RFC 9579), the one FIPS 140-3 mode
+// allows, which FIPS Java reads.
+const (
+	PKCS12Modern2023 = truststore.Modern2023
+	PKCS12Modern2026 = truststore.Modern2026
+)
+
+// PKCS12Profiles lists every PKCS#12 profile, the default first.
+var PKCS12Profiles = []string{PKCS12Modern2023, PKCS12Modern2026}
+
+// FIPSMode says whether this process runs in FIPS 140-3 mode, where a source may ask
+// only for what the mode allows (CheckFIPS). A variable so tests can set it.
+var FIPSMode = fips140.Enabled
+
+// Profile is a pkcs12 source's profile, the default made explicit: Modern2023, or in
+// FIPS mode Modern2026, the only one it allows. "" for other formats.
+func (s Source) Profile() string {
+	switch {
+	case s.FileFormat() != FormatPKCS12:
+		return ""
+	case s.PKCS12Profile != "":
+		return s.PKCS12Profile
+	case FIPSMode():
+		return PKCS12Modern2026
+	}
+	return PKCS12Modern2023
+}
 
 // FileFormat is the source's format, the default made explicit.
 func (s Source) FileFormat() string {
@@ -184,6 +219,14 @@ func (s Source) Validate(fldPath *field.Path) field.ErrorList {
 	if s.Format != "" && !slices.Contains(Formats, s.Format) {
 		errs = append(errs, field.NotSupported(fldPath.Child("format"), s.Format, Formats))
 	}
+	if s.PKCS12Profile != "" {
+		if s.FileFormat() != FormatPKCS12 {
+			errs = append(errs, field.Invalid(fldPath.Child("pkcs12Profile"), s.PKCS12Profile, "goes with format pkcs12 only"))
+		} else if !slices.Contains(PKCS12Profiles, s.PKCS12Profile) {
+			errs = append(errs, field.NotSupported(fldPath.Child("pkcs12Profile"), s.PKCS12Profile, PKCS12Profiles))
+		}
+	}
+	errs = append(errs, s.checkFIPS(fldPath)...)
 	if s.PasswordSecret != nil {
 		if s.FileFormat() == FormatPEM {
 			errs = append(errs, field.Invalid(fldPath.Child("passwordSecret"), s.PasswordSecret.Name, "goes with format pkcs12 or jks only; a PEM file has no password"))
@@ -196,8 +239,26 @@ func (s Source) Validate(fldPath *field.Path) field.ErrorList {
 	return append(errs, ValidatePath(fldPath.Child("path"), s.Path)...)
 }
 
+// checkFIPS refuses, in FIPS 140-3 mode, a file the mode cannot write: a JKS store
+// (its integrity digest is SHA-1 keyed by the password, which the mode does not allow)
+// and a PKCS#12 store of profile Modern2023 (its MAC key comes from PKCS#12's own KDF,
+// which the mode does not approve). Refused where the source is written, at admission,
+// not when the file would be written.
+func (s Source) checkFIPS(fldPath *field.Path) field.ErrorList {
+	if !FIPSMode() {
+		return nil
+	}
+	switch {
+	case s.FileFormat() == FormatJKS:
+		return field.ErrorList{field.Invalid(fldPath.Child("format"), FormatJKS, "FIPS 140-3 mode cannot write a JKS truststore (its integrity check is SHA-1 keyed by the password, which FIPS 140-3 does not allow): use format pkcs12, which FIPS Java reads with pkcs12Profile Modern2026")}
+	case s.Profile() == PKCS12Modern2023:
+		return field.ErrorList{field.Invalid(fldPath.Child("pkcs12Profile"), PKCS12Modern2023, "FIPS 140-3 mode cannot write this profile (its MAC key comes from PKCS#12's own key derivation, which FIPS 140-3 does not approve): use Modern2026 (PBMAC1), the default in FIPS mode")}
+	}
+	return nil
+}
+
 // validateSharedPaths checks that the items writing one file agree on its format and
-// password: the file is encoded once, from all of them.
+// password and profile: the file is encoded once, from all of them.
 func validateSharedPaths(sources []Source, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	first := map[string]int{}
@@ -209,6 +270,9 @@ func validateSharedPaths(sources []Source, fldPath *field.Path) field.ErrorList 
 		}
 		if f, g := s.FileFormat(), sources[j].FileFormat(); f != g {
 			errs = append(errs, field.Invalid(fldPath.Index(i).Child("format"), f, fmt.Sprintf("item %d writes %q as %s; items sharing a path must agree on its format", j, s.Path, g)))
+		}
+		if f, g := s.Profile(), sources[j].Profile(); f != g {
+			errs = append(errs, field.Invalid(fldPath.Index(i).Child("pkcs12Profile"), f, fmt.Sprintf("item %d writes %q with profile %s; items sharing a path must agree on its profile", j, s.Path, g)))
 		}
 		if a, b := s.PasswordSecret, sources[j].PasswordSecret; (a == nil) != (b == nil) || (a != nil && *a != *b) {
 			errs = append(errs, field.Invalid(fldPath.Index(i).Child("passwordSecret"), describeKeyRef(a), fmt.Sprintf("item %d names %s for %q; items sharing a path must agree on its password", j, describeKeyRef(b), s.Path)))

@@ -7,7 +7,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
+// fipsMode runs the rest of t as a process in FIPS 140-3 mode (on) or not would.
+func fipsMode(t *testing.T, on bool) {
+	was := FIPSMode
+	FIPSMode = func() bool { return on }
+	t.Cleanup(func() { FIPSMode = was })
+}
+
 func TestParseSources(t *testing.T) {
+	fipsMode(t, false)
 	tests := []struct {
 		name, json, wantErr string
 		wantLen             int
@@ -39,6 +47,10 @@ func TestParseSources(t *testing.T) {
 		{name: "items sharing a path must agree on its password", json: `[{"name": "a", "path": "t", "format": "jks", "passwordSecret": {"name": "p", "key": "k"}}, {"name": "b", "path": "t", "format": "jks"}]`, wantErr: `sources[1].passwordSecret: Invalid value: "no passwordSecret": item 0 names passwordSecret p/k for "t"`},
 		{name: "a PEM file has no password", json: `[{"name": "a", "path": "t.pem", "passwordSecret": {"name": "p", "key": "k"}}]`, wantErr: `sources[0].passwordSecret: Invalid value: "p": goes with format pkcs12 or jks only`},
 		{name: "a bad password Secret key", json: `[{"name": "a", "path": "t", "format": "pkcs12", "passwordSecret": {"name": "p", "key": "a b"}}]`, wantErr: `sources[0].passwordSecret.key: Invalid value: "a b"`},
+		{name: "a PKCS#12 profile of each kind", wantLen: 2, json: `[{"name": "a", "path": "a.p12", "format": "pkcs12", "pkcs12Profile": "Modern2023"}, {"name": "a", "path": "b.p12", "format": "pkcs12", "pkcs12Profile": "Modern2026"}]`},
+		{name: "an unknown PKCS#12 profile is refused with the ones there are", json: `[{"name": "a", "path": "t.p12", "format": "pkcs12", "pkcs12Profile": "LegacyRC2"}]`, wantErr: `sources[0].pkcs12Profile: Unsupported value: "LegacyRC2": supported values: "Modern2023", "Modern2026"`},
+		{name: "a PKCS#12 profile for another format", json: `[{"name": "a", "path": "t.jks", "format": "jks", "pkcs12Profile": "Modern2026"}]`, wantErr: `sources[0].pkcs12Profile: Invalid value: "Modern2026": goes with format pkcs12 only`},
+		{name: "items sharing a path must agree on its profile", json: `[{"name": "a", "path": "t", "format": "pkcs12"}, {"name": "b", "path": "t", "format": "pkcs12", "pkcs12Profile": "Modern2026"}]`, wantErr: `sources[1].pkcs12Profile: Invalid value: "Modern2026": item 0 writes "t" with profile Modern2023`},
 		{name: "too many sources", json: "[" + strings.Repeat(`{"defaultCAs": true, "path": "a.pem"},`, MaxSources) + `{"defaultCAs": true, "path": "a.pem"}]`, wantErr: "sources: Too many: 33: must have at most 32 items"},
 	}
 	for _, tc := range tests {
@@ -52,6 +64,37 @@ func TestParseSources(t *testing.T) {
 			}
 			if err != nil || len(got) != tc.wantLen {
 				t.Fatalf("got %d sources, %v", len(got), err)
+			}
+		})
+	}
+}
+
+// In FIPS 140-3 mode a source may ask only for a file the mode can write, and is
+// refused where it is written (at admission), saying what to write instead.
+func TestParseSources_FIPSModeRefusesWhatItCannotWrite(t *testing.T) {
+	fipsMode(t, true)
+	for _, tc := range []struct {
+		name, json, wantErr, profile string
+	}{
+		{name: "PEM as ever", json: `[{"name": "a", "path": "ca.pem"}]`},
+		{name: "PKCS#12 without a profile is Modern2026", json: `[{"name": "a", "path": "t.p12", "format": "pkcs12"}]`, profile: "Modern2026"},
+		{name: "PKCS#12 Modern2026", json: `[{"name": "a", "path": "t.p12", "format": "pkcs12", "pkcs12Profile": "Modern2026"}]`, profile: "Modern2026"},
+		{name: "a JKS store is refused", json: `[{"name": "a", "path": "t.jks", "format": "jks"}]`, wantErr: `sources[0].format: Invalid value: "jks": FIPS 140-3 mode cannot write a JKS truststore`},
+		{name: "PKCS#12 Modern2023 is refused", json: `[{"name": "a", "path": "t.p12", "format": "pkcs12", "pkcs12Profile": "Modern2023"}]`, wantErr: `sources[0].pkcs12Profile: Invalid value: "Modern2023": FIPS 140-3 mode cannot write this profile`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseSources([]byte(tc.json))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0].Profile() != tc.profile {
+				t.Errorf("profile %q, want %q", got[0].Profile(), tc.profile)
 			}
 		})
 	}

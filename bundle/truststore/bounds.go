@@ -1,6 +1,7 @@
 package truststore
 
 import (
+	"crypto/fips140"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/binary"
@@ -25,6 +26,19 @@ const (
 	// opens, and the costliest one a tenant can write takes milliseconds.
 	MaxIterations = 100_000
 )
+
+// ErrFIPS is wrapped by every refusal of a store that strict FIPS 140-3 mode
+// (GODEBUG=fips140=only) cannot read: a JKS store (a SHA-1 digest) and a PKCS#12 store
+// with SHA-1 in its MAC or its encryption. The mode would panic in the library.
+var ErrFIPS = errors.New("truststore not readable in FIPS 140-3 mode")
+
+// fipsEnforced says whether this process runs in strict FIPS 140-3 mode; a variable
+// so tests can set it.
+var fipsEnforced = fips140.Enforced
+
+func notInFIPSMode(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrFIPS}, args...)...)
+}
 
 // ErrOutOfBounds is wrapped by every refusal of a store that asks for more than the
 // bounds allow, as opposed to one that is merely malformed or wrongly keyed.
@@ -100,6 +114,7 @@ var (
 	oidPBES2         = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 5, 13}
 	oidPBMAC1        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 5, 14}
 	oidPBKDF2        = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 5, 12}
+	oidSHA1          = asn1.ObjectIdentifier{1, 3, 14, 3, 2, 26}
 	// oidPKCS12PBE is the arc of PKCS#12's own password-based encryptions.
 	oidPKCS12PBE = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 12, 1}
 )
@@ -116,6 +131,9 @@ func checkPKCS12(data []byte) error {
 		return nil
 	}
 	if p.MacData.Mac.Algorithm.Algorithm != nil {
+		if fipsEnforced() && p.MacData.Mac.Algorithm.Algorithm.Equal(oidSHA1) {
+			return notInFIPSMode("its MAC is HMAC-SHA-1, which FIPS 140-3 mode does not allow: re-encode it with a modern profile (PBMAC1 for FIPS Java)")
+		}
 		if p.MacData.Mac.Algorithm.Algorithm.Equal(oidPBMAC1) {
 			var params pbes2Params
 			if _, err := asn1.Unmarshal(p.MacData.Mac.Algorithm.Parameters.FullBytes, &params); err != nil {
@@ -159,6 +177,9 @@ func checkPKCS12(data []byte) error {
 				return err
 			}
 		case len(alg.Algorithm) == len(oidPKCS12PBE)+1 && alg.Algorithm[:len(oidPKCS12PBE)].Equal(oidPKCS12PBE):
+			if fipsEnforced() {
+				return notInFIPSMode("%s is PKCS#12's legacy password-based encryption (SHA-1, DES or RC2), which FIPS 140-3 mode does not allow: re-encode it with a modern profile", what)
+			}
 			var params pbeParams
 			if _, err := asn1.Unmarshal(alg.Parameters.FullBytes, &params); err != nil {
 				return nil

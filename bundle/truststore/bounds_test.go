@@ -2,6 +2,7 @@ package truststore
 
 import (
 	"bytes"
+	"crypto/fips140"
 	"encoding/asn1"
 	"encoding/binary"
 	"errors"
@@ -35,8 +36,7 @@ func decodeOrHang(t *testing.T, decode func() ([][]byte, error)) error {
 // iterations where the encoder used the first count, as a hostile store would.
 func pkcs12With(t *testing.T, profile *pkcs12.Encoder, iterations, patch int, mac bool) []byte {
 	t.Helper()
-	data, err := profile.WithIterations(iterations).EncodeTrustStoreEntries(
-		[]pkcs12.TrustStoreEntry{{Cert: fixtures.CA("Corp Root").Cert, FriendlyName: "corp"}}, "changeit")
+	data, err := encodeAnyway(profile.WithIterations(iterations))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +72,13 @@ func TestDecodePKCS12_RefusesAStoreAskingForMoreIterationsThanAllowed(t *testing
 		t.Run(tc.name, func(t *testing.T) {
 			data := tc.data(t)
 			err := decodeOrHang(t, func() ([][]byte, error) { return DecodePKCS12(data, "changeit") })
+			if fipsEnforced() && strings.HasPrefix(tc.name, "legacy") {
+				// Strict FIPS 140-3 mode refuses the store sooner, by its SHA-1 MAC.
+				if !errors.Is(err, ErrFIPS) {
+					t.Fatalf("DecodePKCS12 = %v, want ErrFIPS", err)
+				}
+				return
+			}
 			if !errors.Is(err, ErrOutOfBounds) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("DecodePKCS12 = %v, want out of bounds: %q", err, tc.want)
 			}
@@ -110,15 +117,60 @@ func TestDecodePKCS12_OpensStoresWithinBounds(t *testing.T) {
 		{"the largest count allowed, legacy", pkcs12.LegacyDES, MaxIterations},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := tc.profile.WithIterations(tc.iterations).EncodeTrustStoreEntries(
-				[]pkcs12.TrustStoreEntry{{Cert: fixtures.CA("Corp Root").Cert, FriendlyName: "corp"}}, "changeit")
+			data, err := encodeAnyway(tc.profile.WithIterations(tc.iterations))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.profile == pkcs12.LegacyDES && fipsEnforced() {
+				if _, err := DecodePKCS12(data, "changeit"); !errors.Is(err, ErrFIPS) {
+					t.Fatalf("strict FIPS 140-3 mode: DecodePKCS12 of a legacy store = %v, want ErrFIPS", err)
+				}
+				return
 			}
 			if got, err := DecodePKCS12(data, "changeit"); err != nil || len(got) != 1 {
 				t.Fatalf("DecodePKCS12 = %d certificates, %v; want the one anchor", len(got), err)
 			}
 		})
+	}
+}
+
+// encodeAnyway writes a store as a tenant may have, whatever this process's FIPS 140-3
+// mode would allow it to write: what is tested is how it is read.
+func encodeAnyway(enc *pkcs12.Encoder) (data []byte, err error) {
+	fips140.WithoutEnforcement(func() {
+		data, err = enc.EncodeTrustStoreEntries([]pkcs12.TrustStoreEntry{{Cert: fixtures.CA("Corp Root").Cert, FriendlyName: "corp"}}, "changeit")
+	})
+	return data, err
+}
+
+// Strict FIPS 140-3 mode reads only what it can without SHA-1: a legacy PKCS#12 store
+// and a JKS store are refused with ErrFIPS and how to re-encode them, before any
+// library would panic on them; a modern one opens.
+func TestDecode_StrictFIPSModeRefusesStoresWithSHA1(t *testing.T) {
+	legacyMAC, err := encodeAnyway(pkcs12.LegacyDES)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jksStore []byte
+	fips140.WithoutEnforcement(func() { jksStore, err = EncodeJKS(anchorsOf(fixtures.CA("a")), "changeit") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	modern, err := encodeAnyway(pkcs12.Modern2026)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := fipsEnforced
+	fipsEnforced = func() bool { return true }
+	t.Cleanup(func() { fipsEnforced = was })
+	if _, err := DecodePKCS12(legacyMAC, "changeit"); !errors.Is(err, ErrFIPS) || !strings.Contains(err.Error(), "re-encode") {
+		t.Errorf("a legacy PKCS#12 store = %v, want ErrFIPS saying to re-encode it", err)
+	}
+	if _, err := DecodeJKS(jksStore, "changeit"); !errors.Is(err, ErrFIPS) || !strings.Contains(err.Error(), "PKCS#12") {
+		t.Errorf("a JKS store = %v, want ErrFIPS naming what to use", err)
+	}
+	if got, err := DecodePKCS12(modern, "changeit"); err != nil || len(got) != 1 {
+		t.Errorf("a Modern2026 store = %d certificates, %v; want the one", len(got), err)
 	}
 }
 
@@ -136,6 +188,9 @@ func header(entries uint32) *jks {
 }
 
 func TestDecodeJKS_RefusesLengthsTheBytesCannotHold(t *testing.T) {
+	if fipsEnforced() {
+		t.Skip("strict FIPS 140-3 mode reads no JKS store: TestDecode_StrictFIPSModeRefusesStoresWithSHA1")
+	}
 	tests := []struct {
 		name string
 		data []byte
@@ -174,6 +229,9 @@ func TestDecodeJKS_RefusesLengthsTheBytesCannotHold(t *testing.T) {
 // body is: its length says more than is there): the library refuses it in its
 // own words, and the walk must not mistake it for an attack or let it through.
 func TestDecodeJKS_LeavesMalformedStoresToTheLibrary(t *testing.T) {
+	if fipsEnforced() {
+		t.Skip("strict FIPS 140-3 mode reads no JKS store: TestDecode_StrictFIPSModeRefusesStoresWithSHA1")
+	}
 	good, err := EncodeJKS(anchorsOf(fixtures.CA("a"), fixtures.CA("b")), "changeit")
 	if err != nil {
 		t.Fatal(err)

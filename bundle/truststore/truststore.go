@@ -55,14 +55,33 @@ func Alias(a *bundle.Anchor) string {
 // parsing every anchor of a store at each encoding was most of a sidecar's
 // start-up garbage, and its idle memory with it (docs/benchmarks.md).
 
-// EncodePKCS12 returns a PKCS#12 truststore holding anchors, with the modern profile.
-func EncodePKCS12(anchors []*bundle.Anchor, password string) ([]byte, error) {
+// PKCS#12 profiles, as go-pkcs12 names its encoders. Modern2023's MAC is keyed by
+// PKCS#12's own KDF (over SHA-256), which every Java since 8u301 reads; Modern2026's
+// is PBMAC1 (PBKDF2 with HMAC-SHA-256, RFC 9579), the one FIPS 140-3 mode allows.
+// Both encrypt nothing of a truststore (its certificates are public) and iterate
+// within MaxIterations.
+const (
+	Modern2023 = "Modern2023"
+	Modern2026 = "Modern2026"
+)
+
+// EncodePKCS12 returns a PKCS#12 truststore holding anchors, protected as profile
+// (Modern2023 or Modern2026) says.
+func EncodePKCS12(anchors []*bundle.Anchor, password, profile string) ([]byte, error) {
+	enc := pkcs12.Modern2023
+	switch profile {
+	case Modern2023:
+	case Modern2026:
+		enc = pkcs12.Modern2026
+	default:
+		return nil, fmt.Errorf("PKCS#12 profile %q is not one of %s, %s", profile, Modern2023, Modern2026)
+	}
 	entries := make([]pkcs12.TrustStoreEntry, len(anchors))
 	for i, a := range anchors {
 		// The encoder reads the certificate's DER alone.
 		entries[i] = pkcs12.TrustStoreEntry{Cert: &x509.Certificate{Raw: a.DER}, FriendlyName: Alias(a)}
 	}
-	return pkcs12.Modern.EncodeTrustStoreEntries(entries, password)
+	return enc.EncodeTrustStoreEntries(entries, password)
 }
 
 // EncodeJKS returns a JKS truststore holding anchors. Each entry's creation time is its
@@ -83,7 +102,8 @@ func EncodeJKS(anchors []*bundle.Anchor, password string) ([]byte, error) {
 }
 
 // DecodePKCS12 returns the DER of every certificate a PKCS#12 truststore holds. A
-// store out of bounds (MaxStoreBytes, MaxIterations) is refused unread.
+// store out of bounds (MaxStoreBytes, MaxIterations), or in strict FIPS 140-3 mode one
+// with SHA-1 in it (ErrFIPS), is refused unread.
 func DecodePKCS12(data []byte, password string) ([][]byte, error) {
 	if err := checkPKCS12(data); err != nil {
 		return nil, err
@@ -101,8 +121,11 @@ func DecodePKCS12(data []byte, password string) ([][]byte, error) {
 
 // DecodeJKS returns the DER of every trusted certificate a JKS truststore holds. A
 // store larger than MaxStoreBytes, or with a length its bytes cannot hold, is refused
-// unread.
+// unread, and so is every store in strict FIPS 140-3 mode (ErrFIPS).
 func DecodeJKS(data []byte, password string) ([][]byte, error) {
+	if fipsEnforced() {
+		return nil, notInFIPSMode("a JKS store's integrity check is SHA-1, which FIPS 140-3 mode does not allow: use a PKCS#12 store (PBMAC1 for FIPS Java)")
+	}
 	if err := checkJKS(data); err != nil {
 		return nil, err
 	}

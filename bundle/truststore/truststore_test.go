@@ -2,6 +2,7 @@ package truststore
 
 import (
 	"bytes"
+	"crypto/fips140"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"regexp"
@@ -29,11 +30,38 @@ type format struct {
 	decode func([]byte, string) ([][]byte, error)
 }
 
-var formats = []format{{"pkcs12", EncodePKCS12, DecodePKCS12}, {"jks", EncodeJKS, DecodeJKS}}
+func pkcs12Profile(profile string) func([]*bundle.Anchor, string) ([]byte, error) {
+	return func(anchors []*bundle.Anchor, password string) ([]byte, error) {
+		return EncodePKCS12(anchors, password, profile)
+	}
+}
+
+var formats = []format{
+	{"pkcs12-" + Modern2023, pkcs12Profile(Modern2023), DecodePKCS12},
+	{"pkcs12-" + Modern2026, pkcs12Profile(Modern2026), DecodePKCS12},
+	{"jks", EncodeJKS, DecodeJKS},
+}
+
+// inFIPSMode says whether f cannot be written in this process: JKS in strict FIPS
+// 140-3 mode (GODEBUG=fips140=only), whose SHA-1 integrity check the mode refuses; then
+// encoding it must fail, never write a store the mode forbids.
+func inFIPSMode(t *testing.T, f format) bool {
+	t.Helper()
+	if !fips140.Enforced() || f.name != "jks" {
+		return false
+	}
+	if _, err := f.encode(nil, "changeit"); err == nil {
+		t.Fatal("strict FIPS 140-3 mode wrote a JKS store")
+	}
+	return true
+}
 
 func TestEncode_HoldsEveryAnchorAsATrustedEntry(t *testing.T) {
 	certs := []*fixtures.Cert{fixtures.CA("Corp Root CA"), fixtures.CA("Partner Root"), fixtures.CA("Partner Root")}
 	for _, f := range formats {
+		if inFIPSMode(t, f) {
+			continue
+		}
 		for _, password := range []string{"changeit", "a longer password from a Secret"} {
 			t.Run(f.name+"/"+password, func(t *testing.T) {
 				data, err := f.encode(anchorsOf(certs...), password)
@@ -62,6 +90,9 @@ func TestEncode_HoldsEveryAnchorAsATrustedEntry(t *testing.T) {
 
 func TestEncode_AnEmptySetIsAnEmptyStore(t *testing.T) {
 	for _, f := range formats {
+		if inFIPSMode(t, f) {
+			continue
+		}
 		data, err := f.encode(nil, "changeit")
 		if err != nil {
 			t.Fatalf("%s: %v", f.name, err)
@@ -76,15 +107,38 @@ func TestEncode_AnEmptySetIsAnEmptyStore(t *testing.T) {
 // the sidecar rewrites a store only when its set of anchors changes.
 func TestEncode_JKSIsDeterministicPKCS12IsSalted(t *testing.T) {
 	anchors := anchorsOf(fixtures.CA("a"), fixtures.CA("b"))
-	j1, _ := EncodeJKS(anchors, "changeit")
-	j2, _ := EncodeJKS(anchors, "changeit")
-	if !bytes.Equal(j1, j2) {
-		t.Error("the same anchors and password gave two JKS encodings")
+	if !inFIPSMode(t, formats[2]) {
+		j1, _ := EncodeJKS(anchors, "changeit")
+		j2, _ := EncodeJKS(anchors, "changeit")
+		if !bytes.Equal(j1, j2) {
+			t.Error("the same anchors and password gave two JKS encodings")
+		}
 	}
-	p1, _ := EncodePKCS12(anchors, "changeit")
-	p2, _ := EncodePKCS12(anchors, "changeit")
-	if bytes.Equal(p1, p2) {
-		t.Error("two PKCS#12 encodings are equal; the salt is gone?")
+	for _, profile := range []string{Modern2023, Modern2026} {
+		p1, _ := EncodePKCS12(anchors, "changeit", profile)
+		p2, _ := EncodePKCS12(anchors, "changeit", profile)
+		if bytes.Equal(p1, p2) {
+			t.Errorf("two PKCS#12 %s encodings are equal; the salt is gone?", profile)
+		}
+	}
+}
+
+// Each profile writes the MAC it names: PBMAC1 for Modern2026, which FIPS 140-3 mode
+// allows, and PKCS#12's own for Modern2023; an unknown profile writes nothing.
+func TestEncodePKCS12_WritesTheMACItsProfileNames(t *testing.T) {
+	anchors := anchorsOf(fixtures.CA("a"))
+	pbmac1 := []byte{0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0e} // OID 1.2.840.113549.1.5.14
+	for profile, want := range map[string]bool{Modern2023: false, Modern2026: true} {
+		data, err := EncodePKCS12(anchors, "changeit", profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.Contains(data, pbmac1); got != want {
+			t.Errorf("%s: PBMAC1 present = %v, want %v", profile, got, want)
+		}
+	}
+	if _, err := EncodePKCS12(anchors, "changeit", "LegacyRC2"); err == nil || !strings.Contains(err.Error(), `"LegacyRC2"`) {
+		t.Errorf("an unknown profile = %v, want an error naming it", err)
 	}
 }
 
@@ -131,6 +185,9 @@ func TestAlias(t *testing.T) {
 // An anchor keeps its alias whatever else the store holds and in either format, so a
 // reader that looks an anchor up by alias finds it after every rewrite.
 func TestAlias_StableAcrossRewritesAndFormats(t *testing.T) {
+	if fipsEnforced() {
+		t.Skip("strict FIPS 140-3 mode writes no JKS store: TestDecode_StrictFIPSModeRefusesStoresWithSHA1")
+	}
 	a, b, c := fixtures.CA("a"), fixtures.CA("b"), fixtures.CA("c")
 	aliasesIn := func(t *testing.T, anchors []*bundle.Anchor) map[string]string {
 		t.Helper()

@@ -109,7 +109,7 @@ func TestHTTPFetcher_ClassifiesWhatWentWrong(t *testing.T) {
 	doc := func() []byte {
 		b := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), []*x509.Certificate{good.Cert})
 		b.SetSequenceNumber(3)
-		d, _ := b.Marshal()
+		d, _ := fixtures.SPIFFEBundleJSON(b)
 		return d
 	}()
 	serve := func(ca *fixtures.Cert, uri *url.URL, h http.HandlerFunc) string {

@@ -149,7 +149,7 @@ func (f *HTTPFetcher) Fetch(ctx context.Context, key string, spec *v1alpha1.Pars
 	case n > maxBundleBytes:
 		return nil, n, &FetchError{v1alpha1.ReasonInvalidBundle, fmt.Errorf("%s sent more than %d bytes; a bundle that large cannot be imported", spec.EndpointURL.String(), maxBundleBytes)}
 	}
-	b, err := spiffebundle.Parse(td, body)
+	b, err := v1alpha1.ParseSPIFFEBundleJSON(td, body)
 	if err == nil {
 		err = v1alpha1.CheckFederatedBundle(b)
 	}

@@ -96,7 +96,7 @@ func mustURL(raw string) *url.URL {
 
 // mustMarshal is b as a FederatedTrustDomain's spec.trustDomainBundle holds it.
 func mustMarshal(b *spiffebundle.Bundle) string {
-	raw, err := b.Marshal()
+	raw, err := fixtures.SPIFFEBundleJSON(b)
 	if err != nil {
 		panic(err)
 	}

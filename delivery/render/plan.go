@@ -39,6 +39,8 @@ type BundleSelector struct {
 type pathPlan struct {
 	path   string
 	format string
+	// profile is a pkcs12 file's (v1alpha1.Source.Profile), "" for other formats.
+	profile string
 	// password is a truststore's password Secret key; nil means the default password.
 	password *v1alpha1.KeyRef
 	items    []item
@@ -67,7 +69,7 @@ func NewPlan(sources []v1alpha1.Source, namespace string, certificate bool) (*Pl
 	for _, s := range sources {
 		i := slices.IndexFunc(p.paths, func(g pathPlan) bool { return g.path == s.Path })
 		if i < 0 {
-			p.paths = append(p.paths, pathPlan{path: s.Path, format: s.FileFormat(), password: s.PasswordSecret})
+			p.paths = append(p.paths, pathPlan{path: s.Path, format: s.FileFormat(), profile: s.Profile(), password: s.PasswordSecret})
 			i = len(p.paths) - 1
 		}
 		it := item{source: s, selector: -1}

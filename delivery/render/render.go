@@ -237,7 +237,7 @@ func renderPath(plan *Plan, g pathPlan, snap Snapshot, last Path, d *decoder) (P
 		return p, nil
 	}
 	var err error
-	if p.Content, err = encodeStore(g.format, p.Anchors, p.Password); err != nil {
+	if p.Content, err = encodeStore(g.format, g.profile, p.Anchors, p.Password); err != nil {
 		return Path{}, fmt.Errorf("cannot encode the %s truststore: %w", g.format, err)
 	}
 	return p, nil

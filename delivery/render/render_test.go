@@ -336,6 +336,29 @@ func TestRender_TruststoresHoldTheMergedAnchors(t *testing.T) {
 	}
 }
 
+// A pkcs12 file is written with the profile its sources name: PBMAC1 for Modern2026,
+// PKCS#12's own MAC for Modern2023, the default outside FIPS mode.
+func TestRender_APKCS12StoreIsWrittenWithItsProfile(t *testing.T) {
+	w := newWorld()
+	a := fixtures.CA("a")
+	w.put(ctb("one", "", nil, a))
+	r := newPod(t, w, `[
+		{"name": "one", "path": "default.p12", "format": "pkcs12"},
+		{"name": "one", "path": "2026.p12", "format": "pkcs12", "pkcs12Profile": "Modern2026"}]`).render()
+	if r.Err() != nil {
+		t.Fatal(r.Err())
+	}
+	pbmac1 := []byte{0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x05, 0x0e} // OID 1.2.840.113549.1.5.14
+	for file, want := range map[string]bool{"default.p12": false, "2026.p12": true} {
+		if got := bytes.Contains(r.Files[file].Data, pbmac1); got != want {
+			t.Errorf("%s: PBMAC1 present = %v, want %v", file, got, want)
+		}
+		if got := openStore(t, r, file, v1alpha1.FormatPKCS12, v1alpha1.DefaultStorePassword); !holds(got, a) {
+			t.Errorf("%s holds %d certificates, want a", file, len(got))
+		}
+	}
+}
+
 // A PKCS#12 store is salted anew at each encoding, so encoding it at every render
 // would change the file (and wake whatever watches it) for nothing; the same holds
 // after a restart, which reads the store on disk back.

@@ -180,11 +180,11 @@ func (d *decoder) decode(source, text string) ([]*tsbundle.Anchor, error) {
 }
 
 // encodeStore and decodeStore dispatch on a truststore's format.
-func encodeStore(format string, anchors []*tsbundle.Anchor, password string) ([]byte, error) {
+func encodeStore(format, profile string, anchors []*tsbundle.Anchor, password string) ([]byte, error) {
 	if format == v1alpha1.FormatJKS {
 		return truststore.EncodeJKS(anchors, password)
 	}
-	return truststore.EncodePKCS12(anchors, password)
+	return truststore.EncodePKCS12(anchors, password, profile)
 }
 
 func decodeStore(format string, data []byte, password string) ([][]byte, error) {
