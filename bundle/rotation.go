@@ -21,6 +21,11 @@ type RotationStatus struct {
 	// the SHA-256 of the CA certificate's DER, lowercase hex.
 	CurrentCA string `json:"currentCA"`
 	NewCA     string `json:"newCA,omitempty"`
+	// CurrentKey and NewKey say where each one's private key lives: "secret" (the CA
+	// Secret holds it), or its place in the signer's keeper (pkcs11:token=...;object=...,
+	// awskms:key-id=...), never more than the key's name.
+	CurrentKey string `json:"currentKey,omitempty"`
+	NewKey     string `json:"newKey,omitempty"`
 	// PublishedAt is when NewCA was published; SignsBy is when it signs at the
 	// latest (the timed window's end, or observed propagation's maximum wait).
 	PublishedAt *time.Time `json:"publishedAt,omitempty"`

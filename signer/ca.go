@@ -25,6 +25,15 @@ type CA struct {
 	KeyRef string
 }
 
+// keyPlace says where the CA's key lives, as the rotation status publishes it:
+// "secret", or its place in the keeper.
+func (ca *CA) keyPlace() string {
+	if ca.KeyRef == "" {
+		return "secret"
+	}
+	return ca.KeyRef
+}
+
 // Anchor is the certificate relying parties trust for this CA: the root of its chain.
 func (ca *CA) Anchor() *x509.Certificate {
 	if len(ca.Chain) > 0 {

@@ -276,12 +276,12 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 
 // rotationStatus is what the live bundle tells of the rotation.
 func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
-	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: bundle.AnchorID(st.Current.Cert.Raw)}
+	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: bundle.AnchorID(st.Current.Cert.Raw), CurrentKey: st.Current.keyPlace()}
 	if s.Propagation == "" {
 		s.Propagation = string(PropagationTimed)
 	}
 	if st.Next != nil {
-		s.NewCA = bundle.AnchorID(st.Next.Cert.Raw)
+		s.NewCA, s.NewKey = bundle.AnchorID(st.Next.Cert.Raw), st.Next.keyPlace()
 		s.SkipPods = st.SkipPods
 	}
 	if !st.NextPublishedAt.IsZero() {

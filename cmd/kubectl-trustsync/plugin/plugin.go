@@ -595,6 +595,17 @@ type Rotation struct {
 	Skipped    []query.Straggler `json:"skipped,omitempty"`
 }
 
+// keyPlace is where a CA's key lives, for rotation's text: its Secret or its keeper.
+func keyPlace(key string) string {
+	switch key {
+	case "":
+		return ""
+	case "secret":
+		return " (key in the CA Secret)"
+	}
+	return " (key " + safe(key) + ")"
+}
+
 func (o *options) rotation(ctx context.Context, signer string) error {
 	// A rotation concerns every pod that selects the bundle: every namespace's,
 	// unless -n names one (how far is my namespace?).
@@ -649,11 +660,11 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 	for _, r := range out {
 		fmt.Fprintf(o.stdout, "Signer:       %s (bundle %s)\n", safe(r.Signer), safe(r.Bundle))
 		fmt.Fprintf(o.stdout, "Phase:        %s (%s propagation)\n", r.Phase, r.Propagation)
-		fmt.Fprintf(o.stdout, "Current CA:   %s\n", r.CurrentCA)
+		fmt.Fprintf(o.stdout, "Current CA:   %s%s\n", r.CurrentCA, keyPlace(r.CurrentKey))
 		if r.NewCA == "" {
 			continue
 		}
-		fmt.Fprintf(o.stdout, "New CA:       %s\n", r.NewCA)
+		fmt.Fprintf(o.stdout, "New CA:       %s%s\n", r.NewCA, keyPlace(r.NewKey))
 		if r.SignsBy != nil {
 			fmt.Fprintf(o.stdout, "Signs by:     %s at the latest\n", r.SignsBy.Format(time.RFC3339))
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -207,6 +208,20 @@ func TestKeeper_SignsAndRotatesInsideTheKeeperAndNoCAKeyReachesTheCluster(t *tes
 		if ok, why := ks.holds(t, next.PublicKey); !ok {
 			t.Fatalf("the keeper's key for the next CA: %s", why)
 		}
+		// The live bundle's rotation status (what kubectl trustsync rotation prints)
+		// says where each CA's key lives, by name only.
+		poll.Eventually(t, 30*time.Second, "the rotation status naming both keys", func() (bool, string) {
+			live, err := liveStore(t, cp, true).Get(ctx, strings.ReplaceAll(ks.name, "/", ":")+":live")
+			if err != nil {
+				return false, err.Error()
+			}
+			var st bundle.RotationStatus
+			if err := json.Unmarshal([]byte(live.Annotations[bundle.RotationAnnotation]), &st); err != nil {
+				return false, err.Error()
+			}
+			s := ks.secret(t, client)
+			return st.CurrentKey == s.Annotations[signer.AnnotationKey] && st.NewKey == s.Annotations[signer.AnnotationNextKey], fmt.Sprintf("status keys %q, %q", st.CurrentKey, st.NewKey)
+		})
 		poll.Eventually(t, time.Minute, "a certificate of the next CA", func() (bool, string) {
 			got := leaf(t, waitDone(t, cp, requestAs(t, cp, "web", ks.name, nil, []string{spiffe(appNamespace, "web")}, "web.apps.svc").Name))
 			return got.CheckSignatureFrom(next) == nil, "still signed by the old CA"
