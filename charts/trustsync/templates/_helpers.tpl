@@ -65,7 +65,18 @@ digest when one is given, else by tag (default: the chart's appVersion).
 {{- if .Values.image.digest -}}
 {{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}{{ if .Values.fips }}-fips{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The environment every component runs with in FIPS 140-3 mode (fips: true): its
+binaries are built with Go's validated module, whose default this states.
+*/}}
+{{- define "trustsync.fipsEnv" -}}
+{{- if .Values.fips }}
+- name: GODEBUG
+  value: fips140=on
 {{- end }}
 {{- end }}
 

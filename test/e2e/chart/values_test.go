@@ -141,6 +141,46 @@ agent:
 	}
 }
 
+// fips: true runs every component, and the injected sidecars, from the FIPS image (the
+// tag and -fips) with GODEBUG=fips140=on; without it nothing says FIPS.
+func TestChart_FIPSRunsEveryComponentFromTheFIPSImageInFIPSMode(t *testing.T) {
+	for _, tc := range []struct {
+		set, image string
+		fips       bool
+	}{
+		{"fips=true", "ghcr.io/trustsync/trustsync:v" + chartVersion(t) + "-fips", true},
+		{"fips=true,image.tag=v9.9.9", "ghcr.io/trustsync/trustsync:v9.9.9-fips", true},
+		{"fips=false", "ghcr.io/trustsync/trustsync:v" + chartVersion(t), false},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			w := workloads(t, objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns, "--set", tc.set)))
+			for component, tmpl := range w {
+				c := tmpl.Spec.Containers[0]
+				if c.Image != tc.image {
+					t.Errorf("%s: image %s, want %s", component, c.Image, tc.image)
+				}
+				godebug := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "GODEBUG" && e.Value == "fips140=on" })
+				if godebug != tc.fips {
+					t.Errorf("%s: GODEBUG=fips140=on set: %v, want %v", component, godebug, tc.fips)
+				}
+			}
+			if args := w["webhook"].Spec.Containers[0].Args; !slices.Contains(args, "--sidecar-image="+tc.image) {
+				t.Errorf("webhook args %v: want the sidecars from %s", args, tc.image)
+			}
+		})
+	}
+}
+
+// chartVersion is the chart's appVersion.
+func chartVersion(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
 // The schema refuses any key it does not know, wherever it is: a typo must fail the
 // install, not install a webhook and a signer that crash-loop on the policy.
 func TestChart_SchemaRefusesUnknownKeysEverywhere(t *testing.T) {
