@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cert-manager/cert-manager/pkg/util/pki"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/trustsync/trustsync/policy"
@@ -138,20 +139,13 @@ func (k caKeys) watch(ctx context.Context, signing func() string, back func()) {
 	if k.keeper == nil {
 		return
 	}
-	t := time.NewTicker(keeperProbe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if k.keeper.Available() {
-			continue
+			return
 		}
 		if err := k.keeper.Probe(ctx, signing()); err == nil {
 			klog.InfoS("The CA key's keeper signs again", "keeper", k.keeper.Describe())
 			back()
 		}
-	}
+	}, keeperProbe)
 }
