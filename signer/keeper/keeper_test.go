@@ -217,6 +217,7 @@ func TestCreate_MakesAKeyTheTokenNeverLetsOut(t *testing.T) {
 
 func TestOpen_RefusesAKeyRefItCannotOpenNamingIt(t *testing.T) {
 	tok := softhsm.New(t, "trustsync")
+	localkms.Credentials(t)
 	for _, tc := range []struct {
 		name, keyRef, says string
 	}{

@@ -106,13 +106,9 @@ func (cp *ControlPlane) start() error {
 // BinDir finds the control-plane binaries: $TRUSTSYNC_BIN_DIR, else bin/ at the top of
 // the module. `make controlplane` puts them there.
 func BinDir() (string, error) {
-	dir := os.Getenv("TRUSTSYNC_BIN_DIR")
-	if dir == "" {
-		root, err := moduleRoot()
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(root, "bin")
+	dir, err := binDir()
+	if err != nil {
+		return "", err
 	}
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -120,6 +116,33 @@ func BinDir() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// Tool is the path of a test tool `make test-tools` linked into the binaries'
+// directory (local-kms, promtool, ...), without the control plane, which unit tests
+// that use a tool do not need.
+func Tool(name string) (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s not found in %s: run `make test-tools` first (or set TRUSTSYNC_BIN_DIR): %w", name, dir, err)
+	}
+	return path, nil
+}
+
+// binDir is $TRUSTSYNC_BIN_DIR, else bin/ at the top of the module.
+func binDir() (string, error) {
+	if dir := os.Getenv("TRUSTSYNC_BIN_DIR"); dir != "" {
+		return dir, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
 }
 
 func moduleRoot() (string, error) {

@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -35,10 +34,11 @@ type KMS struct {
 }
 
 // Start runs a local KMS until t ends. The SDK's credential chain reads the
-// environment: any key will do, and Start sets one.
+// environment: any key will do, and Start sets one (Credentials).
 func Start(t testing.TB) *KMS {
 	t.Helper()
-	bin, err := controlplane.BinDir()
+	Credentials(t)
+	bin, err := controlplane.Tool("local-kms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,17 +46,21 @@ func Start(t testing.TB) *KMS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &KMS{bin: filepath.Join(bin, "local-kms"), dir: t.TempDir(), port: port, Endpoint: "http://127.0.0.1:" + strconv.Itoa(port)}
-	if _, err := os.Stat(k.bin); err != nil {
-		t.Fatalf("local-kms is not built (%v): run make test-tools", err)
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "AKIATRUSTSYNCTEST")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "trustsync-test-secret")
+	k := &KMS{bin: bin, dir: t.TempDir(), port: port, Endpoint: "http://127.0.0.1:" + strconv.Itoa(port)}
 	if err := k.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
 	return k
+}
+
+// Credentials gives the AWS SDK's credential chain a key in the environment for the
+// rest of t, so that it never asks the instance metadata service of the machine the
+// tests run on.
+func Credentials(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIATRUSTSYNCTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "trustsync-test-secret")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 }
 
 // KeyRef is a signer's keyRef naming alias in this KMS.

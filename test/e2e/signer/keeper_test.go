@@ -344,6 +344,7 @@ func TestKeeper_FailsClosedWhileTheKeeperIsAwayAndSignsWithin30sOfItsReturn(t *t
 func TestKeeper_AKeyRefThatCannotBeOpenedStopsTheSignerNamingIt(t *testing.T) {
 	cp := planes.Get(t, true)
 	tok := softhsm.New(t, "trustsync")
+	localkms.Credentials(t)
 	for _, tc := range []struct {
 		name, keyRef string
 		pkcs11       bool
