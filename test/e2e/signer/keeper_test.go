@@ -51,19 +51,19 @@ type keeper struct {
 	start      func(cp *controlplane.ControlPlane, args ...string) (*controlplane.Process, error)
 	// holds says whether the keeper holds the private key of pub, asked of the keeper
 	// itself (an auditor's tools), and if not, why.
-	holds func(t *testing.T, pub crypto.PublicKey) (bool, string)
+	holds func(t testing.TB, pub crypto.PublicKey) (bool, string)
 }
 
 // keepers are the real keepers the signer is tried with, each test against each.
 var keepers = []struct {
 	kind string
-	make func(t *testing.T) keeper
+	make func(t testing.TB) keeper
 }{
-	{"pkcs11", func(t *testing.T) keeper {
+	{"pkcs11", func(t testing.TB) keeper {
 		tok := tokenAsTheDocsMakeIt(t)
 		return keeper{kind: "pkcs11", keyRef: tok.KeyRef, away: tok.Pull, back: tok.Put,
 			start: (*controlplane.ControlPlane).StartSignerPKCS11,
-			holds: func(t *testing.T, pub crypto.PublicKey) (bool, string) {
+			holds: func(t testing.TB, pub crypto.PublicKey) (bool, string) {
 				keys, err := tok.Keys()
 				if err != nil {
 					t.Fatal(err)
@@ -76,11 +76,11 @@ var keepers = []struct {
 				return false, "no such key in the token"
 			}}
 	}},
-	{"awskms", func(t *testing.T) keeper {
+	{"awskms", func(t testing.TB) keeper {
 		kms := localkms.Start(t)
 		return keeper{kind: "awskms", keyRef: kms.KeyRef, away: func() error { kms.Stop(); return nil }, back: kms.Start,
 			start: (*controlplane.ControlPlane).StartSigner,
-			holds: func(t *testing.T, pub crypto.PublicKey) (bool, string) {
+			holds: func(t testing.TB, pub crypto.PublicKey) (bool, string) {
 				keys, err := kms.PublicKeys(context.Background())
 				if err != nil {
 					t.Fatal(err)
@@ -97,7 +97,7 @@ var keepers = []struct {
 
 // tokenAsTheDocsMakeIt makes a SoftHSM2 token by running docs/signer.md's commands as
 // written, in a directory of the test's.
-func tokenAsTheDocsMakeIt(t *testing.T) *softhsm.Token {
+func tokenAsTheDocsMakeIt(t testing.TB) *softhsm.Token {
 	t.Helper()
 	commands, err := doccmd.Block("../../../docs/signer.md", "Try it first with SoftHSM2")
 	if err != nil {
@@ -122,22 +122,27 @@ func tokenAsTheDocsMakeIt(t *testing.T) *softhsm.Token {
 func eachKeeper(t *testing.T, cp *controlplane.ControlPlane, prefix string, test func(t *testing.T, s *keeperSigner)) {
 	for _, k := range keepers {
 		t.Run(k.kind, func(t *testing.T) {
-			test(t, startKeeperSigner(t, cp, k.make(t), prefix+"-"+k.kind, "example.com/"+prefix+"-"+k.kind))
+			test(t, startKeeperSigner(t, cp, k.make(t), prefix+"-"+k.kind, "example.com/"+prefix+"-"+k.kind, true))
 		})
 	}
 }
 
-func startKeeperSigner(t *testing.T, cp *controlplane.ControlPlane, k keeper, namespace, signerName string) *keeperSigner {
+// startKeeperSigner runs the signer that k needs for signerName, its keys in k, in
+// namespace; with approve, it approves its ServiceAccounts' requests itself.
+func startKeeperSigner(t testing.TB, cp *controlplane.ControlPlane, k keeper, namespace, signerName string, approve bool, extra ...string) *keeperSigner {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "policy.yaml")
-	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n  approval: {}\n", signerName, k.keyRef("ca"))
+	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n", signerName, k.keyRef("ca"))
+	if approve {
+		doc += "  approval: {}\n"
+	}
 	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := cp.CreateNamespace(context.Background(), namespace, nil); err != nil {
 		t.Fatal(err)
 	}
-	p, err := k.start(cp, "--namespace="+namespace, "--policy="+file, "--ca-propagation=timed", "--ca-propagation-window="+window.String())
+	p, err := k.start(cp, append([]string{"--namespace=" + namespace, "--policy=" + file, "--ca-propagation=timed", "--ca-propagation-window=" + window.String()}, extra...)...)
 	untilTheEnd(t, "signer with "+k.kind, p, err)
 	return &keeperSigner{keeper: k, name: signerName, namespace: namespace, process: p}
 }
