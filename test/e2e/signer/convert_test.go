@@ -325,7 +325,7 @@ spec:
   sources: [{inLine: ` + strconv.Quote(twice) + `}]
   target:
     configMap: {key: ca.crt, metadata: {labels: {app: billing}}}
-    additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: Modern2023}}
+    additionalFormats: {pkcs12: {key: ca.p12, password: changeit, profile: LegacyRC2}}
 `
 	file := filepath.Join(t.TempDir(), "input.yaml")
 	if err := os.WriteFile(file, []byte(input), 0o644); err != nil {
@@ -335,7 +335,7 @@ spec:
 	if code != 3 {
 		t.Errorf("convert exits %d; want 3", code)
 	}
-	for _, want := range []string{`readers selecting by labels ["app"]`, `PKCS#12 profile "Modern2023"`, "duplicate trust anchor (indices [0 1])"} {
+	for _, want := range []string{`readers selecting by labels ["app"]`, `PKCS#12 profile "LegacyRC2"`, "duplicate trust anchor (indices [0 1])"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("convert does not say %q on stderr:\n%s", want, stderr)
 		}
