@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,10 +129,17 @@ func eachKeeper(t *testing.T, cp *controlplane.ControlPlane, prefix string, test
 	}
 }
 
+// keeperRuns numbers the keeper signers this test process started.
+var keeperRuns atomic.Int32
+
 // startKeeperSigner runs the signer that k needs for signerName, its keys in k, in
 // namespace; with approve, it approves its ServiceAccounts' requests itself.
 func startKeeperSigner(t testing.TB, cp *controlplane.ControlPlane, k keeper, namespace, signerName string, approve bool, extra ...string) *keeperSigner {
 	t.Helper()
+	// A namespace of its own each time (a test or benchmark run again with -count
+	// makes a new keeper, which holds none of the keys an earlier run's CA Secret
+	// names: the signer would rightly refuse that Secret).
+	namespace += "-" + strconv.Itoa(int(keeperRuns.Add(1)))
 	file := filepath.Join(t.TempDir(), "policy.yaml")
 	doc := fmt.Sprintf("apiVersion: trustsync.io/v1alpha1\nkind: Policy\nsigners:\n- signerName: %s\n  keyRef: %q\n", signerName, k.keyRef("ca"))
 	if approve {
