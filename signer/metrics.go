@@ -27,6 +27,9 @@ type Metrics struct {
 	waiting *prometheus.GaugeVec
 	// keyAvailable is 1 while each signer's keeper can sign.
 	keyAvailable *prometheus.GaugeVec
+	// waits counts the attempts at a request that found it must wait, by kind and
+	// reason.
+	waits *prometheus.CounterVec
 }
 
 // Kinds of request, the label of the request latency.
@@ -94,12 +97,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "trustsync_signer_key_available",
 			Help: "1 while the keeper of each signer's CA keys (keeper: secret, pkcs11 or awskms) can sign, 0 while it cannot: then nothing is signed, requests wait, and signing resumes within 30 seconds of its return.",
 		}, []string{"signer", "keeper"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "trustsync_signer_request_waits_total",
+			Help: "Attempts at a request that found it must wait through no fault of its own, by kind and reason: CANotLoaded (the signer's CA is not loaded yet, retried within a second) or KeyUnavailable (its keeper cannot sign, retried every 5 seconds). Nothing was signed or failed by them.",
+		}, []string{"kind", "reason"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "trustsync_signer_leader",
 			Help: "1 while this replica holds the Lease and acts, 0 otherwise.",
 		}),
 	}
-	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.rotationUnobserved, m.leader, m.pcrs, m.pcrLatency, m.requestLatency, m.waiting, m.keyAvailable)
+	reg.MustRegister(m.csrs, m.signLatency, m.requested, m.honored, m.caNotAfter, m.phase, m.rotationPods, m.rotationUnobserved, m.leader, m.pcrs, m.pcrLatency, m.requestLatency, m.waiting, m.keyAvailable, m.waits)
 	return m
 }
 

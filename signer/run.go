@@ -282,8 +282,8 @@ func runControllers(ctx context.Context, o *Options, pol *policy.Policy, keys ma
 	}
 
 	queue.Work(ctx, caQueue, 1, "CA", func(ctx context.Context, name string) (time.Duration, error) { return managers[name].reconcile(ctx) })
-	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waiting(h.handle))
-	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waiting(pcrs.handle))
+	queue.Work(ctx, csrQueue, o.Workers, "CertificateSigningRequest", waiting(h.handle, m.waits.MustCurryWith(prometheus.Labels{"kind": kindCSR})))
+	queue.Work(ctx, pcrQueue, o.Workers, "PodCertificateRequest", waiting(pcrs.handle, m.waits.MustCurryWith(prometheus.Labels{"kind": kindPCR})))
 	ready.Store(true)
 	defer ready.Store(false)
 	klog.InfoS("Signing", "signers", pol.SignerNames(), "bundleAPIs", writers, "workers", o.Workers, "podCertificateRequests", pcrVersion)
@@ -330,16 +330,21 @@ func requeueAll(lister certlisters.CertificateSigningRequestLister, signer strin
 // fault of its own waits without growing its backoff: a second for a signer whose CA
 // is not loaded yet (the CA manager also requeues the signer's requests once it loads
 // one), keeperProbe for a keeper that cannot sign (requeued too once it answers).
-func waiting[K comparable](handle func(context.Context, K) error) queue.Handle[K] {
+func waiting[K comparable](handle func(context.Context, K) error, waits *prometheus.CounterVec) queue.Handle[K] {
 	return func(ctx context.Context, key K) (time.Duration, error) {
 		err := handle(ctx, key)
 		var unavailable *keeper.UnavailableError
 		switch {
 		case errors.Is(err, errCANotReady):
+			waits.WithLabelValues(reasonCANotLoaded).Inc()
 			return time.Second, nil
 		case errors.As(err, &unavailable):
+			waits.WithLabelValues(v1alpha1.ReasonKeyUnavailable).Inc()
 			return keeperProbe, nil
 		}
 		return 0, err
 	}
 }
+
+// reasonCANotLoaded is the reason a request waits before its signer's CA is loaded.
+const reasonCANotLoaded = "CANotLoaded"

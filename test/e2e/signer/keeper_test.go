@@ -308,8 +308,22 @@ func TestKeeper_FailsClosedWhileTheKeeperIsAwayAndSignsWithin30sOfItsReturn(t *t
 			v := keyAvailable(t, ks)
 			return v == 0, fmt.Sprintf("trustsync_signer_key_available is %v", v)
 		})
-		// Two retries later, still nothing signed.
-		time.Sleep(2 * 5 * time.Second)
+		// Two more attempts of each kind, each finding the keeper away, and still
+		// nothing signed: the signer counts every attempt that waited.
+		kinds := []string{"CertificateSigningRequest"}
+		if pcrs {
+			kinds = append(kinds, "PodCertificateRequest")
+		}
+		before := map[string]float64{}
+		for _, kind := range kinds {
+			before[kind] = keeperWaits(t, ks, kind)
+		}
+		for _, kind := range kinds {
+			poll.Eventually(t, time.Minute, "two more "+kind+" attempts waiting for the keeper", func() (bool, string) {
+				n := keeperWaits(t, ks, kind)
+				return n >= before[kind]+2, fmt.Sprintf("%v attempts waited, %v before", n, before[kind])
+			})
+		}
 		if got, _ := csrs.Get(ctx, csr.Name, metav1.GetOptions{}); len(got.Status.Certificate) > 0 || condition(got, certificatesv1.CertificateFailed) != nil {
 			t.Fatalf("while the keeper was away the CSR got a certificate or failed: %+v", got.Status.Conditions)
 		}
@@ -497,6 +511,21 @@ func keyAvailable(t *testing.T, ks *keeperSigner) float64 {
 		t.Fatal(err)
 	}
 	return m.Sum("trustsync_signer_key_available", map[string]string{"signer": ks.name, "keeper": ks.kind})
+}
+
+// keeperWaits reads how many attempts at requests of kind found the signer's keeper
+// away (trustsync_signer_request_waits_total).
+func keeperWaits(t *testing.T, ks *keeperSigner, kind string) float64 {
+	t.Helper()
+	text, err := ks.process.Metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := scrape.Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Sum("trustsync_signer_request_waits_total", map[string]string{"kind": kind, "reason": "KeyUnavailable"})
 }
 
 // waitEventFor waits for an Event with reason on the object called name.
