@@ -171,10 +171,8 @@ func (k *Keeper) Create(ctx context.Context, name string) (string, crypto.Signer
 	if err != nil {
 		return "", nil, k.broken(req.Name, fmt.Errorf("creating key %s: %w", name, err))
 	}
+	// The keeper names the key it made: the PKCS#11 URI asked for, or KMS's key id.
 	key := resp.Name
-	if k.ref.Keeper == keyuri.KeeperPKCS11 {
-		key = req.Name
-	}
 	s, err := k.signer(ctx, key)
 	if err != nil {
 		return "", nil, err
