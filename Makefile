@@ -22,10 +22,12 @@
 #                      (root; about 10 minutes)
 #   make fuzz          run the fuzz targets for FUZZTIME each (default 1m)
 #   make image [GOARCH=arm64] [IMAGE=ref] [FIPS=1]
-#                      the container image as a tarball in _output/, without a daemon:
+#                      the container images as tarballs in _output/, without a daemon:
 #                      Linux binaries for GOARCH (default: this host's), tagged IMAGE
 #                      (default: the chart's own image reference; with FIPS=1, its
-#                      tag and -fips, the binaries built with Go's FIPS 140-3 module)
+#                      tag and -fips, the binaries built with Go's FIPS 140-3 module),
+#                      and the PKCS#11 signer's (cgo, on a glibc base from Debian's
+#                      packages), tagged REPOSITORY-signer-pkcs11:TAG
 #   make release       dist/: the chart package, every CRD in one file, the image
 #                      (linux/amd64 and arm64) as an OCI layout tarball, the plugin's
 #                      archives and krew manifest, SBOMs, SHA256SUMS; reproducible
@@ -154,11 +156,7 @@ fuzz:
 # for; the tool itself runs on the host (GOOS and GOARCH emptied for it).
 GOARCH ?= $(shell $(GO) env GOARCH)
 image:
-	@mkdir -p _output/linux_$(GOARCH)
-	@for b in $(IMAGE_BINARIES); do \
-		CGO_ENABLED=0 GOOS=linux GOARCH=$(GOARCH) $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o _output/linux_$(GOARCH)/$$b ./cmd/$${b#trustsync-} || exit 1; \
-	done
-	cd hack/tools/image && GOOS= GOARCH= $(GO) run . trustsync --bin $(CURDIR)/_output/linux_$(GOARCH) --ref $(IMAGE) --out $(CURDIR)/_output/trustsync-image.tar
+	@GOARCH=$(GOARCH) IMAGE=$(IMAGE) LDFLAGS="$(LDFLAGS)" hack/image.sh
 
 generate:
 	$(GO) run ./hack/chartdoc

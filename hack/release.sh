@@ -4,6 +4,13 @@
 #   trustsync-VERSION.tgz                   the chart, as helm package lays it out
 #   trustsync-image-vVERSION.oci.tar        the image, linux/amd64 and linux/arm64 under
 #                                           one index, as an OCI image layout tarball
+#   trustsync-image-vVERSION-fips.oci.tar   the same, every binary built with Go's FIPS
+#                                           140-3 module, tagged vVERSION-fips
+#   trustsync-signer-pkcs11-image-vVERSION.oci.tar, ...-vVERSION-fips.oci.tar
+#                                           the signer with cgo, for PKCS#11, on a glibc
+#                                           base from Debian's packages (both platforms;
+#                                           the image's io.trustsync.base.packages label
+#                                           names their versions)
 #   trustsync-crds.yaml                     every CRD, for `kubectl apply` before an upgrade
 #   kubectl-trustsync_VERSION_OS_ARCH.tar.gz
 #                                           the plugin and LICENSE, for linux and darwin
@@ -11,7 +18,7 @@
 #   krew-trustsync.yaml                     a krew plugin manifest naming each archive by
 #                                           its sha256, at $PLUGIN_URL (default: the
 #                                           project's GitHub release download URL)
-#   sbom/<binary>.cdx.json                  a CycloneDX SBOM of each Go binary in the image
+#   sbom/<binary>.cdx.json                  a CycloneDX SBOM of each Go binary in the images
 #   SHA256SUMS                              of every file above
 #   *.sig                                   with COSIGN_KEY=cosign.key (password in
 #                                           COSIGN_PASSWORD): cosign's signatures of
@@ -19,11 +26,13 @@
 #
 # Reproducible: the same commit gives the same bytes (binaries built with -trimpath and
 # the version stamped from VERSION; tarballs with fixed times and owners; SBOMs without
-# serial number or timestamp). No container engine is needed.
+# serial number or timestamp; the glibc base from the same Debian package versions).
+# No container engine is needed.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log_prefix=release
 source "$root/hack/lib/build.sh"
+source "$root/hack/lib/pkcs11.sh"
 cd "$root"
 
 version=$(cat VERSION)
@@ -39,10 +48,17 @@ build "$tools/sbom" "$sbom_dir" cyclonedx-gomod github.com/CycloneDX/cyclonedx-g
 rm -rf "$dist"
 mkdir -p "$dist/sbom"
 ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$version"
+# Each image twice: as is, and with Go's FIPS 140-3 module (GOFIPS140), tagged -fips.
 for arch in amd64 arm64; do
-  for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
-    CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags "$ldflags" -o "$work/linux_$arch/$b" "./cmd/${b#trustsync-}"
+  for fips in "" -fips; do
+    out="$work/bin$fips/linux_$arch"
+    for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
+      CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFIPS140=${fips:+v1.0.0} go build -trimpath -ldflags "$ldflags" -o "$out/$b" "./cmd/${b#trustsync-}"
+    done
+    GOFIPS140=${fips:+v1.0.0} build_signer_pkcs11 "$arch" "$out/trustsync-signer-pkcs11" "$ldflags"
   done
+  mkdir -p "$work/base"
+  ln -s "$(glibc_base "$arch")" "$work/base/linux_$arch"
   log "built linux/$arch"
 done
 
@@ -110,21 +126,27 @@ PLATFORM
   done
 } > "$dist/krew-trustsync.yaml"
 
-(cd hack/tools/image && go run . layout --bin "$work" --version "$version" --revision "$revision" \
-  --ref "$image_ref" --out "$dist/trustsync-image-v$version.oci.tar") >&2
+for fips in "" -fips; do
+  (cd hack/tools/image && go run . layout --bin "$work/bin$fips" --version "$version$fips" --revision "$revision" \
+    --ref "$image_ref$fips" --out "$dist/trustsync-image-v$version$fips.oci.tar") >&2
+  (cd hack/tools/image && go run . layout --image signer-pkcs11 --bin "$work/bin$fips" --base "$work/base" \
+    --version "$version$fips" --revision "$revision" --ref "$(pkcs11_ref "$image_ref")$fips" \
+    --out "$dist/trustsync-signer-pkcs11-image-v$version$fips.oci.tar") >&2
+done
 (cd hack/tools/image && go run . chart --chart "$root/charts/trustsync" --out "$dist") >&2
 
 # The binaries of both platforms come from the same modules; the amd64 ones are read.
-for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
+# The FIPS builds differ only in GOFIPS140, which their SBOMs cannot show.
+for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent trustsync-signer-pkcs11; do
   "$sbom_dir/cyclonedx-gomod" bin -json -noserial -notimestamp -version "v$version" \
-    -output "$dist/sbom/$b.cdx.json" "$work/linux_amd64/$b" 2>/dev/null
+    -output "$dist/sbom/$b.cdx.json" "$work/bin/linux_amd64/$b" 2>/dev/null
 done
 
 (cd "$dist" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
 if [[ -n "${COSIGN_KEY:-}" ]]; then
   # Signatures are not reproducible (ECDSA draws a nonce), so SHA256SUMS leaves them out.
   (cd hack/tools/image && go run . sign-blob --key "$COSIGN_KEY" "$dist/SHA256SUMS" \
-    "$dist/trustsync-$version.tgz" "$dist/trustsync-image-v$version.oci.tar")
+    "$dist/trustsync-$version.tgz" "$dist"/*.oci.tar)
   log "signed with $COSIGN_KEY"
 fi
 log "release v$version of $revision in $dist:"

@@ -420,6 +420,10 @@ func (c *node) startEtcd() error {
 		return err
 	}
 	c.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	// Written down for the tests, which look for keys where etcd keeps them.
+	if err := os.WriteFile(c.path(EtcdURLFile), []byte(c.etcdURL), 0o644); err != nil {
+		return err
+	}
 	peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	p, err := c.start("etcd", c.hostEnv(),
 		"--name=node", "--data-dir="+c.path("etcd"),
@@ -440,7 +444,29 @@ func (c *node) startEtcd() error {
 	})
 }
 
+// CriticalPriorityAdmission limits the critical priority classes as GKE does: the
+// ResourceQuota admission refuses a pod of system-node-critical or
+// system-cluster-critical in a namespace whose quotas do not cover that class
+// (kube-system gets one from GKE). A chart's critical pods install here as on GKE.
+const CriticalPriorityAdmission = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: [system-node-critical, system-cluster-critical]
+`
+
 func (c *node) startAPIServer() error {
+	if err := os.WriteFile(c.path("admission.yaml"), []byte(CriticalPriorityAdmission), 0o644); err != nil {
+		return err
+	}
 	p, err := c.start("kube-apiserver", c.hostEnv(),
 		"--etcd-servers="+c.etcdURL,
 		"--bind-address="+NodeIP, "--advertise-address="+NodeIP, "--secure-port="+strconv.Itoa(APIServerPort),
@@ -452,6 +478,7 @@ func (c *node) startAPIServer() error {
 		"--kubelet-preferred-address-types=InternalIP",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
+		"--admission-control-config-file="+c.path("admission.yaml"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+c.path("pki/sa.pub"),
 		"--service-account-signing-key-file="+c.path("pki/sa.key"),

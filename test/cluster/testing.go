@@ -85,6 +85,15 @@ func (n *Node) ChartValues() []string {
 	return []string{"--set", "agent.kubeletDir=" + filepath.Join(n.Dir, "kubelet"), "--set", "agent.dataDir=" + filepath.Join(n.Dir, "trustsync-agent")}
 }
 
+// EtcdURLFile is where, in the node's directory, etcd's client URL is written.
+const EtcdURLFile = "run/etcd-url"
+
+// EtcdURL is the node's etcd's client URL.
+func (n *Node) EtcdURL() (string, error) {
+	url, err := os.ReadFile(filepath.Join(n.Dir, EtcdURLFile))
+	return string(url), err
+}
+
 // Kubeconfig is the cluster-admin kubeconfig.
 func (n *Node) Kubeconfig() string { return filepath.Join(n.Dir, "kubeconfig") }
 

@@ -70,6 +70,27 @@ digest when one is given, else by tag (default: the chart's appVersion).
 {{- end }}
 
 {{/*
+The signer's image: with signer.pkcs11.enabled, the PKCS#11 signer's, named after the
+image (<repository>-signer-pkcs11, the same tag), or pinned by signer.pkcs11.digest
+when image.digest pins the others.
+*/}}
+{{- define "trustsync.signerImage" -}}
+{{- if not .Values.signer.pkcs11.enabled -}}
+{{ include "trustsync.image" . }}
+{{- else }}
+{{- $repository := printf "%s-signer-pkcs11" .Values.image.repository }}
+{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end }}
+{{- if .Values.signer.pkcs11.digest -}}
+{{ $repository }}@{{ .Values.signer.pkcs11.digest }}
+{{- else if .Values.image.digest }}
+{{- fail "image.digest pins the images, but not the PKCS#11 signer's: give its digest in signer.pkcs11.digest" }}
+{{- else -}}
+{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}{{ if .Values.fips }}-fips{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 The environment every component runs with in FIPS 140-3 mode (fips: true): its
 binaries are built with Go's validated module, whose default this states.
 */}}

@@ -109,7 +109,7 @@ func TestPackageChart_TheSameChartGivesTheSameBytesUnderItsName(t *testing.T) {
 }
 
 func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
-	bins := map[string]string{}
+	bins := map[string]func() ([]entry, v1.Config, error){}
 	for _, arch := range Platforms {
 		dir, exe := t.TempDir(), tinyBinary(t, "linux", arch)
 		for _, b := range Binaries {
@@ -117,13 +117,13 @@ func TestReleaseIndex_OneImagePerPlatformTheSameDigestEachTime(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		bins[arch] = dir
+		bins[arch] = func() ([]entry, v1.Config, error) { return trustsyncImage(dir) }
 	}
-	first, err := releaseIndex(bins, "1.2.3", "abc")
+	first, err := releaseIndex(bins, "trustsync", "1.2.3", "abc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := releaseIndex(bins, "1.2.3", "abc")
+	again, err := releaseIndex(bins, "trustsync", "1.2.3", "abc")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,18 @@
 //
 //	image trustsync --bin DIR --ref REF --out FILE   the five binaries, as the Dockerfile,
 //	                                                 for the architecture they are built for
+//	image signer-pkcs11 --bin DIR --base DIR --ref REF --out FILE
+//	                                                 the signer built with cgo, for PKCS#11
+//	                                                 (DIR/trustsync-signer-pkcs11), on the
+//	                                                 glibc base hack/lib/pkcs11.sh unpacks
 //	image shell --busybox FILE --ref REF --out FILE  a static busybox shell, any uid
 //	image pause --pause FILE --ref REF --out FILE    the pod sandbox process
 //	image layout --bin DIR --version V --revision R --ref REF --out FILE
 //	                                                 a release's image: DIR/linux_<arch>/ for
-//	                                                 each platform, one OCI index, tarred
+//	                                                 each platform, one OCI index, tarred;
+//	                                                 with --image signer-pkcs11 and --base
+//	                                                 DIR (DIR/linux_<arch>/, a glibc base
+//	                                                 each), the PKCS#11 signer's
 //	image chart --chart DIR --out DIR                the chart as NAME-VERSION.tgz
 //	image push --layout FILE --ref REF               a layout's index to a registry
 //	image keygen --out DIR                           cosign.key and cosign.pub, cosign's format
@@ -82,7 +89,8 @@ func main() {
 	fs := flag.NewFlagSet(kind, flag.ExitOnError)
 	ref := fs.String("ref", "", "image reference to tag the tarball with (required)")
 	out := fs.String("out", "", "tarball to write (required)")
-	bin := fs.String("bin", "", "trustsync: directory holding the four binaries")
+	bin := fs.String("bin", "", "trustsync, signer-pkcs11: directory holding the binaries")
+	base := fs.String("base", "", "signer-pkcs11: the glibc base (hack/lib/pkcs11.sh's glibc_base)")
 	busybox := fs.String("busybox", "/bin/busybox", "shell: a static busybox binary")
 	pause := fs.String("pause", "", "pause: the pause binary")
 	_ = fs.Parse(os.Args[2:])
@@ -99,12 +107,14 @@ func main() {
 	switch kind {
 	case "trustsync":
 		files, cfg, err = trustsyncImage(*bin)
+	case "signer-pkcs11":
+		files, cfg, err = signerPKCS11Image(*bin, *base)
 	case "shell":
 		files, cfg, err = shellImage(*busybox)
 	case "pause":
 		files, cfg, err = pauseImage(*pause)
 	default:
-		err = fmt.Errorf("unknown image kind %q: want trustsync, shell or pause", kind)
+		err = fmt.Errorf("unknown image kind %q: want trustsync, signer-pkcs11, shell or pause", kind)
 	}
 	var arch string
 	if err == nil {

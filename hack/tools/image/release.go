@@ -27,6 +27,8 @@ import (
 func release(kind string, args []string) error {
 	fs := flag.NewFlagSet(kind, flag.ExitOnError)
 	bin := fs.String("bin", "", "layout: directory with a linux_<arch>/ of the binaries per platform")
+	imageKind := fs.String("image", "trustsync", "layout: which image, trustsync or signer-pkcs11")
+	base := fs.String("base", "", "layout --image signer-pkcs11: directory with a linux_<arch>/ glibc base per platform")
 	version := fs.String("version", "", "layout: the release's version")
 	revision := fs.String("revision", "", "layout: the commit it is built from")
 	ref := fs.String("ref", "", "layout: the reference to name the image by; push: where to push it")
@@ -59,11 +61,23 @@ func release(kind string, args []string) error {
 		if *bin == "" || *version == "" || *ref == "" || *out == "" {
 			return fmt.Errorf("layout needs --bin, --version, --ref and --out")
 		}
-		bins := map[string]string{}
+		build := map[string]func() ([]entry, v1.Config, error){}
 		for _, arch := range Platforms {
-			bins[arch] = filepath.Join(*bin, "linux_"+arch)
+			bin, base := filepath.Join(*bin, "linux_"+arch), filepath.Join(*base, "linux_"+arch)
+			switch *imageKind {
+			case "trustsync":
+				build[arch] = func() ([]entry, v1.Config, error) { return trustsyncImage(bin) }
+			case "signer-pkcs11":
+				build[arch] = func() ([]entry, v1.Config, error) { return signerPKCS11Image(bin, base) }
+			default:
+				return fmt.Errorf("layout --image %q: want trustsync or signer-pkcs11", *imageKind)
+			}
 		}
-		idx, err := releaseIndex(bins, *version, *revision)
+		title := "trustsync"
+		if *imageKind != "trustsync" {
+			title += "-" + *imageKind
+		}
+		idx, err := releaseIndex(build, title, *version, *revision)
 		if err != nil {
 			return err
 		}
@@ -101,16 +115,16 @@ func release(kind string, args []string) error {
 var Platforms = []string{"amd64", "arm64"}
 
 // releaseIndex is the multi-platform image of a release: one OCI image per platform
-// (the binaries of bins[arch]), under one index annotated with the release.
-func releaseIndex(bins map[string]string, version, revision string) (v1.ImageIndex, error) {
+// (the files build[arch] gives), under one index annotated with the release.
+func releaseIndex(build map[string]func() ([]entry, v1.Config, error), title, version, revision string) (v1.ImageIndex, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	for _, arch := range Platforms {
-		files, cfg, err := trustsyncImage(bins[arch])
+		files, cfg, err := build[arch]()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", arch, err)
 		}
 		if built, err := linuxArch(files); err != nil || built != arch {
-			return nil, fmt.Errorf("%s: the binaries are built for linux/%s (%v), not for the platform they are packed as", bins[arch], built, err)
+			return nil, fmt.Errorf("linux/%s: the files are built for linux/%s (%v), not for the platform they are packed as", arch, built, err)
 		}
 		img, err := image(files, cfg, arch, true)
 		if err != nil {
@@ -125,7 +139,7 @@ func releaseIndex(bins map[string]string, version, revision string) (v1.ImageInd
 		"org.opencontainers.image.revision": revision,
 		"org.opencontainers.image.source":   "https://github.com/trustsync/trustsync",
 		"org.opencontainers.image.licenses": "Apache-2.0",
-		"org.opencontainers.image.title":    "trustsync",
+		"org.opencontainers.image.title":    title,
 	}).(v1.ImageIndex), nil
 }
 

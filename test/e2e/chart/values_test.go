@@ -171,6 +171,111 @@ func TestChart_FIPSRunsEveryComponentFromTheFIPSImageInFIPSMode(t *testing.T) {
 	}
 }
 
+// signer.pkcs11 runs the signer from the PKCS#11 signer's image (named after the image,
+// the same tag, -fips in FIPS mode, or its own digest), with the vendor's module
+// mounted as given and the PIN readable by the signer's group alone; the other
+// components keep the static image. Off, nothing of it renders.
+func TestChart_PKCS11RunsTheSignerFromItsImageWithTheModuleMounted(t *testing.T) {
+	v := chartVersion(t)
+	module := `signer.pkcs11.volumes=[{"name":"hsm","hostPath":{"path":"/opt/hsm"}}]`
+	mount := `signer.pkcs11.volumeMounts=[{"name":"hsm","mountPath":"/opt/hsm","readOnly":true}]`
+	env := `signer.pkcs11.env=[{"name":"ChrystokiConfigurationPath","value":"/opt/hsm/etc"}]`
+	digest := "sha256:" + strings.Repeat("b", 64)
+	for _, tc := range []struct {
+		name  string
+		set   []string
+		image string
+		pin   bool
+	}{
+		{"enabled", []string{"signer.pkcs11.enabled=true"}, "ghcr.io/trustsync/trustsync-signer-pkcs11:v" + v, false},
+		{"enabled in FIPS mode from a mirror", []string{"signer.pkcs11.enabled=true,fips=true,image.registry=mirror.example", "signer.pkcs11.pinSecret=hsm-pin"},
+			"mirror.example/ghcr.io/trustsync/trustsync-signer-pkcs11:v" + v + "-fips", true},
+		{"pinned by digest", []string{"signer.pkcs11.enabled=true,image.digest=sha256:" + strings.Repeat("a", 64) + ",signer.pkcs11.digest=" + digest},
+			"ghcr.io/trustsync/trustsync-signer-pkcs11@" + digest, false},
+		{"off", []string{"signer.pkcs11.enabled=false,signer.pkcs11.pinSecret=hsm-pin"}, "ghcr.io/trustsync/trustsync:v" + v, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", release, "charts/trustsync", "-n", ns, "--set-json", module, "--set-json", mount, "--set-json", env}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			w := workloads(t, objects(t, helm(t, args...)))
+			signer := w["signer"].Spec
+			c := signer.Containers[0]
+			if c.Image != tc.image {
+				t.Errorf("the signer runs %s, want %s", c.Image, tc.image)
+			}
+			if other := w["webhook"].Spec.Containers[0].Image; strings.Contains(other, "pkcs11") {
+				t.Errorf("the webhook runs %s", other)
+			}
+			pkcs11 := tc.name != "off"
+			if got := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "hsm" && m.MountPath == "/opt/hsm" && m.ReadOnly }) &&
+				slices.ContainsFunc(signer.Volumes, func(v corev1.Volume) bool { return v.HostPath != nil && v.HostPath.Path == "/opt/hsm" }) &&
+				slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "ChrystokiConfigurationPath" }); got != pkcs11 {
+				t.Errorf("the module's volume, mount and environment rendered: %v, want %v", got, pkcs11)
+			}
+			i := slices.IndexFunc(signer.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == "hsm-pin" })
+			if (i >= 0) != tc.pin {
+				t.Fatalf("the PIN Secret mounted: %v, want %v", i >= 0, tc.pin)
+			}
+			if tc.pin {
+				sec := signer.Volumes[i].Secret
+				if *sec.DefaultMode != 0o440 || signer.SecurityContext.FSGroup == nil || *signer.SecurityContext.FSGroup != 65532 ||
+					len(sec.Items) != 1 || sec.Items[0].Key != "pin" || sec.Items[0].Path != "pin" {
+					t.Errorf("the PIN's volume %+v with fsGroup %v: want key pin as pin, mode 0440, group 65532", sec, signer.SecurityContext.FSGroup)
+				}
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == signer.Volumes[i].Name && m.MountPath == "/var/run/secrets/trustsync.io/pkcs11"
+				}) {
+					t.Errorf("the PIN is not at /var/run/secrets/trustsync.io/pkcs11/pin: %v", c.VolumeMounts)
+				}
+			}
+		})
+	}
+}
+
+// The agent's namespace gets a quota admitting its critical priority class (GKE admits
+// such pods outside kube-system under one only), scoped to that class alone; a class
+// no cluster limits, or criticalPodQuota off, renders none.
+func TestChart_TheAgentsCriticalClassGetsAQuotaInItsNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		set, class string
+	}{
+		{"agent.namespace=trustsync-agent", "system-node-critical"},
+		{"agent.priorityClassName=system-cluster-critical", "system-cluster-critical"},
+		{"agent.priorityClassName=high", ""},
+		{"agent.criticalPodQuota=false", ""},
+	} {
+		t.Run(tc.set, func(t *testing.T) {
+			var quotas []*unstructured.Unstructured
+			for _, o := range objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns, "--set", tc.set)) {
+				if o.GetKind() == "ResourceQuota" {
+					quotas = append(quotas, o)
+				}
+			}
+			if tc.class == "" {
+				if len(quotas) != 0 {
+					t.Errorf("rendered %d ResourceQuotas, want none", len(quotas))
+				}
+				return
+			}
+			if len(quotas) != 1 {
+				t.Fatalf("rendered %d ResourceQuotas, want one", len(quotas))
+			}
+			q := quotas[0]
+			wantNS := ns
+			if strings.HasPrefix(tc.set, "agent.namespace=") {
+				wantNS = strings.TrimPrefix(tc.set, "agent.namespace=")
+			}
+			exprs, _, _ := unstructured.NestedSlice(q.Object, "spec", "scopeSelector", "matchExpressions")
+			values, _, _ := unstructured.NestedStringSlice(exprs[0].(map[string]any), "values")
+			if q.GetNamespace() != wantNS || len(exprs) != 1 || strings.Join(values, ",") != tc.class {
+				t.Errorf("quota in %q scoped to %v, want in %q scoped to %s alone", q.GetNamespace(), exprs, wantNS, tc.class)
+			}
+		})
+	}
+}
+
 // chartVersion is the chart's appVersion.
 func chartVersion(t *testing.T) string {
 	t.Helper()
@@ -222,6 +327,10 @@ func TestChart_RefusesValuesThatCannotWorkSayingWhatToSet(t *testing.T) {
 		{"authorized Secret names where no Secret is allowed", "targets.authorizedSecrets={trust-roots}", "targets.authorizedSecrets narrows the Secrets targets.secrets allows: set targets.secrets: true too"},
 		{"an authorized Secret name no Secret can have", "targets.secrets=true,targets.authorizedSecrets={Trust_Roots}", "/targets/authorizedSecrets/0"},
 		{"the sidecars' Event bindings without the controller that keeps them", "targets.enabled=false", "sidecarRBAC.events needs trustsync-controller (targets.enabled), which binds the sidecars' Event role in each namespace: set targets.enabled: true, or sidecarRBAC.events: false"},
+		{"a CA key in a PKCS#11 token without the PKCS#11 signer", "policy.signers[0].signerName=trustsync.io/workload,policy.signers[0].keyRef=pkcs11:token=ca;object=ca?module-path=/opt/hsm/lib.so&pin-source=/pin",
+			"policy.signers[0] (trustsync.io/workload) keeps its CA key in a PKCS#11 token (keyRef pkcs11:token=ca;object=ca?module-path=/opt/hsm/lib.so&pin-source=/pin), which only the PKCS#11 signer can load: set signer.pkcs11.enabled"},
+		{"images pinned by digest but not the PKCS#11 signer's", "signer.pkcs11.enabled=true,image.digest=sha256:" + strings.Repeat("a", 64), "image.digest pins the images, but not the PKCS#11 signer's: give its digest in signer.pkcs11.digest"},
+		{"a PIN Secret that is no Secret name", "signer.pkcs11.enabled=true,signer.pkcs11.pinSecret=HSM_PIN", "/signer/pkcs11/pinSecret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := renderSet(t, tc.set)

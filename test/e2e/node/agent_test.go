@@ -57,10 +57,16 @@ func allowSources(t *testing.T, n *cluster.Node, ns string, extra *fixtures.Cert
 // trust file and names its ServiceAccount; a bundle edit reaches the file the app
 // reads.
 func TestAgent_DeliveryNodeGivesThePodTheSidecarsFilesWithNoContainer(t *testing.T) {
-	n := installChart(t)
-	ns := n.Namespace(t, "node-delivery", restricted)
-	oldRoot, newRoot, extra := fixtures.CA("node-delivery root"), fixtures.CA("node-delivery new root"), fixtures.CA("node-delivery extra")
-	ctb := createBundle(t, "e2e-node-delivery", oldRoot)
+	nodeDelivery(t, installChart(t), "node-delivery")
+}
+
+// nodeDelivery is the node agent's delivery case, in a namespace and of a bundle
+// named after name: files, key and truststore as the app reads them, and an edit.
+func nodeDelivery(t *testing.T, n *cluster.Node, name string) {
+	t.Helper()
+	ns := n.Namespace(t, name, restricted)
+	oldRoot, newRoot, extra := fixtures.CA(name+" root"), fixtures.CA(name+" new root"), fixtures.CA(name+" extra")
+	ctb := createBundle(t, "e2e-"+name, oldRoot)
 	allowSources(t, n, ns, extra, "s3cret")
 	pod := appPod("app", map[string]string{
 		"trustsync.io/inject":        "true",
@@ -68,10 +74,10 @@ func TestAgent_DeliveryNodeGivesThePodTheSidecarsFilesWithNoContainer(t *testing
 		"trustsync.io/ssl-cert-file": "true",
 		"trustsync.io/certificate":   "true",
 		"trustsync.io/sources": bundlesJSON(t,
-			map[string]any{"name": "e2e-node-delivery", "path": "ca.pem"},
+			map[string]any{"name": "e2e-" + name, "path": "ca.pem"},
 			map[string]any{"configMap": map[string]any{"name": "extra-cas", "key": "ca.crt"}, "path": "ca.pem"},
 			map[string]any{"signerName": "trustsync.io/workload", "labelSelector": map[string]any{"matchLabels": map[string]string{liveLabel: "live"}}, "path": "ca.pem"},
-			map[string]any{"name": "e2e-node-delivery", "path": "truststore.p12", "format": "pkcs12", "passwordSecret": map[string]any{"name": "store-pass", "key": "password"}}),
+			map[string]any{"name": "e2e-" + name, "path": "truststore.p12", "format": "pkcs12", "passwordSecret": map[string]any{"name": "store-pass", "key": "password"}}),
 	}, 1000, `cat "$SSL_CERT_FILE" || echo READ-FAILED; echo "READ-DONE"; exec sleep 3600`)
 	created := createPod(t, ns, pod)
 	if len(created.Spec.Containers) != 1 || len(created.Spec.InitContainers) != 0 {

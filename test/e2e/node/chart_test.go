@@ -57,6 +57,33 @@ func TestChart_InstallWithDefaultsBecomesReadyAndServesThroughItsService(t *test
 	}
 }
 
+// This node's API server limits the critical priority classes as GKE does (the
+// ResourceQuota admission's limitedResources): a pod of system-node-critical is
+// refused in a namespace without a quota covering that class. README's install still
+// ran its agent on the node, under the quota the chart ships in its namespace.
+func TestChart_InstallsWhereCriticalPodsNeedAQuotaAsOnGKE(t *testing.T) {
+	n := installChart(t)
+	ctx := context.Background()
+	ns := n.Namespace(t, "critical-pods", nil)
+	pod := pendingPod("critical")
+	pod.Annotations = nil
+	pod.Spec.PriorityClassName = "system-node-critical"
+	_, err := n.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "insufficient quota to match these scopes") {
+		t.Fatalf("a system-node-critical pod outside any quota: %v; want it refused as GKE refuses it", err)
+	}
+	ds, err := n.Client.AppsV1().DaemonSets(releaseNamespace).Get(ctx, "trustsync-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds.Spec.Template.Spec.PriorityClassName != "system-node-critical" || ds.Status.NumberReady != 1 {
+		t.Errorf("the agent (priority class %q): %d of 1 pods ready", ds.Spec.Template.Spec.PriorityClassName, ds.Status.NumberReady)
+	}
+	if _, err := n.Client.CoreV1().ResourceQuotas(releaseNamespace).Get(ctx, "trustsync-agent-critical-pods", metav1.GetOptions{}); err != nil {
+		t.Errorf("the chart's quota for the agent's class: %v", err)
+	}
+}
+
 // pendingPod asks for trust but can never be scheduled (no node matches), so creating
 // many costs the node nothing: admission is all that is exercised.
 func pendingPod(name string) *corev1.Pod {

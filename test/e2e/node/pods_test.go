@@ -206,8 +206,15 @@ func TestPod_BundleEditReachesTheFileTheAppReads(t *testing.T) {
 // An app running as a non-root uid opens tls.key itself, and the certificate's chain
 // verifies against the trust file it reads.
 func TestPod_NonRootAppOpensItsKeyAndTheChainVerifiesAgainstItsTrustFile(t *testing.T) {
-	n := installChart(t)
-	ns := n.Namespace(t, "workload-cert", restricted)
+	sidecarIdentity(t, installChart(t), "workload-cert")
+}
+
+// sidecarIdentity is the sidecar's certificate case, in a namespace named after name
+// (which it returns): an app of uid 1234 opens its key, and its certificate verifies
+// against its trust file.
+func sidecarIdentity(t *testing.T, n *cluster.Node, name string) string {
+	t.Helper()
+	ns := n.Namespace(t, name, restricted)
 	createPod(t, ns, appPod("app", map[string]string{
 		"trustsync.io/inject": "true", "trustsync.io/signer-name": "trustsync.io/workload", "trustsync.io/certificate": "true",
 	}, 1234, "exec sleep 3600"))
@@ -230,6 +237,7 @@ func TestPod_NonRootAppOpensItsKeyAndTheChainVerifiesAgainstItsTrustFile(t *test
 		t.Fatal(err)
 	}
 	assertIdentity(t, crt, trust, ns)
+	return ns
 }
 
 // assertIdentity checks a workload certificate as the app reads it: it verifies

@@ -1,6 +1,6 @@
 // Package release tests a release as users receive it: `make release`'s dist/ is the
 // same bytes for the same commit, every artifact agrees on the version, and `make
-// push` puts the image (every platform, one index) and the chart (OCI) into a real
+// push` puts the images (every platform, one index each) and the chart (OCI) into a real
 // registry, from which helm installs the chart into a real API server.
 package release
 
@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
@@ -118,8 +119,11 @@ func TestRelease_TheSameCommitGivesTheSameBytesAndSumsThemAll(t *testing.T) {
 	}
 	want = append(want, "krew-trustsync.yaml",
 		"sbom/trustsync-agent.cdx.json", "sbom/trustsync-controller.cdx.json", "sbom/trustsync-sidecar.cdx.json",
-		"sbom/trustsync-signer.cdx.json", "sbom/trustsync-webhook.cdx.json",
-		"trustsync-"+v+".tgz", "trustsync-crds.yaml", "trustsync-image-v"+v+".oci.tar")
+		"sbom/trustsync-signer-pkcs11.cdx.json", "sbom/trustsync-signer.cdx.json", "sbom/trustsync-webhook.cdx.json",
+		"trustsync-"+v+".tgz", "trustsync-crds.yaml")
+	for _, img := range releasedImages(v) {
+		want = append(want, img.file)
+	}
 	slices.Sort(want)
 	var listed []string
 	for _, line := range strings.Split(strings.TrimSpace(string(a)), "\n") {
@@ -161,37 +165,7 @@ func TestRelease_EveryArtifactAgreesOnTheVersion(t *testing.T) {
 		t.Errorf("the released plugin says %q (%v), want kubectl-trustsync %s", out, err, v)
 	}
 
-	idx, ref := readLayout(t, filepath.Join(d, "trustsync-image-v"+v+".oci.tar"))
-	if ref != "ghcr.io/trustsync/trustsync:v"+v {
-		t.Errorf("the layout names the image %q, want the chart's default ghcr.io/trustsync/trustsync:v%s", ref, v)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Annotations["org.opencontainers.image.version"] != v {
-		t.Errorf("the index's version annotation is %q", m.Annotations["org.opencontainers.image.version"])
-	}
-	var platforms []string
-	for _, desc := range m.Manifests {
-		platforms = append(platforms, desc.Platform.String())
-		img, err := idx.Image(desc.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cf, err := img.ConfigFile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cf.Architecture != desc.Platform.Architecture || cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{"/trustsync-webhook"}) {
-			t.Errorf("image for %s: architecture %s, user %q, entrypoint %v", desc.Platform, cf.Architecture, cf.Config.User, cf.Config.Entrypoint)
-		}
-	}
-	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Errorf("the index holds %v, want linux/amd64 and linux/arm64", platforms)
-	}
-
-	for _, b := range []string{"agent", "controller", "sidecar", "signer", "webhook"} {
+	for _, b := range []string{"agent", "controller", "sidecar", "signer", "signer-pkcs11", "webhook"} {
 		data, err := os.ReadFile(filepath.Join(d, "sbom", "trustsync-"+b+".cdx.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -212,6 +186,171 @@ func TestRelease_EveryArtifactAgreesOnTheVersion(t *testing.T) {
 			t.Errorf("sbom of %s: version %q, %d components, want v%s listing k8s.io/client-go", b, sbom.Metadata.Component.Version, len(sbom.Components), v)
 		}
 	}
+}
+
+// releasedImage is one image archive of a release, and what its tag promises.
+type releasedImage struct {
+	file, ref  string
+	entrypoint string
+	// fips: every binary built with Go's FIPS 140-3 module; pkcs11: the signer with
+	// cgo, on the glibc base.
+	fips, pkcs11 bool
+}
+
+func releasedImages(v string) []releasedImage {
+	var images []releasedImage
+	for _, pkcs11 := range []bool{false, true} {
+		for _, fips := range []bool{false, true} {
+			name, entrypoint, tag := "trustsync", "/trustsync-webhook", "v"+v
+			if pkcs11 {
+				name, entrypoint = "trustsync-signer-pkcs11", "/trustsync-signer"
+			}
+			if fips {
+				tag += "-fips"
+			}
+			images = append(images, releasedImage{file: name + "-image-" + tag + ".oci.tar", ref: "ghcr.io/trustsync/" + name + ":" + tag,
+				entrypoint: entrypoint, fips: fips, pkcs11: pkcs11})
+		}
+	}
+	return images
+}
+
+// Each image of a release is what its name and tag say, on both platforms: the chart's
+// default reference, the release's version, binaries for the platform (built with Go's
+// FIPS 140-3 module exactly when tagged -fips), and for the PKCS#11 signer a cgo binary
+// whose dynamic loader the image holds, on a base that names its Debian packages.
+func TestRelease_EachImageHoldsWhatItsTagSays(t *testing.T) {
+	d, v := dist(t), version(t)
+	for _, want := range releasedImages(v) {
+		t.Run(want.file, func(t *testing.T) {
+			idx, ref := readLayout(t, filepath.Join(d, want.file))
+			if ref != want.ref {
+				t.Errorf("the layout names the image %q, want %s", ref, want.ref)
+			}
+			m, err := idx.IndexManifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Annotations["org.opencontainers.image.version"]; got != strings.TrimPrefix(want.ref[strings.LastIndex(want.ref, ":")+1:], "v") {
+				t.Errorf("the index's version annotation is %q", got)
+			}
+			var platforms []string
+			for _, desc := range m.Manifests {
+				platforms = append(platforms, desc.Platform.String())
+				img, err := idx.Image(desc.Digest)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cf, err := img.ConfigFile()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cf.Architecture != desc.Platform.Architecture || cf.Config.User != "65532:65532" || !slices.Equal(cf.Config.Entrypoint, []string{want.entrypoint}) {
+					t.Errorf("image for %s: architecture %s, user %q, entrypoint %v", desc.Platform, cf.Architecture, cf.Config.User, cf.Config.Entrypoint)
+				}
+				if packages := cf.Config.Labels["io.trustsync.base.packages"]; want.pkcs11 != strings.Contains(packages, "libc6=") {
+					t.Errorf("image for %s: base packages %q", desc.Platform, packages)
+				}
+				checkBinaries(t, img, desc.Platform.Architecture, want)
+			}
+			if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+				t.Errorf("the index holds %v, want linux/amd64 and linux/arm64", platforms)
+			}
+		})
+	}
+}
+
+// checkBinaries reads img's one layer: every trustsync binary is an ELF for arch built
+// as want says, and a dynamically linked one finds its loader in the image.
+func checkBinaries(t *testing.T, img v1.Image, arch string, want releasedImage) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("want one layer, got %d (%v)", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files, links := map[string][]byte{}, map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch h.Typeflag {
+		case tar.TypeSymlink:
+			links["/"+h.Name] = h.Linkname
+		case tar.TypeReg:
+			if files["/"+h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	machine := map[string]elf.Machine{"arm64": elf.EM_AARCH64, "amd64": elf.EM_X86_64}[arch]
+	seen := 0
+	for name, data := range files {
+		if !strings.HasPrefix(name, "/trustsync-") {
+			continue
+		}
+		seen++
+		f, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil || f.Machine != machine {
+			t.Errorf("%s for %s is not a linux/%s ELF binary (%v)", name, arch, arch, err)
+			continue
+		}
+		info, err := buildinfo.Read(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		settings := map[string]string{}
+		for _, s := range info.Settings {
+			settings[s.Key] = s.Value
+		}
+		if fips := settings["GOFIPS140"] == "v1.0.0"; fips != want.fips {
+			t.Errorf("%s for %s: GOFIPS140=%q, want FIPS 140-3 %v", name, arch, settings["GOFIPS140"], want.fips)
+		}
+		if cgo := settings["CGO_ENABLED"] == "1"; cgo != want.pkcs11 {
+			t.Errorf("%s for %s: CGO_ENABLED=%q", name, arch, settings["CGO_ENABLED"])
+		}
+		interp := ""
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				b, _ := io.ReadAll(p.Open())
+				interp = strings.TrimRight(string(b), "\x00")
+			}
+		}
+		if want.pkcs11 {
+			if _, ok := files[resolve(interp, links)]; interp == "" || !ok {
+				t.Errorf("%s for %s loads with %q, which the image does not hold", name, arch, interp)
+			}
+		} else if interp != "" {
+			t.Errorf("%s for %s is linked dynamically (%s)", name, arch, interp)
+		}
+	}
+	if wantSeen := map[bool]int{false: 5, true: 1}[want.pkcs11]; seen != wantSeen {
+		t.Errorf("the %s image holds %d trustsync binaries, want %d", arch, seen, wantSeen)
+	}
+}
+
+// resolve follows the image's symlinks from name.
+func resolve(name string, links map[string]string) string {
+	for i := 0; i < 8; i++ {
+		target, ok := links[name]
+		if !ok {
+			return name
+		}
+		if !strings.HasPrefix(target, "/") {
+			target = filepath.Join(filepath.Dir(name), target)
+		}
+		name = target
+	}
+	return name
 }
 
 // readLayout opens a layout tarball: its one index, and the reference it is named by.
@@ -268,30 +407,35 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 		t.Fatalf("make push: %v\n%s", err, out)
 	}
 
-	// The registry holds the release's index, byte for byte.
-	local, _ := readLayout(t, filepath.Join(d, "trustsync-image-v"+v+".oci.tar"))
-	want, _ := local.Digest()
+	// The registry holds each of the release's indexes, byte for byte.
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool}
-	ref, err := name.ParseReference(host + "/trustsync/trustsync:v" + v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed, err := remote.Index(ref, remote.WithTransport(tr))
-	if err != nil {
-		t.Fatalf("the registry has no %s: %v", ref, err)
-	}
-	if got, _ := pushed.Digest(); got != want {
-		t.Errorf("the registry's index is %s, the release's %s", got, want)
+	var signed []string
+	for _, img := range releasedImages(v) {
+		local, _ := readLayout(t, filepath.Join(d, img.file))
+		want, _ := local.Digest()
+		pushedAs := host + "/trustsync/" + strings.TrimPrefix(img.ref, "ghcr.io/trustsync/")
+		ref, err := name.ParseReference(pushedAs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pushed, err := remote.Index(ref, remote.WithTransport(tr))
+		if err != nil {
+			t.Fatalf("the registry has no %s: %v", ref, err)
+		}
+		if got, _ := pushed.Digest(); got != want {
+			t.Errorf("the registry's %s is %s, the release's %s", pushedAs, got, want)
+		}
+		signed = append(signed, pushedAs)
 	}
 
 	// cosign itself verifies the image's and the chart's signatures with the public
 	// key, and refuses them with another.
 	other := t.TempDir()
 	image("keygen", "--out", other)
-	for _, signed := range []string{host + "/trustsync/trustsync:v" + v, host + "/trustsync/charts/trustsync:" + v} {
+	for _, signed := range append(signed, host+"/trustsync/charts/trustsync:"+v) {
 		verify := func(pub string) ([]byte, error) {
 			cmd := exec.Command(filepath.Join(bin(t), "cosign"), "verify", "--key", pub, "--insecure-ignore-tlog=true", signed)
 			cmd.Env = env
@@ -356,7 +500,8 @@ func bin(t *testing.T) string {
 
 // `make image`, as README teaches it, builds Linux binaries for GOARCH whatever the
 // host, tags the tarball IMAGE, and stamps it with the architecture its binaries are
-// built for: an arm64 image built here holds arm64 ELF binaries and says so.
+// built for: an arm64 image built here holds arm64 ELF binaries and says so. So does
+// the PKCS#11 signer's image beside it.
 func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 	for _, arch := range []string{"arm64", "amd64"} {
 		t.Run(arch, func(t *testing.T) {
@@ -416,6 +561,17 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 			if seen != 5 {
 				t.Errorf("the image holds %d trustsync binaries, want 5", seen)
 			}
+
+			// Beside it, the PKCS#11 signer's, named after it.
+			pkcs11Tag, err := name.NewTag("registry.example/team/trustsync-signer-pkcs11:dev-" + arch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pkcs11, err := tarball.ImageFromPath(filepath.Join(root, "_output", "trustsync-signer-pkcs11-image.tar"), &pkcs11Tag)
+			if err != nil {
+				t.Fatalf("the PKCS#11 signer's tarball holds no %s: %v", pkcs11Tag, err)
+			}
+			checkBinaries(t, pkcs11, arch, releasedImage{pkcs11: true})
 		})
 	}
 }

@@ -1,12 +1,10 @@
 package signer
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +26,7 @@ import (
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/test/doccmd"
+	"github.com/trustsync/trustsync/test/keyscan"
 	"github.com/trustsync/trustsync/test/localkms"
 	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/test/scrape"
@@ -71,7 +70,7 @@ var keepers = []struct {
 					t.Fatal(err)
 				}
 				for _, k := range keys {
-					if equalKeys(k.Public, pub) {
+					if keyscan.EqualKeys(k.Public, pub) {
 						return !k.Extractable && k.Sensitive && strings.HasPrefix(k.Label, "ca"), fmt.Sprintf("%+v", k)
 					}
 				}
@@ -88,7 +87,7 @@ var keepers = []struct {
 					t.Fatal(err)
 				}
 				for _, k := range keys {
-					if equalKeys(k, pub) {
+					if keyscan.EqualKeys(k, pub) {
 						return true, ""
 					}
 				}
@@ -164,11 +163,6 @@ func (s *keeperSigner) secret(t *testing.T, client kubernetes.Interface) *corev1
 		t.Fatal(err)
 	}
 	return secret
-}
-
-func equalKeys(a, b crypto.PublicKey) bool {
-	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
-	return ok && eq.Equal(b)
 }
 
 // Each keeper end to end: the signer makes its CA key in the keeper and signs CSRs and
@@ -251,14 +245,12 @@ func TestKeeper_SignsAndRotatesInsideTheKeeperAndNoCAKeyReachesTheCluster(t *tes
 		if len(cas) < 2 {
 			t.Fatalf("the Secret names %d CAs after a rotation, want the new and the retired", len(cas))
 		}
-		for place, data := range clusterStorage(t, cp, client) {
-			for _, pub := range privateKeysIn(data) {
-				for _, ca := range cas {
-					if equalKeys(pub, ca.PublicKey) {
-						t.Errorf("%s holds the private key of CA %q", place, ca.Subject)
-					}
-				}
-			}
+		storage, err := keyscan.Storage(ctx, client, cp.EtcdURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, found := range keyscan.Holding(storage, cas) {
+			t.Error(found)
 		}
 	})
 }
@@ -423,80 +415,6 @@ func parseCert(t *testing.T, data []byte) *x509.Certificate {
 		t.Fatalf("no certificate in %q: %v", data, err)
 	}
 	return certs[0]
-}
-
-// clusterStorage is every place a key could be left in the cluster: each Secret's and
-// ConfigMap's values as the API serves them, and each etcd key as stored.
-func clusterStorage(t *testing.T, cp *controlplane.ControlPlane, client kubernetes.Interface) map[string][]byte {
-	t.Helper()
-	ctx := context.Background()
-	out := map[string][]byte{}
-	secrets, err := client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range secrets.Items {
-		for k, v := range s.Data {
-			out["Secret "+s.Namespace+"/"+s.Name+" "+k] = v
-		}
-		for k, v := range s.Annotations {
-			out["Secret "+s.Namespace+"/"+s.Name+" annotation "+k] = []byte(v)
-		}
-	}
-	cms, err := client.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cms.Items {
-		for k, v := range c.Data {
-			out["ConfigMap "+c.Namespace+"/"+c.Name+" "+k] = []byte(v)
-		}
-	}
-	etcd, err := cp.EtcdValues()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(etcd) == 0 {
-		t.Fatal("etcd returned no keys: the scan would prove nothing")
-	}
-	for k, v := range etcd {
-		out["etcd "+k] = v
-	}
-	return out
-}
-
-// privateKeysIn finds every PEM block in data (wherever it starts, whatever its type
-// says) that parses as a private key, and returns their public keys.
-func privateKeysIn(data []byte) []crypto.PublicKey {
-	var out []crypto.PublicKey
-	for i := bytes.Index(data, []byte("-----BEGIN ")); i >= 0; {
-		block, rest := pem.Decode(data[i:])
-		if block != nil {
-			if pub := privateKeyPublic(block.Bytes); pub != nil {
-				out = append(out, pub)
-			}
-			data = rest
-		} else {
-			data = data[i+1:]
-		}
-		i = bytes.Index(data, []byte("-----BEGIN "))
-	}
-	return out
-}
-
-// privateKeyPublic is the public key of der if der is a private key in any of the
-// encodings Go reads (PKCS#8, SEC 1, PKCS#1), else nil.
-func privateKeyPublic(der []byte) crypto.PublicKey {
-	if k, err := x509.ParsePKCS8PrivateKey(der); err == nil {
-		return k.(crypto.Signer).Public()
-	}
-	if k, err := x509.ParseECPrivateKey(der); err == nil {
-		return k.Public()
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
-		return k.Public()
-	}
-	return nil
 }
 
 // keyAvailable reads the signer's trustsync_signer_key_available for its keeper.
