@@ -32,7 +32,8 @@ pushed=()
 for ref in "${images[@]}"; do
   image=$(cd hack/tools/image && go run . push --layout "$dist/${ref%%:*}-image-${ref##*:}.oci.tar" --ref "$registry/$ref")
   echo "pushed $image"
-  pushed+=("${image%%:*}@${image##*@}")
+  repo=${image%@*}
+  pushed+=("${repo%:*}@${image##*@}")
 done
 chart=$("$root/bin/helm" push "$dist/trustsync-$version.tgz" "oci://$registry/charts" ${HELM_PUSH_FLAGS:-} 2>&1) || { echo "$chart" >&2; exit 1; }
 chart_digest=$(sed -n 's/^Digest: *//p' <<<"$chart")
