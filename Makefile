@@ -32,7 +32,8 @@
 #                      (linux/amd64 and arm64) as an OCI layout tarball, the plugin's
 #                      archives and krew manifest, SBOMs, SHA256SUMS; reproducible
 #   make push REGISTRY=host[:port]/path
-#                      the release's image and chart (OCI) to a registry
+#                      the release's images and chart (OCI) to a registry, making the
+#                      release first unless dist/ is one of this tree
 #   make test-upgrade [FROM=commit]
 #                      on the real node, upgrade the release of commit FROM (default: the
 #                      first commit CHANGELOG.md names) with live pods to the tree (root)
@@ -168,7 +169,7 @@ test-upgrade: controlplane node build
 	TRUSTSYNC_UPGRADE_FROM=$(FROM) $(GO) test -count=1 -v -timeout 40m -run TestUpgrade ./test/e2e/upgrade/
 
 # Only helm and the image tool: no control plane.
-push: release
+push:
 	@test -n "$(REGISTRY)" || { echo "give REGISTRY=host[:port]/path, e.g. make push REGISTRY=ghcr.io/trustsync" >&2; exit 1; }
 	@hack/controlplane.sh helm
 	@hack/push.sh $(REGISTRY)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make push REGISTRY=host[:port]/path: the release in dist/ (made by make release) to a
-# registry: the image, every platform under one index, as REGISTRY/trustsync:vVERSION
+# make push REGISTRY=host[:port]/path: the release in dist/ to a registry, made first
+# (make release) unless dist/ is already a release of this tree: the image, every platform under one index, as REGISTRY/trustsync:vVERSION
 # (its FIPS build as vVERSION-fips, the PKCS#11 signer's as
 # REGISTRY/trustsync-signer-pkcs11:vVERSION and vVERSION-fips), and the chart as oci://REGISTRY/charts/trustsync, version VERSION. With
 # REGISTRY=ghcr.io/trustsync the chart's default image.repository is what was pushed;
@@ -13,11 +13,20 @@
 # chart are signed in cosign's format: cosign verify --key cosign.pub checks them.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+log_prefix=push
+source "$root/hack/lib/build.sh"
 cd "$root"
 registry=${1:?usage: hack/push.sh host[:port]/path}
 registry=${registry%/}
 version=$(cat VERSION)
 dist=${DIST:-$root/dist}
+# A release of this very tree is reused; anything else is made again first.
+if [[ -f $dist/.source && $(cat "$dist/.source") == "$(source_key)" ]]; then
+  log "$dist is a release of this tree: pushing it as it is"
+else
+  log "$dist is missing or of another tree: making the release first"
+  DIST=$dist "$root/hack/release.sh"
+fi
 images=()
 for name in trustsync trustsync-signer-pkcs11; do
   for fips in "" -fips; do

@@ -45,6 +45,9 @@ trap 'rm -rf "$work"' EXIT
 sbom_dir="$cache_root/cyclonedx-gomod-$(key "$tools/sbom")"
 build "$tools/sbom" "$sbom_dir" cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
+# What this release is made from, read before building: make push reuses it if the
+# tree is still the same.
+source=$(source_key)
 rm -rf "$dist"
 mkdir -p "$dist/sbom"
 ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$version"
@@ -142,12 +145,13 @@ for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controll
     -output "$dist/sbom/$b.cdx.json" "$work/bin/linux_amd64/$b" 2>/dev/null
 done
 
-(cd "$dist" && find . -type f ! -name SHA256SUMS -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+(cd "$dist" && find . -type f ! -name SHA256SUMS ! -name .source -printf '%P\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
 if [[ -n "${COSIGN_KEY:-}" ]]; then
   # Signatures are not reproducible (ECDSA draws a nonce), so SHA256SUMS leaves them out.
   (cd hack/tools/image && go run . sign-blob --key "$COSIGN_KEY" "$dist/SHA256SUMS" \
     "$dist/trustsync-$version.tgz" "$dist"/*.oci.tar)
   log "signed with $COSIGN_KEY"
 fi
+echo "$source" > "$dist/.source"
 log "release v$version of $revision in $dist:"
 cat "$dist/SHA256SUMS" >&2

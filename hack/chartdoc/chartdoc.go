@@ -36,7 +36,7 @@ const componentIntro = "# Each component (webhook, signer, controller, agent) al
 var componentBlock = regexp.MustCompile(`(?m)^#   (\w+): .*?  # (.*)$`)
 
 // wholeValue are maps documented as one value (their keys are Kubernetes' own).
-var wholeValue = map[string]bool{"resources": true, "serviceAccount": true}
+var wholeValue = map[string]bool{"resources": true, "serviceAccount": true, "securityContext": true, "podSecurityContext": true}
 
 // Parse reads values.yaml's values and their comments. A key without a comment of its
 // own takes the per-component block's description of its name, if it has one there;

@@ -59,3 +59,13 @@ for _pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 unset _pkg
 kube_dir="$cache_root/kube-$kube_version-$(key "$tools/kube")"
+
+# source_key: what a release is made from, the commit and every change to it in the
+# working tree (tracked or not), as a hash: make push reuses a dist/ of the same key.
+source_key() {
+  {
+    git rev-parse HEAD 2>/dev/null || echo none
+    git diff HEAD 2>/dev/null
+    git ls-files --others --exclude-standard -z 2>/dev/null | xargs -0 -r sha256sum
+  } | sha256sum | cut -c1-32
+}

@@ -185,17 +185,13 @@ spec:
 {{ .Values.webhook.tlsSecretName | default (printf "%s-webhook-tls" (include "trustsync.fullname" .)) }}
 {{- end }}
 
-{{/* A container securityContext that passes Pod Security "restricted". */}}
-{{- define "trustsync.securityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{/*
+A component's ServiceAccount name: serviceAccount.name, else <fullname>-<component>.
+Takes a dict with "root" (the chart context) and "component".
+*/}}
+{{- define "trustsync.serviceAccountName" -}}
+{{- $v := index .root.Values .component }}
+{{- $v.serviceAccount.name | default (printf "%s-%s" (include "trustsync.fullname" .root) .component) }}
 {{- end }}
 
 {{/*

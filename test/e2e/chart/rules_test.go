@@ -177,8 +177,8 @@ func (n describedNames) MustRegister(cs ...prometheus.Collector) {
 func (n describedNames) Unregister(prometheus.Collector) bool { return false }
 
 // The chart renders the rules file's groups as they are, leaving out the group of a
-// component it does not install, and a ServiceMonitor per installed component whose
-// job label the alerts use.
+// component it does not install, and a ServiceMonitor (or PodMonitor) per installed
+// component whose job label the alerts use.
 func TestChart_RendersTheAlertsAndAServiceMonitorPerComponent(t *testing.T) {
 	rf := readRules(t)
 	var all []string
@@ -242,9 +242,34 @@ func TestChart_RendersTheAlertsAndAServiceMonitorPerComponent(t *testing.T) {
 			}
 		})
 	}
+	// A PodMonitor per component instead, its job relabelled as the alerts expect, with
+	// no metrics Service; never both, which would scrape every series twice.
+	objs := objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns, "--set", "prometheus.podMonitor.enabled=true",
+		"--set", "prometheus.podMonitor.labels.release=kube-prometheus"))
+	var podMonitored []string
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ServiceMonitor" || strings.HasSuffix(o.GetName(), "-metrics"):
+			t.Errorf("with podMonitor, %s %s rendered", o.GetKind(), o.GetName())
+		case o.GetKind() == "PodMonitor":
+			c := o.GetLabels()["app.kubernetes.io/component"]
+			podMonitored = append(podMonitored, c)
+			if text := toString(o.Object); o.GetLabels()["release"] != "kube-prometheus" || !strings.Contains(text, `"replacement":"trustsync-`+c+`","targetLabel":"job"`) {
+				t.Errorf("PodMonitor %s: labels %v, spec %s; want the selector's labels and job trustsync-%s", o.GetName(), o.GetLabels(), text, c)
+			}
+		}
+	}
+	slices.Sort(podMonitored)
+	if !reflect.DeepEqual(podMonitored, []string{"agent", "controller", "signer", "webhook"}) {
+		t.Errorf("PodMonitors for %v, want every component", podMonitored)
+	}
+	if out, err := renderSet(t, "prometheus.podMonitor.enabled=true,prometheus.serviceMonitor.enabled=true"); err == nil || !strings.Contains(out, "enable one") {
+		t.Errorf("both monitors rendered: %v\n%s", err, out)
+	}
+
 	// Off by default: the Prometheus Operator's CRDs may not be installed.
 	for _, o := range objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns)) {
-		if k := o.GetKind(); k == "ServiceMonitor" || k == "PrometheusRule" {
+		if k := o.GetKind(); k == "ServiceMonitor" || k == "PodMonitor" || k == "PrometheusRule" {
 			t.Errorf("a default install renders a %s", k)
 		}
 	}

@@ -67,7 +67,6 @@ imagePullSecrets: [{name: registry-credentials}]
 logLevel: 2
 webhook:
   replicas: 1
-  podDisruptionBudget: {enabled: false}
   hostNetwork: true
   port: 10260
   sidecarImagePullSecrets: [app-registry]
@@ -76,6 +75,7 @@ webhook:
   nodeSelector: {pool: system}
   tolerations: [{key: dedicated, operator: Equal, value: system, effect: NoSchedule}]
 signer:
+  podDisruptionBudget: {enabled: true}
   affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: pool, operator: In, values: [secure]}]}]}}}
 controller:
   resources: {requests: {cpu: 10m, memory: 32Mi}}
@@ -129,11 +129,18 @@ agent:
 		}
 	}
 	if !slices.Equal(pdbs, []string{"trustsync-signer"}) {
-		t.Errorf("PodDisruptionBudgets %v: want the signer's alone, the one-replica webhook's disabled", pdbs)
+		t.Errorf("PodDisruptionBudgets %v: want the signer's alone, as enabled", pdbs)
 	}
 
-	// The defaults: both PDBs, replicas spread over nodes.
-	w = workloads(t, objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns)))
+	// The defaults: no PDB (a one-node cluster's drain would block on one), replicas
+	// spread over nodes.
+	objs = objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns))
+	for _, o := range objs {
+		if o.GetKind() == "PodDisruptionBudget" {
+			t.Errorf("a default install renders PodDisruptionBudget %s", o.GetName())
+		}
+	}
+	w = workloads(t, objs)
 	for _, c := range []string{"webhook", "signer"} {
 		if a := w[c].Spec.Affinity; a == nil || a.PodAntiAffinity == nil {
 			t.Errorf("%s: replicas not spread over nodes by default", c)
@@ -173,7 +180,7 @@ func TestChart_FIPSRunsEveryComponentFromTheFIPSImageInFIPSMode(t *testing.T) {
 
 // signer.pkcs11 runs the signer from the PKCS#11 signer's image (named after the image,
 // the same tag, -fips in FIPS mode, or its own digest), with the vendor's module
-// mounted as given and the PIN readable by the signer's group alone; the other
+// mounted as given and the PIN in the signer's container alone; the other
 // components keep the static image. Off, nothing of it renders.
 func TestChart_PKCS11RunsTheSignerFromItsImageWithTheModuleMounted(t *testing.T) {
 	v := chartVersion(t)
@@ -220,9 +227,9 @@ func TestChart_PKCS11RunsTheSignerFromItsImageWithTheModuleMounted(t *testing.T)
 			}
 			if tc.pin {
 				sec := signer.Volumes[i].Secret
-				if *sec.DefaultMode != 0o440 || signer.SecurityContext.FSGroup == nil || *signer.SecurityContext.FSGroup != 65532 ||
-					len(sec.Items) != 1 || sec.Items[0].Key != "pin" || sec.Items[0].Path != "pin" {
-					t.Errorf("the PIN's volume %+v with fsGroup %v: want key pin as pin, mode 0440, group 65532", sec, signer.SecurityContext.FSGroup)
+				// No fsGroup: a platform assigning UIDs and groups (OpenShift) refuses one.
+				if signer.SecurityContext.FSGroup != nil || len(sec.Items) != 1 || sec.Items[0].Key != "pin" || sec.Items[0].Path != "pin" {
+					t.Errorf("the PIN's volume %+v with fsGroup %v: want key pin as pin, no fsGroup", sec, signer.SecurityContext.FSGroup)
 				}
 				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
 					return m.Name == signer.Volumes[i].Name && m.MountPath == "/var/run/secrets/trustsync.io/pkcs11"
@@ -274,6 +281,58 @@ func TestChart_TheAgentsCriticalClassGetsAQuotaInItsNamespace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Each component takes its own environment, pod and container security contexts and
+// ServiceAccount: an existing ServiceAccount named instead of the chart's is what its
+// workload runs as and what every binding and admission policy names.
+func TestChart_EachComponentTakesItsEnvSecurityContextsAndServiceAccount(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "conventions.yaml")
+	var b strings.Builder
+	for _, c := range []string{"webhook", "signer", "controller", "agent"} {
+		fmt.Fprintf(&b, `%s:
+  extraEnv: [{name: HTTPS_PROXY, value: "http://proxy.example:3128"}]
+  podSecurityContext: {fsGroupChangePolicy: OnRootMismatch}
+  securityContext: {runAsUser: null, runAsGroup: null, seLinuxOptions: {level: "s0:c26,c5"}}
+  serviceAccount: {create: false, name: platform-%s}
+`, c, c)
+	}
+	if err := os.WriteFile(values, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := objects(t, helm(t, "template", release, "charts/trustsync", "-n", ns, "-f", values))
+	for component, tmpl := range workloads(t, objs) {
+		spec := tmpl.Spec
+		c := spec.Containers[0]
+		if !hasEnvVar(c.Env, "HTTPS_PROXY") {
+			t.Errorf("%s: env %v lacks extraEnv", component, c.Env)
+		}
+		// Helm merges a value into the defaults; null takes a default key out.
+		if spec.SecurityContext == nil || spec.SecurityContext.FSGroupChangePolicy == nil {
+			t.Errorf("%s: pod securityContext %+v lacks the value's", component, spec.SecurityContext)
+		}
+		if sc := c.SecurityContext; sc == nil || sc.RunAsUser != nil || sc.RunAsGroup != nil || sc.SELinuxOptions == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container securityContext %+v, want the defaults without runAsUser and runAsGroup, with the value's seLinuxOptions", component, sc)
+		}
+		if spec.ServiceAccountName != "platform-"+component {
+			t.Errorf("%s runs as %q, want platform-%s", component, spec.ServiceAccountName, component)
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ServiceAccount" {
+			t.Errorf("ServiceAccount %s rendered with serviceAccount.create: false", o.GetName())
+		}
+		text := toString(o.Object)
+		for _, c := range []string{"webhook", "signer", "controller", "agent"} {
+			if strings.Contains(text, `"kind":"ServiceAccount","name":"trustsync-`+c+`"`) || strings.Contains(text, "serviceaccount:"+ns+":trustsync-"+c) {
+				t.Errorf("%s %s still names the chart's ServiceAccount trustsync-%s", o.GetKind(), o.GetName(), c)
+			}
+		}
+	}
+}
+
+func hasEnvVar(env []corev1.EnvVar, name string) bool {
+	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
 }
 
 // chartVersion is the chart's appVersion.
@@ -410,12 +469,26 @@ func TestChart_ArtifactHubAnnotationsNameTheImageAndEveryCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	var images []struct{ Name, Image string }
-	if err := yaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/images"]), &images); err != nil || len(images) != 1 {
+	if err := yaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/images"]), &images); err != nil || len(images) != 2 {
 		t.Fatalf("artifacthub.io/images: %v %v", images, err)
 	}
 	rendered := string(helm(t, "template", release, "charts/trustsync", "-n", ns))
 	if want := "ghcr.io/trustsync/trustsync:v" + chart.AppVersion; images[0].Image != want || !strings.Contains(rendered, "image: "+want) {
 		t.Errorf("artifacthub.io/images names %s; the chart runs %s by default", images[0].Image, want)
+	}
+	pkcs11 := string(helm(t, "template", release, "charts/trustsync", "-n", ns, "--set", "signer.pkcs11.enabled=true"))
+	if want := "ghcr.io/trustsync/trustsync-signer-pkcs11:v" + chart.AppVersion; images[1].Image != want || !strings.Contains(pkcs11, "image: "+want) {
+		t.Errorf("artifacthub.io/images names %s; the chart runs %s with signer.pkcs11.enabled", images[1].Image, want)
+	}
+	// The chart's icon is the repository's.
+	var meta struct{ Icon string }
+	if err := yaml.Unmarshal(raw, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if file, ok := strings.CutPrefix(meta.Icon, "https://raw.githubusercontent.com/trustsync/trustsync/main/"); !ok {
+		t.Errorf("icon %q is not a file of the repository", meta.Icon)
+	} else if _, err := os.Stat("../../../" + file); err != nil {
+		t.Errorf("icon %s: %v", meta.Icon, err)
 	}
 	var crds []struct{ Kind, Version, Name string }
 	if err := yaml.Unmarshal([]byte(chart.Annotations["artifacthub.io/crds"]), &crds); err != nil {
