@@ -11,6 +11,10 @@ import (
 const RotationAnnotation = "trustsync.io/rotation"
 
 // RotationStatus is a signer's CA rotation as its live bundle tells it.
+// RotationStable is the phase of a signer with one signing CA and nothing pending: no
+// rotation under way.
+const RotationStable = "Stable"
+
 type RotationStatus struct {
 	// Phase is Stable, Publishing or Waiting.
 	Phase string `json:"phase"`
@@ -37,6 +41,9 @@ type RotationStatus struct {
 	// SkipPods are the pods an operator told the rotation not to wait for (the CA
 	// Secret's trustsync.io/rotation-skip-pods): namespace/pod, or namespace/*.
 	SkipPods []string `json:"skipPods,omitempty"`
+	// CASecret is the signer's CA Secret, namespace/name: where a rotation is asked
+	// for (kubectl trustsync rotate annotates it).
+	CASecret string `json:"caSecret,omitempty"`
 }
 
 // ParsePodList reads a comma-separated list of namespace/pod (or namespace/*),

@@ -117,14 +117,14 @@ func (m *caManager) reconcile(ctx context.Context) (time.Duration, error) {
 	if before == PhaseWaiting && st.phase() == PhaseStable {
 		m.recordSwitch(secret, st, progress, unobserved)
 	}
-	if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot)); err != nil {
+	if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot, m.namespace+"/"+m.secretName)); err != nil {
 		return 0, err
 	}
 	if st.markPublished(now) {
 		if _, err = m.save(ctx, secret, st); err != nil {
 			return 0, err
 		}
-		if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot)); err != nil {
+		if err := m.publisher.publish(ctx, st.anchors(), rotationStatus(st, rot, m.namespace+"/"+m.secretName)); err != nil {
 			return 0, err
 		}
 		next = st.nextDeadline(rot)
@@ -274,9 +274,10 @@ func (m *caManager) recordSwitch(secret *corev1.Secret, st *caState, p *query.Pr
 	}
 }
 
-// rotationStatus is what the live bundle tells of the rotation.
-func rotationStatus(st *caState, rot rotation) bundle.RotationStatus {
-	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: bundle.AnchorID(st.Current.Cert.Raw), CurrentKey: st.Current.keyPlace()}
+// rotationStatus is what the live bundle tells of the rotation of the CA kept in the
+// Secret caSecret (namespace/name).
+func rotationStatus(st *caState, rot rotation, caSecret string) bundle.RotationStatus {
+	s := bundle.RotationStatus{Phase: string(st.phase()), Propagation: string(rot.Propagation), CurrentCA: bundle.AnchorID(st.Current.Cert.Raw), CurrentKey: st.Current.keyPlace(), CASecret: caSecret}
 	if s.Propagation == "" {
 		s.Propagation = string(PropagationTimed)
 	}

@@ -3,6 +3,8 @@ package signer
 import (
 	"crypto/x509"
 	"time"
+
+	"github.com/trustsync/trustsync/bundle"
 )
 
 // caState is one signer's CA state, as its Secret holds it.
@@ -93,9 +95,9 @@ const (
 type Phase string
 
 const (
-	PhaseStable     Phase = "Stable"     // one signing CA, nothing pending
-	PhasePublishing Phase = "Publishing" // next CA created, its anchor not yet published
-	PhaseWaiting    Phase = "Waiting"    // next anchor published, waiting out the window
+	PhaseStable     Phase = bundle.RotationStable // one signing CA, nothing pending
+	PhasePublishing Phase = "Publishing"          // next CA created, its anchor not yet published
+	PhaseWaiting    Phase = "Waiting"             // next anchor published, waiting out the window
 )
 
 func (s *caState) phase() Phase {

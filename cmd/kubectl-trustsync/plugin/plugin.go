@@ -82,13 +82,15 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   status             does each pod hold what its sources select now?
   who-trusts ANCHOR  which pods hold this anchor?
   rotation [SIGNER]  where is the signer's CA rotation, and who lacks the new CA?
+  rotate SIGNER      ask the signer for a new CA now (--wait: until it signs)
+  inspect            what a Secret, ConfigMap or file holds: anchors, expiry, issuer, holders
   federation [PEER]  has each peer trust domain's bundle arrived, and do the pods hold it?
   grants             what may this namespace trust and ask for, and which TrustPolicy says so?
   convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
   version            the plugin's release
 
 Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
-observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the JSON.`,
+observed, nobody holds the anchor, a rotation under way); 1 could not answer. docs/cli.md has the JSON.`,
 		SilenceUsage: true, SilenceErrors: true,
 	}
 	// Cobra's own completion command would register the scripts for the command's
@@ -131,10 +133,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 			if len(args) == 0 {
 				return nil
 			}
-			if errs := bundle.ValidateSignerName(field.NewPath("SIGNER"), args[0]); len(errs) > 0 {
-				return fmt.Errorf("%v: a signer's name, such as trustsync.io/workload", errs.ToAggregate())
-			}
-			return nil
+			return checkSignerArg(args[0])
 		}),
 		ValidArgsFunction: o.complete(rotatingSigners, false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -183,7 +182,7 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.grants(cmd.Context()) },
 	})
-	root.AddCommand(o.convertCommand(os.Stdin, stderr), completionCommand(root), &cobra.Command{
+	root.AddCommand(o.rotateCommand(), o.inspectCommand(), o.convertCommand(os.Stdin, stderr), completionCommand(root), &cobra.Command{
 		Use:   "version",
 		Short: "The plugin's release (-o json: {\"version\": ...})",
 		Example: `  kubectl trustsync version
@@ -201,6 +200,14 @@ observed, or nobody holds the anchor); 1 could not answer. docs/cli.md has the J
 		},
 	})
 	return root
+}
+
+// checkSignerArg refuses a SIGNER argument that is no signer's name.
+func checkSignerArg(arg string) error {
+	if errs := bundle.ValidateSignerName(field.NewPath("SIGNER"), arg); len(errs) > 0 {
+		return fmt.Errorf("%v: a signer's name, such as trustsync.io/workload", errs.ToAggregate())
+	}
+	return nil
 }
 
 // CompleteName is the executable kubectl (1.26+) runs to complete `kubectl trustsync
@@ -635,6 +642,11 @@ func (o *options) rotation(ctx context.Context, signer string) error {
 			if !p.Done() {
 				o.code = ExitNotAll
 			}
+		}
+		// A rotation under way is "not yet", whoever holds the new CA: a script waits
+		// on the exit code until the new CA signs.
+		if r.Phase != bundle.RotationStable {
+			o.code = ExitNotAll
 		}
 		out = append(out, r)
 	}

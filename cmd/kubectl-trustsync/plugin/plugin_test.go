@@ -224,12 +224,13 @@ func TestDocs_JSONExamplesMatchWhatIsPrinted(t *testing.T) {
 			Items []query.FileStatus `json:"items"`
 		}{}, append([]string{"items"}, jsonFields(reflect.TypeFor[query.FileStatus]())...)},
 		{"who-trusts", &trustAnswer{}, append(append(jsonFields(reflect.TypeFor[trustAnswer]()), jsonFields(reflect.TypeFor[query.Holder]())...), jsonFields(reflect.TypeFor[query.Unseen]())...)},
+		{"inspect", &Inspected{}, append(append(jsonFields(reflect.TypeFor[Inspected]()), jsonFields(reflect.TypeFor[InspectedKey]())...), jsonFields(reflect.TypeFor[InspectedAnchor]())...)},
 		{"rotation", &Rotation{}, append(jsonFields(reflect.TypeFor[Rotation]()), jsonFields(reflect.TypeFor[query.Straggler]())...)},
 		{"federation", &Peer{}, jsonFields(reflect.TypeFor[Peer]())},
 		{"grants", &NamespaceGrants{}, append(append(jsonFields(reflect.TypeFor[NamespaceGrants]()), jsonFields(reflect.TypeFor[GrantedBundle]())...), jsonFields(reflect.TypeFor[GrantedSigner]())...)},
 	}
 	if len(blocks) != len(examples) {
-		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, rotation, federation, grants)", len(blocks), len(examples))
+		t.Fatalf("docs/cli.md has %d JSON examples, want %d (status, who-trusts, inspect, rotation, federation, grants)", len(blocks), len(examples))
 	}
 	for i, ex := range examples {
 		text := strings.ReplaceAll(blocks[i][1], `"<sha256>"`, `"`+strings.Repeat("ab", 32)+`"`)

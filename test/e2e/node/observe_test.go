@@ -180,6 +180,24 @@ func TestObservation_RotationWaitsForAFrozenSidecar(t *testing.T) {
 	poll.True(t, time.Minute, "a stable rotation with every pod holding the CA", func() bool { r = rotation(); return r.Phase == "Stable" })
 	oldCA := r.CurrentCA
 
+	// inspect reads the CA Secret as an operator would: the signing CA, held by the pod
+	// (at least), its key in the Secret and never printed.
+	var in plugin.Inspected
+	poll.True(t, time.Minute, "inspect counting the pod among the CA's holders", func() bool {
+		kubectlTrustsync(t, n, &in, "inspect", "secret", "trustsync-ca-trustsync.io-workload", "-n", releaseNamespace)
+		for _, k := range in.Keys {
+			for _, a := range k.Anchors {
+				if k.Key == "tls.crt" && a.SHA256 == oldCA && a.HeldBy != nil && *a.HeldBy >= 1 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if in.KeyPlace != "secret" || !slices.ContainsFunc(in.Keys, func(k plugin.InspectedKey) bool { return k.Key == "tls.key" && k.PrivateKey }) {
+		t.Errorf("inspect of the CA Secret: key place %q, keys %+v; want the key in the Secret, said and not shown", in.KeyPlace, in.Keys)
+	}
+
 	sidecarSignal(t, n, ns, "frozen", "SIGSTOP")
 	t.Cleanup(func() { sidecarSignal(t, n, ns, "frozen", "SIGCONT") })
 	requestRotation(t, n)
@@ -266,12 +284,13 @@ func workloadRotation(t *testing.T, n *cluster.Node) plugin.Rotation {
 	return r
 }
 
-// requestRotation asks the chart's signer to rotate its CA now.
+// requestRotation asks the chart's signer to rotate its CA now, as an operator does:
+// kubectl trustsync rotate.
 func requestRotation(t *testing.T, n *cluster.Node) {
 	t.Helper()
-	if _, err := n.Run(context.Background(), "kubectl", "-n", releaseNamespace, "annotate", "secret", "trustsync-ca-trustsync.io-workload",
-		"trustsync.io/rotate-requested-at="+time.Now().UTC().Format(time.RFC3339Nano), "--overwrite"); err != nil {
-		t.Fatal(err)
+	out, err := n.Run(context.Background(), "kubectl", "trustsync", "rotate", "trustsync.io/workload")
+	if err != nil || !strings.Contains(out, "Asked trustsync.io/workload for a new CA (annotated Secret "+releaseNamespace+"/trustsync-ca-trustsync.io-workload)") {
+		t.Fatalf("kubectl trustsync rotate: %v\n%s", err, out)
 	}
 }
 

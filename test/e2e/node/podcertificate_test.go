@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/trustsync/trustsync/cmd/kubectl-trustsync/plugin"
 	"github.com/trustsync/trustsync/test/cluster"
 	"github.com/trustsync/trustsync/test/poll"
 	"github.com/trustsync/trustsync/test/scrape"
@@ -398,17 +399,14 @@ func TestPod_PodCertificatesIssuedAfterACARotationVerifyAgainstTheTrustFile(t *t
 	}
 	before := anchorSet(t, trustFile())
 
-	secrets := n.Client.CoreV1().Secrets(releaseNamespace)
-	caSecret, err := secrets.Get(ctx, "trustsync-ca-trustsync.io-workload", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// As an operator would: rotate, and wait until the new CA signs (the window is 5 s).
+	out, err := n.Run(ctx, "kubectl", "trustsync", "rotate", "trustsync.io/workload", "--wait", "2m")
+	if err != nil || !strings.Contains(out, "signs now") {
+		t.Fatalf("kubectl trustsync rotate --wait: %v\n%s", err, out)
 	}
-	if caSecret.Annotations == nil {
-		caSecret.Annotations = map[string]string{}
-	}
-	caSecret.Annotations["trustsync.io/rotate-requested-at"] = time.Now().UTC().Format(time.RFC3339)
-	if _, err := secrets.Update(ctx, caSecret, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	var r plugin.Rotation
+	if code := kubectlTrustsync(t, n, &r, "rotation", "trustsync.io/workload"); r.Phase != "Stable" || code != 0 {
+		t.Errorf("after rotate --wait, rotation says phase %s with exit %d, want Stable and 0", r.Phase, code)
 	}
 	var trust string
 	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {

@@ -403,8 +403,13 @@ func TestRelease_PushedToARegistryTheChartInstallsFromOCI(t *testing.T) {
 
 	push := exec.Command(filepath.Join(root, "hack", "push.sh"), host+"/trustsync")
 	push.Dir, push.Env = root, env
-	if out, err := push.CombinedOutput(); err != nil {
+	out, err := push.CombinedOutput()
+	if err != nil {
 		t.Fatalf("make push: %v\n%s", err, out)
+	}
+	// The release was made from this tree: pushed as it is, not made again.
+	if !strings.Contains(string(out), "is a release of this tree: pushing it as it is") {
+		t.Errorf("make push did not reuse the release of this tree:\n%s", out)
 	}
 
 	// The registry holds each of the release's indexes, byte for byte.
