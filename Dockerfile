@@ -1,6 +1,7 @@
-# One image with trustsync's five component binaries, built from source:
+# One image with trustsync's five component binaries and its kubectl plugin (which the
+# chart's helm test runs), built from source:
 #   /trustsync-webhook, /trustsync-sidecar, /trustsync-signer, /trustsync-controller,
-#   /trustsync-agent
+#   /trustsync-agent, /kubectl-trustsync
 # Multi-stage: Go builds static binaries; the final stage is distroless static,
 # non-root (uid 65532), with nothing else in it.
 #
@@ -12,8 +13,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN for b in webhook sidecar signer controller agent; do \
-      CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$(cat VERSION)" -o /out/trustsync-$b ./cmd/$b || exit 1; \
+RUN for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync; do \
+      CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$(cat VERSION)" -o /out/$b ./cmd/${b#trustsync-} || exit 1; \
     done
 
 FROM gcr.io/distroless/static-debian12:nonroot

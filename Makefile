@@ -40,8 +40,8 @@
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
-IMAGE_BINARIES := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent
-BINARIES  := $(IMAGE_BINARIES) kubectl-trustsync
+IMAGE_BINARIES := trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync
+BINARIES  := $(IMAGE_BINARIES)
 # Every package but the e2e suites, which need the control plane.
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m

@@ -10,7 +10,9 @@
 #
 # Images in the node after `up`, never pulled: trustsync's, built from the working tree
 # under the reference the chart renders by default; trustsync.test/shell:1 (static
-# busybox, any uid); trustsync.test/pause:1 (the sandbox image). Needs root.
+# busybox, any uid), also as busybox:1.37 (the image README's first pod names, as a
+# node with a registry would pull it); trustsync.test/pause:1 (the sandbox image).
+# Needs root.
 # docs/development.md explains the node and how to read its logs.
 set -euo pipefail
 
@@ -36,16 +38,17 @@ case "$verb" in
     mkdir -p "$dir/images"
     ref=$("$root/bin/helm" template trustsync "$root/charts/trustsync" --kube-version 1.37.1 | sed -n 's/^ *image: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | head -1)
     [[ -n "$ref" ]] || { echo "could not find the image the chart renders by default" >&2; exit 1; }
-    log "building images ($ref, trustsync.test/shell:1, trustsync.test/pause:1)"
+    log "building images ($ref, trustsync.test/shell:1 and busybox:1.37, trustsync.test/pause:1)"
     (
       cd "$root/hack/tools/image"
       CGO_ENABLED=0 go build -o "$root/bin/.pause" ./pause
       go run . trustsync --bin "$root/bin" --ref "$ref" --out "$dir/images/trustsync.tar"
       go run . shell --busybox /bin/busybox --ref trustsync.test/shell:1 --out "$dir/images/shell.tar"
+      go run . shell --busybox /bin/busybox --ref docker.io/library/busybox:1.37 --out "$dir/images/busybox.tar"
       go run . pause --pause "$root/bin/.pause" --ref trustsync.test/pause:1 --out "$dir/images/pause.tar"
     )
     exec "$root/bin/trustsync-cluster" up "$dir" --bin "$root/bin" \
-      --image "$dir/images/pause.tar" --image "$dir/images/shell.tar" --image "$dir/images/trustsync.tar"
+      --image "$dir/images/pause.tar" --image "$dir/images/shell.tar" --image "$dir/images/busybox.tar" --image "$dir/images/trustsync.tar"
     ;;
   down)
     [[ -x "$root/bin/trustsync-cluster" ]] || cluster_bin

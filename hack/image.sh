@@ -2,7 +2,8 @@
 # make image: the container images as tarballs in _output/, without a daemon, for
 # linux/$GOARCH, tagged $IMAGE:
 #
-#   _output/trustsync-image.tar                 the five static binaries (the Dockerfile's image)
+#   _output/trustsync-image.tar                 the five static binaries and the plugin (the
+#                                               Dockerfile's image; helm test runs the plugin)
 #   _output/trustsync-signer-pkcs11-image.tar   the signer with cgo, for PKCS#11, on a glibc
 #                                               base from Debian's packages, tagged
 #                                               REPOSITORY-signer-pkcs11:TAG
@@ -20,7 +21,7 @@ arch=${GOARCH:-$(go env GOARCH)}
 : "${IMAGE:?IMAGE names the image}" "${LDFLAGS:?LDFLAGS stamps the version}"
 bins=_output/linux_$arch
 mkdir -p "$bins"
-for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
+for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync; do
   CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -ldflags="$LDFLAGS" -o "$bins/$b" "./cmd/${b#trustsync-}"
 done
 build_signer_pkcs11 "$arch" "$bins/trustsync-signer-pkcs11" "$LDFLAGS"

@@ -55,7 +55,7 @@ ldflags="-s -w -X github.com/trustsync/trustsync/buildinfo.Version=$version"
 for arch in amd64 arm64; do
   for fips in "" -fips; do
     out="$work/bin$fips/linux_$arch"
-    for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent; do
+    for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync; do
       CGO_ENABLED=0 GOOS=linux GOARCH=$arch GOFIPS140=${fips:+v1.0.0} go build -trimpath -ldflags "$ldflags" -o "$out/$b" "./cmd/${b#trustsync-}"
     done
     GOFIPS140=${fips:+v1.0.0} build_signer_pkcs11 "$arch" "$out/trustsync-signer-pkcs11" "$ldflags"
@@ -140,7 +140,7 @@ done
 
 # The binaries of both platforms come from the same modules; the amd64 ones are read.
 # The FIPS builds differ only in GOFIPS140, which their SBOMs cannot show.
-for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent trustsync-signer-pkcs11; do
+for b in trustsync-webhook trustsync-sidecar trustsync-signer trustsync-controller trustsync-agent kubectl-trustsync trustsync-signer-pkcs11; do
   "$sbom_dir/cyclonedx-gomod" bin -json -noserial -notimestamp -version "v$version" \
     -output "$dist/sbom/$b.cdx.json" "$work/bin/linux_amd64/$b" 2>/dev/null
 done

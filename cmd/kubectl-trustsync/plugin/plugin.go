@@ -87,7 +87,8 @@ NodeTrustReports), the pods and the bundles, with your own credentials, and answ
   federation [PEER]  has each peer trust domain's bundle arrived, and do the pods hold it?
   grants             what may this namespace trust and ask for, and which TrustPolicy says so?
   convert -f FILE    trust-manager's Bundles as TrustTargets, and what cannot be carried over
-  version            the plugin's release
+  check              is every part of trustsync up and serving? (--wait: until it is)
+  version            the plugin's release, and the cluster's
 
 Exit codes: 0 yes everywhere; 3 answered, not everywhere (a file behind or not
 observed, nobody holds the anchor, a rotation under way); 1 could not answer. docs/cli.md has the JSON.`,
@@ -182,23 +183,38 @@ observed, nobody holds the anchor, a rotation under way); 1 could not answer. do
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.grants(cmd.Context()) },
 	})
-	root.AddCommand(o.rotateCommand(), o.inspectCommand(), o.convertCommand(os.Stdin, stderr), completionCommand(root), &cobra.Command{
+	var clientOnly bool
+	version := &cobra.Command{
 		Use:   "version",
-		Short: "The plugin's release (-o json: {\"version\": ...})",
+		Short: "The plugin's release, and the release the cluster runs (-o json: {\"version\": ..., \"server\": ...})",
 		Example: `  kubectl trustsync version
+  # The plugin's alone, without asking the cluster
+  kubectl trustsync version --client
   kubectl trustsync version -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.output == outputName || o.wide() {
 				return fmt.Errorf("version prints no object and no table: give -o json, yaml or a template, or nothing")
 			}
-			if o.structured() {
-				return o.print(map[string]string{"version": buildinfo.String()})
+			v := Versions{Version: buildinfo.String()}
+			if !clientOnly {
+				v.Server, v.ServerNotRead = o.serverVersions(cmd.Context())
 			}
-			_, err := fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", buildinfo.String())
-			return err
+			if o.structured() {
+				return o.print(v)
+			}
+			fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", v.Version)
+			for _, c := range v.Server {
+				fmt.Fprintf(o.stdout, "%s %s (%s)\n", c.Component, c.Version, c.Image)
+			}
+			if v.ServerNotRead != "" {
+				fmt.Fprintf(o.stdout, "server: not read (%s)\n", v.ServerNotRead)
+			}
+			return nil
 		},
-	})
+	}
+	version.Flags().BoolVar(&clientOnly, "client", false, "The plugin's release alone.")
+	root.AddCommand(o.checkCommand(), o.rotateCommand(), o.inspectCommand(), o.convertCommand(os.Stdin, stderr), completionCommand(root), version)
 	return root
 }
 

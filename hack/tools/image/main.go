@@ -57,8 +57,9 @@ const (
 	Entrypoint  = "/trustsync-webhook"
 )
 
-// Binaries are the files the Dockerfile copies to the image's root.
-var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer", "trustsync-controller", "trustsync-agent"}
+// Binaries are the files the Dockerfile copies to the image's root: the five
+// components, and the plugin, which the chart's helm test runs (kubectl trustsync check).
+var Binaries = []string{"trustsync-webhook", "trustsync-sidecar", "trustsync-signer", "trustsync-controller", "trustsync-agent", "kubectl-trustsync"}
 
 // epoch is every file's and the image's time, for reproducible digests.
 var epoch = time.Unix(0, 0).UTC()

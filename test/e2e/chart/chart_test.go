@@ -1032,7 +1032,7 @@ func TestChart_EveryBinaryAndTheChartAgreeOnTheVersion(t *testing.T) {
 		}
 		args, prog := []string{"--version"}, "trustsync-"+name
 		if name == "kubectl-trustsync" {
-			args, prog = []string{"version"}, name
+			args, prog = []string{"version", "--client"}, name
 		}
 		out, err := exec.Command(bin, args...).Output()
 		first, rest, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/test/cluster"
+	"github.com/trustsync/trustsync/test/doccmd"
 	"github.com/trustsync/trustsync/test/poll"
 )
 
@@ -81,6 +84,85 @@ func TestChart_InstallsWhereCriticalPodsNeedAQuotaAsOnGKE(t *testing.T) {
 	}
 	if _, err := n.Client.CoreV1().ResourceQuotas(releaseNamespace).Get(ctx, "trustsync-agent-critical-pods", metav1.GetOptions{}); err != nil {
 		t.Errorf("the chart's quota for the agent's class: %v", err)
+	}
+}
+
+// kubectl trustsync check says every part serves, as README's install ran it; helm
+// test runs it in the cluster, from the release's image, and passes. With the webhook
+// down, check says so (exit 3, the webhook's row); back up, check --wait sees it come.
+func TestChart_CheckAndHelmTestSayEveryPartServes(t *testing.T) {
+	n := installChart(t)
+	ctx := context.Background()
+	out, err := n.Run(ctx, "kubectl", "trustsync", "check", "--wait", "2m")
+	if err != nil {
+		t.Fatalf("kubectl trustsync check: %v\n%s", err, out)
+	}
+	for _, part := range []string{"CRDs", "webhook", "signer", "bundles", "controller", "agents"} {
+		if !regexp.MustCompile(`(?m)^` + part + ` +yes `).MatchString(out) {
+			t.Errorf("check does not say %s is ready:\n%s", part, out)
+		}
+	}
+	out, err = n.Run(ctx, "helm", "test", release, "-n", releaseNamespace, "--timeout", "3m", "--logs")
+	if err != nil || !strings.Contains(out, "Phase:          Succeeded") {
+		t.Fatalf("helm test: %v\n%s", err, out)
+	}
+
+	if _, err := n.Run(ctx, "kubectl", "-n", releaseNamespace, "scale", "deployment", "trustsync-webhook", "--replicas=0"); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			_, _ = n.Run(context.Background(), "kubectl", "-n", releaseNamespace, "scale", "deployment", "trustsync-webhook", "--replicas=2")
+		}
+	})
+	poll.True(t, time.Minute, "check saying the webhook is down", func() bool {
+		out, err = n.Run(ctx, "kubectl", "trustsync", "check")
+		return err != nil && strings.Contains(err.Error(), "exit status 3") && regexp.MustCompile(`(?m)^webhook +no `).MatchString(out)
+	})
+	if _, err := n.Run(ctx, "kubectl", "-n", releaseNamespace, "scale", "deployment", "trustsync-webhook", "--replicas=2"); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	if out, err := n.Run(ctx, "kubectl", "trustsync", "check", "--wait", "3m"); err != nil {
+		t.Fatalf("check --wait after the webhook came back: %v\n%s", err, out)
+	}
+}
+
+// README's first pod, command by command as written: it starts with its trust file and
+// its certificate and key, and kubectl trustsync status says its file is up to date
+// (once its node's agent has reported it: the command is asked again for 30 s).
+func TestReadme_TheFirstPodGetsItsTrustAndCertificate(t *testing.T) {
+	n := installChart(t)
+	commands, err := doccmd.Block(filepath.Join(n.Root, "README.md"), "## A first pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = n.Run(context.Background(), "kubectl", "delete", "-f", "docs/examples/first-pod.yaml", "--wait=false")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	for _, c := range commands {
+		if strings.HasPrefix(c, "kubectl trustsync status") {
+			var out string
+			poll.True(t, 30*time.Second, "status saying the first pod's file is up to date", func() bool {
+				out, err = n.Shell(ctx, c)
+				return err == nil && regexp.MustCompile(`first-pod .*UpToDate`).MatchString(out)
+			})
+			continue
+		}
+		out, err := n.Shell(ctx, c)
+		if err != nil {
+			t.Fatalf("README's %q: %v", c, err)
+		}
+		if strings.HasPrefix(c, "kubectl exec") {
+			for _, f := range []string{"ca_certificates.pem", "tls.crt", "tls.key"} {
+				if !strings.Contains(out, f) {
+					t.Errorf("the first pod's app lists %q, without %s", out, f)
+				}
+			}
+		}
 	}
 }
 

@@ -118,7 +118,7 @@ func TestRelease_TheSameCommitGivesTheSameBytesAndSumsThemAll(t *testing.T) {
 		want = append(want, pluginArchive(v, p))
 	}
 	want = append(want, "krew-trustsync.yaml",
-		"sbom/trustsync-agent.cdx.json", "sbom/trustsync-controller.cdx.json", "sbom/trustsync-sidecar.cdx.json",
+		"sbom/kubectl-trustsync.cdx.json", "sbom/trustsync-agent.cdx.json", "sbom/trustsync-controller.cdx.json", "sbom/trustsync-sidecar.cdx.json",
 		"sbom/trustsync-signer-pkcs11.cdx.json", "sbom/trustsync-signer.cdx.json", "sbom/trustsync-webhook.cdx.json",
 		"trustsync-"+v+".tgz", "trustsync-crds.yaml")
 	for _, img := range releasedImages(v) {
@@ -161,7 +161,7 @@ func TestRelease_EveryArtifactAgreesOnTheVersion(t *testing.T) {
 		t.Errorf("helm lint of the package: %v\n%s", err, out)
 	}
 	plugin := filepath.Join(untarPlugin(t, filepath.Join(d, pluginArchive(v, "linux/"+runtime.GOARCH))), "kubectl-trustsync")
-	if out, err := exec.Command(plugin, "version").Output(); err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
+	if out, err := exec.Command(plugin, "version", "--client").Output(); err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
 		t.Errorf("the released plugin says %q (%v), want kubectl-trustsync %s", out, err, v)
 	}
 
@@ -295,7 +295,7 @@ func checkBinaries(t *testing.T, img v1.Image, arch string, want releasedImage) 
 	machine := map[string]elf.Machine{"arm64": elf.EM_AARCH64, "amd64": elf.EM_X86_64}[arch]
 	seen := 0
 	for name, data := range files {
-		if !strings.HasPrefix(name, "/trustsync-") {
+		if !strings.HasPrefix(name, "/trustsync-") && name != "/kubectl-trustsync" {
 			continue
 		}
 		seen++
@@ -333,7 +333,7 @@ func checkBinaries(t *testing.T, img v1.Image, arch string, want releasedImage) 
 			t.Errorf("%s for %s is linked dynamically (%s)", name, arch, interp)
 		}
 	}
-	if wantSeen := map[bool]int{false: 5, true: 1}[want.pkcs11]; seen != wantSeen {
+	if wantSeen := map[bool]int{false: 6, true: 1}[want.pkcs11]; seen != wantSeen {
 		t.Errorf("the %s image holds %d trustsync binaries, want %d", arch, seen, wantSeen)
 	}
 }
@@ -550,7 +550,7 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !strings.HasPrefix(h.Name, "trustsync-") {
+				if !strings.HasPrefix(h.Name, "trustsync-") && h.Name != "kubectl-trustsync" {
 					continue
 				}
 				data, err := io.ReadAll(tr)
@@ -563,8 +563,8 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 				}
 				seen++
 			}
-			if seen != 5 {
-				t.Errorf("the image holds %d trustsync binaries, want 5", seen)
+			if seen != 6 {
+				t.Errorf("the image holds %d trustsync binaries, want the five components and the plugin", seen)
 			}
 
 			// Beside it, the PKCS#11 signer's, named after it.
@@ -669,7 +669,7 @@ func TestRelease_ThePluginArchivesAndKrewsManifestInstallWithKrew(t *testing.T) 
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("krew install: %v\n%s", err, out)
 	}
-	out, err := exec.Command(filepath.Join(krewRoot, "bin", "kubectl-trustsync"), "version").Output()
+	out, err := exec.Command(filepath.Join(krewRoot, "bin", "kubectl-trustsync"), "version", "--client").Output()
 	if err != nil || strings.TrimSpace(string(out)) != "kubectl-trustsync "+v {
 		t.Errorf("the plugin krew installed says %q (%v), want kubectl-trustsync %s", out, err, v)
 	}
