@@ -54,7 +54,9 @@ func TestChart_InstallsWhereThePlatformAssignsUIDs(t *testing.T) {
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{"assigns-ids": "true"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.CoreV1().Namespaces().Delete(context.Background(), namespace, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), namespace, metav1.DeleteOptions{})
+	})
 	policies := client.AdmissionregistrationV1().ValidatingAdmissionPolicies()
 	if _, err := policies.Create(ctx, noFixedIDs, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
