@@ -6,6 +6,8 @@
 #                      containerd), building both first
 #   make build [FIPS=1]
 #                      the binaries into bin/ (five components and kubectl-trustsync),
+#                      stamped with the build's version (hack/version.sh), which
+#                      charts/trustsync/files/build-version gives the chart's default tag;
 #                      and trustsync-signer-pkcs11: the signer with cgo, for PKCS#11;
 #                      FIPS=1: with Go's FIPS 140-3 module
 #   make controlplane  etcd, kube-apiserver, kube-controller-manager, kubectl, helm
@@ -47,8 +49,13 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /test/e2e)
 FUZZTIME  ?= 1m
 BENCHTIME ?= 1s
 
-# The one version: VERSION, stamped into every binary, the chart and the image tag.
-VERSION   := $(shell cat VERSION)
+# The build's version, stamped into every binary, the image tag and the chart's
+# default tag: VERSION at a release, else what git describe would add to it
+# (hack/version.sh: 0.1.0-dev.42.gabc1234, .dirty-HASH for a changed tree), so each
+# rebuild of a changed tree rolls out under helm upgrade.
+VERSION   := $(shell hack/version.sh)
+# Where build and image write it for the chart in the tree (not in a release's chart).
+BUILD_VERSION_FILE := charts/trustsync/files/build-version
 LDFLAGS   := -s -w -X github.com/trustsync/trustsync/buildinfo.Version=$(VERSION)
 IMAGE ?= ghcr.io/trustsync/trustsync:v$(VERSION)$(if $(filter 1,$(FIPS)),-fips)
 
@@ -68,6 +75,7 @@ help:
 
 build:
 	@mkdir -p $(BIN)
+	@echo $(VERSION) > $(BUILD_VERSION_FILE)
 	@for b in $(BINARIES); do \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags="$(LDFLAGS)" -o $(BIN)/$$b ./cmd/$${b#trustsync-} || exit 1; \
 	done
@@ -157,6 +165,7 @@ fuzz:
 # for; the tool itself runs on the host (GOOS and GOARCH emptied for it).
 GOARCH ?= $(shell $(GO) env GOARCH)
 image:
+	@echo $(VERSION) > $(BUILD_VERSION_FILE)
 	@GOARCH=$(GOARCH) IMAGE=$(IMAGE) LDFLAGS="$(LDFLAGS)" hack/image.sh
 
 generate:

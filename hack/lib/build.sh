@@ -66,6 +66,7 @@ source_key() {
   {
     git rev-parse HEAD 2>/dev/null || echo none
     git diff HEAD 2>/dev/null
-    git ls-files --others --exclude-standard -z 2>/dev/null | xargs -0 -r sha256sum
+    git ls-files --others --exclude-standard -z 2>/dev/null |
+      while IFS= read -r -d '' f; do [[ -f $f && ! -L $f ]] && sha256sum "$f"; done || true
   } | sha256sum | cut -c1-32
 }

@@ -131,6 +131,21 @@ var (
 // (make build FIPS=1 takes the same).
 const FIPSModule = "v1.0.0"
 
+// BuildVersion is the version make build stamps into this tree's binaries
+// (hack/version.sh: VERSION, and between releases what git describe adds), asked once
+// per test process.
+var BuildVersion = sync.OnceValues(func() (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(filepath.Join(root, "hack", "version.sh")).Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/version.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+})
+
 // BuildBinary builds cmd/<name> of this module once per test process and returns the
 // binary's path, so e2e tests run the real binary whatever `make` did before;
 // "signer-pkcs11" is cmd/signer built with cgo, "<name>-fips" cmd/<name> built with
@@ -152,7 +167,7 @@ func BuildBinary(name string) (string, error) {
 	}
 	path := filepath.Join(buildTo, "trustsync-"+name)
 	// Built as `make build` and the image build it: what is measured is what ships.
-	version, err := os.ReadFile(filepath.Join(root, "VERSION"))
+	version, err := BuildVersion()
 	if err != nil {
 		return "", err
 	}
@@ -161,7 +176,7 @@ func BuildBinary(name string) (string, error) {
 	// FIPS 140-3 module, as make build FIPS=1 does.
 	pkg, fips := strings.CutSuffix(name, "-fips")
 	pkg, cgo := strings.CutSuffix(pkg, "-pkcs11")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/buildinfo.Version="+strings.TrimSpace(string(version)), "-o", path, "./cmd/"+pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X github.com/trustsync/trustsync/buildinfo.Version="+version, "-o", path, "./cmd/"+pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if cgo {

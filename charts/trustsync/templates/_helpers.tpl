@@ -18,7 +18,7 @@
 {{- define "trustsync.labels" -}}
 app.kubernetes.io/name: {{ include "trustsync.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "trustsync.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: trustsync
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
@@ -56,6 +56,15 @@ and as a YAML flow sequence (RBAC resourceNames).
 {{- end }}
 
 {{/*
+The version the release runs: the chart's appVersion, or in the tree, the build's
+(files/build-version, which make build and make image write; a release's chart has
+none), so a rebuild's image is the default and rolls out under helm upgrade.
+*/}}
+{{- define "trustsync.version" -}}
+{{- (.Files.Get "files/build-version" | trim) | default .Chart.AppVersion }}
+{{- end }}
+
+{{/*
 The image: image.registry (a mirror, say) before image.repository when given; by
 digest when one is given, else by tag (default: the chart's appVersion).
 */}}
@@ -65,7 +74,7 @@ digest when one is given, else by tag (default: the chart's appVersion).
 {{- if .Values.image.digest -}}
 {{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}{{ if .Values.fips }}-fips{{ end }}
+{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" (include "trustsync.version" .)) }}{{ if .Values.fips }}-fips{{ end }}
 {{- end }}
 {{- end }}
 
@@ -85,7 +94,7 @@ when image.digest pins the others.
 {{- else if .Values.image.digest }}
 {{- fail "image.digest pins the images, but not the PKCS#11 signer's: give its digest in signer.pkcs11.digest" }}
 {{- else -}}
-{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}{{ if .Values.fips }}-fips{{ end }}
+{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" (include "trustsync.version" .)) }}{{ if .Values.fips }}-fips{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +71,8 @@ func TestPackageChart_TheSameChartGivesTheSameBytesUnderItsName(t *testing.T) {
 		"templates/a.yaml":       "kind: ConfigMap\n",
 		"crds/b.yaml":            "kind: CustomResourceDefinition\n",
 		"files/rules/rules.yaml": "groups: []\n",
+		// What make build writes for the chart in the tree: never in a package.
+		BuildVersionFile: "1.2.3-dev.4.gabcdef0\n",
 	} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(chart, name)), 0o755); err != nil {
 			t.Fatal(err)
@@ -96,6 +101,21 @@ func TestPackageChart_TheSameChartGivesTheSameBytesUnderItsName(t *testing.T) {
 	y, _ := os.ReadFile(b)
 	if !bytes.Equal(x, y) {
 		t.Error("two packagings of one chart differ")
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for tr := tar.NewReader(zr); ; {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if slices.Contains(names, "demo/"+BuildVersionFile) || !slices.Contains(names, "demo/files/rules/rules.yaml") {
+		t.Errorf("the package holds %v: want the chart's files without %s", names, BuildVersionFile)
 	}
 	if err := os.WriteFile(filepath.Join(chart, ".helmignore"), []byte("*.md\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -166,14 +167,14 @@ func writeLayout(idx v1.ImageIndex, ref, out string) error {
 
 // writeTar tars root's files under prefix into out, in name order, with fixed times
 // and owners, so the same files give the same bytes; gzipped when zip.
-func writeTar(root, prefix, out string, zip bool) error {
+func writeTar(root, prefix, out string, zip bool, leaveOut ...string) error {
 	var names []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == root {
 			return err
 		}
 		rel, err := filepath.Rel(root, path)
-		if err != nil {
+		if err != nil || slices.Contains(leaveOut, filepath.ToSlash(rel)) {
 			return err
 		}
 		names = append(names, filepath.ToSlash(rel))
@@ -259,8 +260,12 @@ func packageChart(dir, outDir string) (string, error) {
 		return "", fmt.Errorf("%s/Chart.yaml names no name or version", dir)
 	}
 	out := filepath.Join(outDir, chartName+"-"+version+".tgz")
-	return out, writeTar(dir, chartName+"/", out, true)
+	return out, writeTar(dir, chartName+"/", out, true, BuildVersionFile)
 }
+
+// BuildVersionFile is where, in the chart in the tree, make build and make image write
+// the build's version; a packaged chart runs its own appVersion, so it is left out.
+const BuildVersionFile = "files/build-version"
 
 // pushLayout pushes every image of the layout tarball's index to ref, as one index.
 func pushLayout(archive, ref string) (string, error) {
