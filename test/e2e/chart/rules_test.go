@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -272,5 +273,86 @@ func TestChart_RendersTheAlertsAndAServiceMonitorPerComponent(t *testing.T) {
 		if k := o.GetKind(); k == "ServiceMonitor" || k == "PodMonitor" || k == "PrometheusRule" {
 			t.Errorf("a default install renders a %s", k)
 		}
+	}
+}
+
+// Every metric the docs name is one a binary serves: registered by a component's
+// metrics constructor, trustsync_build_info (every component's), or the sidecar's own,
+// which it serves only with --metrics-bind-address (the injector sets none): a
+// paragraph or table row naming one of those says so.
+func TestDocs_EveryMetricTheyNameIsServed(t *testing.T) {
+	registered := registeredMetrics(t)
+	// Metrics registered where no constructor above reaches (the webhook's body budget,
+	// every component's build info): each named in its prometheus.Opts.
+	err := filepath.WalkDir("../../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && (d.Name() == "test" || d.Name() == "hack" || strings.HasPrefix(d.Name(), ".")) && path != "../../.." {
+			if err == nil {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		for _, m := range regexp.MustCompile(`Name:\s+"(trustsync_[a-z0-9_]+)"`).FindAllStringSubmatch(string(src), -1) {
+			registered[m[1]] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !registered["trustsync_build_info"] {
+		t.Fatal("found no trustsync_build_info among the metrics in the source")
+	}
+	src, err := os.ReadFile("../../../delivery/metrics/metrics.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar := map[string]bool{}
+	for _, m := range regexp.MustCompile(`"(trustsync_sidecar_[a-z0-9_]+)"`).FindAllStringSubmatch(string(src), -1) {
+		sidecar[m[1]] = true
+	}
+	if len(sidecar) < 5 {
+		t.Fatalf("read %d sidecar metrics from delivery/metrics", len(sidecar))
+	}
+	metric := regexp.MustCompile(`\btrustsync_[a-z0-9_]*[a-z0-9](_\*)?`)
+	files, _ := filepath.Glob("../../../docs/*.md")
+	checked := 0
+	for _, f := range append(files, "../../../README.md") {
+		if filepath.Base(f) == "benchmarks.md" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sections: a sidecar metric's section says when it is served.
+		for _, para := range regexp.MustCompile(`\n#+ `).Split(string(data), -1) {
+			for _, name := range metric.FindAllString(para, -1) {
+				checked++
+				base := name
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if b, ok := strings.CutSuffix(name, suffix); ok && (registered[b] || sidecar[b]) {
+						base = b
+					}
+				}
+				switch {
+				case registered[base]:
+				case sidecar[base] || base == "trustsync_sidecar_*":
+					if !strings.Contains(para, "--metrics-bind-address") {
+						t.Errorf("%s names %s where it does not say the sidecar serves it only with --metrics-bind-address, which injected sidecars lack: %q", filepath.Base(f), name, strings.TrimSpace(para)[:min(120, len(strings.TrimSpace(para)))])
+					}
+				case strings.HasSuffix(base, "_*"):
+					// A family named by its prefix (trustsync_signer_*).
+				default:
+					t.Errorf("%s names %s, which no trustsync binary serves", filepath.Base(f), name)
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("checked %d metric names", checked)
 	}
 }
