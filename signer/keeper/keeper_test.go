@@ -8,6 +8,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +270,33 @@ func TestOpen_WaitsBeforeOpeningABrokenKeeperAgain(t *testing.T) {
 	now = now.Add(time.Second)
 	if err := signs(t, s); err != nil {
 		t.Fatalf("Sign after retryAfter = %v", err)
+	}
+}
+
+// A module path the loader could only call unopenable is refused saying what is wrong
+// with it: not there at all, or a symlink whose target is not in the container.
+func TestCheckModule_SaysWhyAModuleCannotBeOpened(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libvendor.so")
+	if err := os.WriteFile(lib, []byte("ELF"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "libdangling.so")
+	if err := os.Symlink("../elsewhere/libvendor.so", dangling); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"a file that is there", lib, ""},
+		{"no file", filepath.Join(dir, "missing.so"), "no such file in the signer's container: mount the vendor's library there"},
+		{"a dangling symlink", dangling, "is a symlink to ../elsewhere/libvendor.so, which is not there in the signer's container: mount the directory that holds the library itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkModule(tc.path)
+			if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("checkModule(%s) = %v, want %q", tc.path, err, tc.want)
+			}
+		})
 	}
 }
