@@ -531,41 +531,7 @@ func TestImage_MakeImageBuildsLinuxForGOARCHTaggedIMAGE(t *testing.T) {
 			if cf.OS != "linux" || cf.Architecture != arch {
 				t.Errorf("the image is stamped %s/%s, want linux/%s", cf.OS, cf.Architecture, arch)
 			}
-			machine := map[string]elf.Machine{"arm64": elf.EM_AARCH64, "amd64": elf.EM_X86_64}[arch]
-			layers, err := img.Layers()
-			if err != nil || len(layers) != 1 {
-				t.Fatalf("want one layer, got %d (%v)", len(layers), err)
-			}
-			rc, err := layers[0].Uncompressed()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rc.Close()
-			tr, seen := tar.NewReader(rc), 0
-			for {
-				h, err := tr.Next()
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !strings.HasPrefix(h.Name, "trustsync-") && h.Name != "kubectl-trustsync" {
-					continue
-				}
-				data, err := io.ReadAll(tr)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f, err := elf.NewFile(bytes.NewReader(data))
-				if err != nil || f.Machine != machine {
-					t.Errorf("%s in the image is not a linux/%s ELF binary (%v)", h.Name, arch, err)
-				}
-				seen++
-			}
-			if seen != 6 {
-				t.Errorf("the image holds %d trustsync binaries, want the five components and the plugin", seen)
-			}
+			checkBinaries(t, img, arch, releasedImage{})
 
 			// Beside it, the PKCS#11 signer's, named after it.
 			pkcs11Tag, err := name.NewTag("registry.example/team/trustsync-signer-pkcs11:dev-" + arch)
