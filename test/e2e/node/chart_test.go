@@ -102,7 +102,7 @@ func TestChart_CheckAndHelmTestSayEveryPartServes(t *testing.T) {
 			t.Errorf("check does not say %s is ready:\n%s", part, out)
 		}
 	}
-	out, err = n.Run(ctx, "helm", "test", release, "-n", releaseNamespace, "--timeout", "3m", "--logs")
+	out, err = n.Run(ctx, "helm", "test", release, "-n", releaseNamespace, "--timeout", "3m")
 	if err != nil || !strings.Contains(out, "Phase:          Succeeded") {
 		t.Fatalf("helm test: %v\n%s", err, out)
 	}
