@@ -17,6 +17,7 @@ import (
 
 	"github.com/trustsync/trustsync/agent"
 	"github.com/trustsync/trustsync/controller"
+	"github.com/trustsync/trustsync/delivery/contract"
 	"github.com/trustsync/trustsync/signer"
 	"github.com/trustsync/trustsync/test/controlplane"
 	"github.com/trustsync/trustsync/webhook"
@@ -278,8 +279,8 @@ func TestChart_RendersTheAlertsAndAServiceMonitorPerComponent(t *testing.T) {
 
 // Every metric the docs name is one a binary serves: registered by a component's
 // metrics constructor, trustsync_build_info (every component's), or the sidecar's own,
-// which it serves only with --metrics-bind-address (the injector sets none): a
-// paragraph or table row naming one of those says so.
+// which it serves only with its metrics flag (the injector sets none): a section
+// naming one of those says so.
 func TestDocs_EveryMetricTheyNameIsServed(t *testing.T) {
 	registered := registeredMetrics(t)
 	// Metrics registered where no constructor above reaches (the webhook's body budget,
@@ -341,8 +342,8 @@ func TestDocs_EveryMetricTheyNameIsServed(t *testing.T) {
 				switch {
 				case registered[base]:
 				case sidecar[base] || base == "trustsync_sidecar_*":
-					if !strings.Contains(para, "--metrics-bind-address") {
-						t.Errorf("%s names %s where it does not say the sidecar serves it only with --metrics-bind-address, which injected sidecars lack: %q", filepath.Base(f), name, strings.TrimSpace(para)[:min(120, len(strings.TrimSpace(para)))])
+					if flag := "--" + contract.FlagMetricsBindAddress; !strings.Contains(para, flag) {
+						t.Errorf("%s names %s where it does not say the sidecar serves it only with %s, which injected sidecars lack: %q", filepath.Base(f), name, flag, strings.TrimSpace(para)[:min(120, len(strings.TrimSpace(para)))])
 					}
 				case strings.HasSuffix(base, "_*"):
 					// A family named by its prefix (trustsync_signer_*).
