@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/trustsync/trustsync/bundle"
@@ -43,9 +44,24 @@ func TestRegulated_FIPSModeThenACAKeyInAPKCS11TokenAsTheDocsTeach(t *testing.T) 
 	n := installChart(t)
 	ctx := context.Background()
 	revision := releaseRevision(t, n)
-	t.Cleanup(func() { rollBack(t, n, revision) })
+	// Rolled back first, so that no signer of trustsync.io/hsm is left to write its CA
+	// Secret and live bundle again; then they, the PIN and the token go.
+	t.Cleanup(func() {
+		rollBack(t, n, revision)
+		ctx := context.Background()
+		for _, name := range []string{"hsm-pin", "trustsync-ca-" + strings.ReplaceAll(hsmSigner, "/", "-")} {
+			if err := n.Client.CoreV1().Secrets(releaseNamespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Error(err)
+			}
+		}
+		if err := n.Client.CertificatesV1().ClusterTrustBundles().DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{FieldSelector: "spec.signerName=" + hsmSigner}); err != nil {
+			t.Error(err)
+		}
+		_ = os.RemoveAll(softHSMDir)
+	})
 
-	runDocBlock(t, n, "**FIPS 140-3.**", nil)
+	runDocBlock(t, n, "**FIPS 140-3.**")
 	fipsEverywhere(t, n)
 	t.Run("the node agent's delivery", func(t *testing.T) { nodeDelivery(t, n, "fips-node-delivery") })
 	t.Run("the sidecar's certificate", func(t *testing.T) {
@@ -90,7 +106,6 @@ func TestRegulated_FIPSModeThenACAKeyInAPKCS11TokenAsTheDocsTeach(t *testing.T) 
 	if err := os.MkdirAll(softHSMDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(softHSMDir) })
 	commands, err := doccmd.Block(filepath.Join(n.Root, "docs", "signer.md"), "Try it first with SoftHSM2")
 	if err != nil {
 		t.Fatal(err)
@@ -100,13 +115,7 @@ func TestRegulated_FIPSModeThenACAKeyInAPKCS11TokenAsTheDocsTeach(t *testing.T) 
 	if out, err := sh.CombinedOutput(); err != nil {
 		t.Fatalf("docs/signer.md's SoftHSM2 commands in %s: %v\n%s", softHSMDir, err, out)
 	}
-	runDocBlock(t, n, "### CA keys in a PKCS#11 token", func() {
-		for _, name := range []string{"hsm-pin", "trustsync-ca-" + strings.ReplaceAll(hsmSigner, "/", "-")} {
-			_ = n.Client.CoreV1().Secrets(releaseNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-		_ = n.Client.CertificatesV1().ClusterTrustBundles().DeleteCollection(context.Background(), metav1.DeleteOptions{},
-			metav1.ListOptions{FieldSelector: "spec.signerName=" + hsmSigner})
-	})
+	runDocBlock(t, n, "### CA keys in a PKCS#11 token")
 
 	signers, err := n.Client.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=signer"})
 	if err != nil || len(signers.Items) == 0 {
@@ -208,15 +217,12 @@ func TestRegulated_FIPSModeThenACAKeyInAPKCS11TokenAsTheDocsTeach(t *testing.T) 
 }
 
 // runDocBlock runs, command by command as written, the sh block after marker in
-// docs/install.md; cleanup, when given, removes what it made beyond the release.
-func runDocBlock(t *testing.T, n *cluster.Node, marker string, cleanup func()) {
+// docs/install.md.
+func runDocBlock(t *testing.T, n *cluster.Node, marker string) {
 	t.Helper()
 	commands, err := doccmd.Block(filepath.Join(n.Root, "docs", "install.md"), marker)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if cleanup != nil {
-		t.Cleanup(cleanup)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
