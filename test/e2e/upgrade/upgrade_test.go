@@ -27,6 +27,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -195,6 +197,23 @@ func TestUpgrade_FromThePreviousReleaseWithLivePodsOfEveryDelivery(t *testing.T)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+	}
+	// The node's API server limits the critical priority classes as GKE's does, and
+	// the previous chart ships no quota for its agent's class: its users there made one,
+	// as this does. The new chart brings its own.
+	if _, err := n.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: releaseNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := n.Client.CoreV1().ResourceQuotas(releaseNS).Create(ctx, &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "critical-pods"},
+		Spec: corev1.ResourceQuotaSpec{
+			Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("100")},
+			ScopeSelector: &corev1.ScopeSelector{MatchExpressions: []corev1.ScopedResourceSelectorRequirement{{
+				ScopeName: corev1.ResourceQuotaScopePriorityClass, Operator: corev1.ScopeSelectorOpIn, Values: []string{"system-node-critical"},
+			}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	helm("install", releaseName, chart, "-n", releaseNS, "--create-namespace", "--set", "image.repository=trustsync.test/previous", "--wait", "--timeout", "4m")
 
