@@ -65,17 +65,26 @@ none), so a rebuild's image is the default and rolls out under helm upgrade.
 {{- end }}
 
 {{/*
-The image: image.registry (a mirror, say) before image.repository when given; by
-digest when one is given, else by tag (default: the chart's appVersion).
+An image of the release: image.registry (a mirror, say) before image.repository and
+its suffix; by digest when one is given, else by tag (default: the version the
+release runs), -fips in FIPS mode. Takes a dict with "root", "suffix" and "digest".
+*/}}
+{{- define "trustsync.imageRef" -}}
+{{- $v := .root.Values }}
+{{- $repository := printf "%s%s" $v.image.repository .suffix }}
+{{- with $v.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end }}
+{{- if .digest -}}
+{{ $repository }}@{{ .digest }}
+{{- else -}}
+{{ $repository }}:{{ $v.image.tag | default (printf "v%s" (include "trustsync.version" .root)) }}{{ if $v.fips }}-fips{{ end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image every component runs.
 */}}
 {{- define "trustsync.image" -}}
-{{- $repository := .Values.image.repository }}
-{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end }}
-{{- if .Values.image.digest -}}
-{{ $repository }}@{{ .Values.image.digest }}
-{{- else -}}
-{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" (include "trustsync.version" .)) }}{{ if .Values.fips }}-fips{{ end }}
-{{- end }}
+{{ include "trustsync.imageRef" (dict "root" . "suffix" "" "digest" .Values.image.digest) }}
 {{- end }}
 
 {{/*
@@ -86,16 +95,10 @@ when image.digest pins the others.
 {{- define "trustsync.signerImage" -}}
 {{- if not .Values.signer.pkcs11.enabled -}}
 {{ include "trustsync.image" . }}
-{{- else }}
-{{- $repository := printf "%s-signer-pkcs11" .Values.image.repository }}
-{{- with .Values.image.registry }}{{ $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}{{ end }}
-{{- if .Values.signer.pkcs11.digest -}}
-{{ $repository }}@{{ .Values.signer.pkcs11.digest }}
-{{- else if .Values.image.digest }}
+{{- else if and .Values.image.digest (not .Values.signer.pkcs11.digest) }}
 {{- fail "image.digest pins the images, but not the PKCS#11 signer's: give its digest in signer.pkcs11.digest" }}
 {{- else -}}
-{{ $repository }}:{{ .Values.image.tag | default (printf "v%s" (include "trustsync.version" .)) }}{{ if .Values.fips }}-fips{{ end }}
-{{- end }}
+{{ include "trustsync.imageRef" (dict "root" . "suffix" "-signer-pkcs11" "digest" .Values.signer.pkcs11.digest) }}
 {{- end }}
 {{- end }}
 
