@@ -11,6 +11,10 @@ import (
 const RotationAnnotation = "trustsync.io/rotation"
 
 // RotationStatus is a signer's CA rotation as its live bundle tells it.
+// RotateRequestedAnnotation, on a signer's CA Secret, asks it for a new CA now (its
+// value the time asked); kubectl trustsync rotate writes it.
+const RotateRequestedAnnotation = "trustsync.io/rotate-requested-at"
+
 // RotationStable is the phase of a signer with one signing CA and nothing pending: no
 // rotation under way.
 const RotationStable = "Stable"

@@ -28,7 +28,7 @@ const (
 	AnnotationManaged         = "trustsync.io/managed"
 	AnnotationNextPublishedAt = "trustsync.io/next-published-at"
 	AnnotationRetiredUntil    = "trustsync.io/retired-until"
-	AnnotationRotateRequested = "trustsync.io/rotate-requested-at"
+	AnnotationRotateRequested = bundle.RotateRequestedAnnotation
 	AnnotationRotateHandled   = "trustsync.io/rotate-handled"
 	AnnotationPhase           = "trustsync.io/rotation-phase"
 	AnnotationAnchorsChanged  = "trustsync.io/anchors-changed-at"
