@@ -205,7 +205,8 @@ observed, nobody holds the anchor, a rotation under way); 1 could not answer. do
 			}
 			fmt.Fprintf(o.stdout, "kubectl-trustsync %s\n", v.Version)
 			for _, c := range v.Server {
-				fmt.Fprintf(o.stdout, "%s %s (%s)\n", c.Component, c.Version, c.Image)
+				// Labels and images of workloads anyone may label part-of trustsync.
+				fmt.Fprintf(o.stdout, "%s %s (%s)\n", safe(c.Component), safe(c.Version), safe(c.Image))
 			}
 			if v.ServerNotRead != "" {
 				fmt.Fprintf(o.stdout, "server: not read (%s)\n", v.ServerNotRead)

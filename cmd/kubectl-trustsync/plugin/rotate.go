@@ -15,10 +15,6 @@ import (
 	"github.com/trustsync/trustsync/bundle"
 )
 
-// annotationRotateRequested is the CA Secret's annotation the signer rotates on
-// (docs/signer.md); the plugin writes it and links nothing of the signer.
-const annotationRotateRequested = "trustsync.io/rotate-requested-at"
-
 // rotatePollInterval is how often rotate --wait reads the signer's live bundle.
 var rotatePollInterval = 2 * time.Second
 
@@ -60,21 +56,21 @@ func (o *options) rotate(ctx context.Context, signer string, wait time.Duration)
 	// one signing when it was asked for.
 	from := status.CurrentCA
 	if status.Phase != bundle.RotationStable {
-		fmt.Fprintf(o.stdout, "A rotation of %s is under way already (phase %s, new CA %s): not asking for another.\n", safe(signer), status.Phase, status.NewCA)
+		fmt.Fprintf(o.stdout, "A rotation of %s is under way already (phase %s, new CA %s): not asking for another.\n", safe(signer), safe(status.Phase), safe(status.NewCA))
 	} else {
 		ns, name, ok := strings.Cut(status.CASecret, "/")
 		if !ok {
 			return fmt.Errorf("the live bundle of %s does not name its CA Secret (a signer older than this plugin): annotate the Secret yourself, kubectl -n NAMESPACE annotate secret trustsync-ca-%s %s=$(date -u +%%FT%%TZ)",
-				signer, strings.ReplaceAll(signer, "/", "-"), annotationRotateRequested)
+				signer, strings.ReplaceAll(signer, "/", "-"), bundle.RotateRequestedAnnotation)
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{annotationRotateRequested: time.Now().UTC().Format(time.RFC3339)}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{bundle.RotateRequestedAnnotation: time.Now().UTC().Format(time.RFC3339)}}})
 		if _, err := c.core.CoreV1().Secrets(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kubectl-trustsync"}); err != nil {
 			if apierrors.IsForbidden(err) {
 				return fmt.Errorf("%w\nrotate annotates the signer's CA Secret %s: it needs patch on that Secret (secrets, resourceNames %s, in namespace %s), which the chart gives no one: an administrator's right", err, status.CASecret, name, ns)
 			}
 			return fmt.Errorf("ask %s for a rotation on its CA Secret %s: %w", signer, status.CASecret, err)
 		}
-		fmt.Fprintf(o.stdout, "Asked %s for a new CA (annotated Secret %s); the current CA is %s.\n", safe(signer), status.CASecret, from)
+		fmt.Fprintf(o.stdout, "Asked %s for a new CA (annotated Secret %s); the current CA is %s.\n", safe(signer), safe(status.CASecret), safe(from))
 	}
 	if wait <= 0 {
 		return nil
@@ -87,15 +83,15 @@ func (o *options) rotate(ctx context.Context, signer string, wait time.Duration)
 			return err
 		}
 		if status.Phase == bundle.RotationStable && status.CurrentCA != from {
-			fmt.Fprintf(o.stdout, "The new CA %s signs now.\n", status.CurrentCA)
+			fmt.Fprintf(o.stdout, "The new CA %s signs now.\n", safe(status.CurrentCA))
 			return nil
 		}
-		if line := rotationLine(status); line != last {
+		if line := safe(rotationLine(status)); line != last {
 			fmt.Fprintln(o.stdout, line)
 			last = line
 		}
 		if time.Now().After(deadline) {
-			fmt.Fprintf(o.stdout, "Still %s after %s: kubectl trustsync rotation %s shows who it waits for.\n", status.Phase, wait, safe(signer))
+			fmt.Fprintf(o.stdout, "Still %s after %s: kubectl trustsync rotation %s shows who it waits for.\n", safe(status.Phase), wait, safe(signer))
 			o.code = ExitNotAll
 			return nil
 		}
