@@ -33,13 +33,14 @@ for name in trustsync trustsync-signer-pkcs11; do
     images+=("$name:v$version$fips")
   done
 done
-for f in "${images[@]/#/$dist/}" "$dist/trustsync-$version.tgz"; do
-  [[ $f == *.tgz ]] || f="${f%%:*}-image-${f##*:}.oci.tar"
-  [[ -f $f ]] || { echo "$f is missing: run make release first" >&2; exit 1; }
+# archive NAME:TAG: the release's layout tarball of that image.
+archive() { echo "$dist/${1%%:*}-image-${1##*:}.oci.tar"; }
+for f in "$dist/trustsync-$version.tgz" $(for ref in "${images[@]}"; do archive "$ref"; done); do
+  [[ -f $f ]] || { echo "$f is missing from the release in $dist" >&2; exit 1; }
 done
 pushed=()
 for ref in "${images[@]}"; do
-  image=$(cd hack/tools/image && go run . push --layout "$dist/${ref%%:*}-image-${ref##*:}.oci.tar" --ref "$registry/$ref")
+  image=$(cd hack/tools/image && go run . push --layout "$(archive "$ref")" --ref "$registry/$ref")
   echo "pushed $image"
   repo=${image%@*}
   pushed+=("${repo%:*}@${image##*@}")
