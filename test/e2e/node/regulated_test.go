@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,7 +277,7 @@ func fipsEverywhere(t *testing.T, n *cluster.Node) {
 				}
 			}
 		}
-		return len(scraped) == 4, "FIPS mode seen in " + strings.Join(keysOf(scraped), ", ")
+		return len(scraped) == 4, "FIPS mode seen in " + strings.Join(slices.Sorted(maps.Keys(scraped)), ", ")
 	})
 }
 
@@ -286,14 +288,6 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 		}
 	}
 	return false
-}
-
-func keysOf(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 func firstCert(t *testing.T, data []byte) *x509.Certificate {
